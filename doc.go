@@ -1,0 +1,14 @@
+// Package siwtun is a software iWARP RNIC: a user-space TCP/IP stack
+// (gVisor's netstack) behind a TUN device, with the iWARP protocols MPA,
+// DDP and RDMAP running inside the stack's receive and transmit paths, and a
+// verbs API for applications.
+//
+// The tree is laid out like the RNIC it emulates:
+//
+//	tun/        the TUN device (the wire)
+//	netstack/   the RNIC's private TCP/IP stack, with segment-level hooks
+//	offload/    the iWARP engine: mpa/, ddp/, rdmap/ codecs and the QP engine
+//	verbs/      the application API: PD, MR, CQ, QP, connection management
+//	ctl/        the control plane
+//	cmd/siwtun  the command-line tool
+package siwtun
