@@ -1,0 +1,700 @@
+package offload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload/mpa"
+)
+
+// Config holds a device's iWARP defaults and limits.
+type Config struct {
+	// Name is the device name (siwtun0).
+	Name string
+	// MPARev is the MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581).
+	MPARev uint8
+	// CRC requests MPA CRC32c (it is used when either side asks).
+	CRC bool
+	// Markers asks the peer to insert MPA markers towards us.
+	Markers bool
+	// P2P is the set of RTR types offered as initiator and accepted as
+	// responder (0: no peer-to-peer mode as initiator; as responder any
+	// type a peer offers is accepted).
+	P2P mpa.RTR
+	// IRD and ORD are the default inbound and outbound RDMA Read depths
+	// when a connection does not set them.
+	IRD, ORD uint16
+	// MaxFPDU caps the FPDU size below the effective MSS: large FPDUs on
+	// jumbo links risk window-edge splits (netstack-probe.md §1e).
+	MaxFPDU int
+	// MaxQP and MaxMR bound the device's objects.
+	MaxQP, MaxMR int
+	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
+	// AcceptTimeout the wait for the MPA Request after TCP accept (5 s).
+	ConnectTimeout, AcceptTimeout time.Duration
+	// Logger receives the engine's log lines (nil: discarded).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
+// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB.
+func DefaultConfig(name string) Config {
+	return Config{
+		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
+		MaxFPDU: 16384, MaxQP: 4096, MaxMR: 65536,
+		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
+	}
+}
+
+func (c *Config) validate() error {
+	if c.MPARev != 1 && c.MPARev != 2 {
+		return fmt.Errorf("MPA revision %d: want 1 or 2", c.MPARev)
+	}
+	if c.IRD > MaxIRDORD || c.ORD > MaxIRDORD {
+		return fmt.Errorf("IRD %d / ORD %d: at most %d", c.IRD, c.ORD, MaxIRDORD)
+	}
+	if c.MaxFPDU < 128 {
+		return fmt.Errorf("MaxFPDU %d: at least 128", c.MaxFPDU)
+	}
+	if c.MaxQP <= 0 || c.MaxMR <= 0 {
+		return fmt.Errorf("MaxQP %d / MaxMR %d must be positive", c.MaxQP, c.MaxMR)
+	}
+	return nil
+}
+
+// Device is one software RNIC: a private TCP/IP stack, the memory regions
+// and queue pairs on it, and its iWARP defaults.
+type Device struct {
+	cfg     Config
+	stack   *netstack.Stack
+	regions *Regions
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	qps       map[uint32]*QP
+	nextQPN   uint32
+	listeners map[*Listener]struct{}
+	retired   QPStats // counters of destroyed QPs
+	closed    bool
+}
+
+// NewDevice creates a device on stack with configuration cfg.
+func NewDevice(stack *netstack.Stack, cfg Config) (*Device, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("device %s: %w", cfg.Name, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Device{
+		cfg: cfg, stack: stack, regions: NewRegions(cfg.MaxMR), log: log,
+		qps: make(map[uint32]*QP), nextQPN: 1, listeners: make(map[*Listener]struct{}),
+	}, nil
+}
+
+// Config returns the device's configuration.
+func (d *Device) Config() Config { return d.cfg }
+
+// Stack returns the device's TCP/IP stack.
+func (d *Device) Stack() *netstack.Stack { return d.stack }
+
+// Regions returns the device's memory-region table.
+func (d *Device) Regions() *Regions { return d.regions }
+
+func (d *Device) logf(format string, args ...any) {
+	d.log.Debug(fmt.Sprintf(format, args...), "dev", d.cfg.Name)
+}
+
+// ErrDeviceClosed is returned by calls on a closed device.
+var ErrDeviceClosed = errors.New("offload: device closed")
+
+// CreateQP creates a queue pair in RESET in protection domain pd, completing
+// into sendCQ and recvCQ.
+func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ CompletionQueue, attr QPAttr) (*QP, error) {
+	if sendCQ == nil || recvCQ == nil {
+		return nil, fmt.Errorf("create QP: %w: nil completion queue", ErrInvalidWR)
+	}
+	if attr.MaxSendWR <= 0 || attr.MaxSendWR > MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > MaxQPWR {
+		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrDeviceClosed
+	}
+	if len(d.qps) >= d.cfg.MaxQP {
+		return nil, fmt.Errorf("create QP: device %s has its maximum of %d QPs", d.cfg.Name, d.cfg.MaxQP)
+	}
+	num := d.nextQPN
+	for d.qps[num] != nil || num == 0 {
+		num++
+	}
+	d.nextQPN = num + 1
+	qp := &QP{
+		dev: d, num: num, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ, sigAll: attr.SignalAll,
+		state: QPReset, sq: make([]sendWQE, attr.MaxSendWR), rq: make([]recvWQE, attr.MaxRecvWR),
+		events: make(chan Event, 32),
+	}
+	qp.txCond = sync.NewCond(&qp.mu)
+	d.qps[num] = qp
+	return qp, nil
+}
+
+func (d *Device) removeQP(qp *QP) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.qps[qp.num] == qp {
+		delete(d.qps, qp.num)
+		d.retired.add(&qp.stats)
+	}
+}
+
+// QP returns the queue pair numbered num.
+func (d *Device) QP(num uint32) (*QP, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	qp, ok := d.qps[num]
+	return qp, ok
+}
+
+// QPs returns snapshots of every queue pair, by number.
+func (d *Device) QPs() []Info {
+	d.mu.Lock()
+	list := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		list = append(list, qp)
+	}
+	d.mu.Unlock()
+	out := make([]Info, 0, len(list))
+	for _, qp := range list {
+		out = append(out, qp.Info())
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Num < out[j-1].Num; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// Stats returns a snapshot of the device's counters: every live queue
+// pair's plus those of destroyed ones.
+func (d *Device) Stats() *QPStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := new(QPStats)
+	s.add(&d.retired)
+	for _, qp := range d.qps {
+		s.add(&qp.stats)
+	}
+	return s
+}
+
+// Close disconnects every queue pair and closes every listener.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	ls := make([]*Listener, 0, len(d.listeners))
+	for l := range d.listeners {
+		ls = append(ls, l)
+	}
+	d.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	for _, qp := range qps {
+		qp.Disconnect()
+	}
+	return nil
+}
+
+// ConnParam are the per-connection parameters of connect and accept
+// (struct rdma_conn_param).
+type ConnParam struct {
+	// PrivateData goes in the MPA Request or Reply (at most 256 bytes
+	// including the 4-byte IRD/ORD block of MPA rev 2).
+	PrivateData []byte
+	// ResponderResources is the IRD: inbound RDMA Reads this side serves
+	// at once. 0 takes the device default.
+	ResponderResources uint16
+	// InitiatorDepth is the ORD: outbound RDMA Reads this side has
+	// outstanding at once. 0 takes the device default.
+	InitiatorDepth uint16
+}
+
+// mpaConfig merges the device defaults with one connection's parameters.
+func (d *Device) mpaConfig(p ConnParam) mpa.Config {
+	c := mpa.Config{
+		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
+		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
+	}
+	if p.ResponderResources != 0 {
+		c.IRD = min(p.ResponderResources, MaxIRDORD)
+	}
+	if p.InitiatorDepth != 0 {
+		c.ORD = min(p.InitiatorDepth, MaxIRDORD)
+	}
+	return c
+}
+
+// RejectedError is returned by Connect when the peer rejected the
+// connection (MPA Reply with the R flag).
+type RejectedError struct {
+	// PrivateData is the peer's private data in the reject.
+	PrivateData []byte
+	// Err says more (a negotiation failure, or nil for an application reject).
+	Err error
+}
+
+func (e *RejectedError) Error() string {
+	if e.Err != nil {
+		return "connection rejected by the peer: " + e.Err.Error()
+	}
+	return "connection rejected by the peer"
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// claim moves a QP from RESET or INIT to connecting.
+func (qp *QP) claim() error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.connected || (qp.state != QPReset && qp.state != QPInit) {
+		return fmt.Errorf("%w: QP %d is %v", ErrQPState, qp.num, qp.state)
+	}
+	qp.state = QPInit
+	qp.connected = true
+	return nil
+}
+
+func (qp *QP) unclaim() {
+	qp.mu.Lock()
+	qp.connected = false
+	qp.mu.Unlock()
+}
+
+// Connect connects the queue pair to a listening RNIC at remote: TCP, then
+// the MPA Request/Reply exchange, then (peer-to-peer mode) the RTR. On
+// return the QP is in RTS.
+func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (err error) {
+	d := qp.dev
+	if err := qp.claim(); err != nil {
+		return fmt.Errorf("connect to %v: %w", remote, err)
+	}
+	defer func() {
+		if err != nil {
+			qp.unclaim()
+		}
+	}()
+	cfg := d.mpaConfig(p)
+	req, err := cfg.Request()
+	if err != nil {
+		return fmt.Errorf("connect to %v: %w", remote, err)
+	}
+	conn, err := d.stack.Dial(ctx, netip.Addr{}, remote)
+	if err != nil {
+		return fmt.Errorf("connect to %v: %w", remote, err)
+	}
+	fail := func(e error) error {
+		conn.Close()
+		return fmt.Errorf("connect to %v: %w", remote, e)
+	}
+	b, err := req.Append(nil)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := conn.WriteAligned(b); err != nil {
+		return fail(fmt.Errorf("send MPA Request: %w", err))
+	}
+	deadline := time.Now().Add(d.cfg.ConnectTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	rep, err := readFrame(conn, deadline)
+	if err != nil {
+		return fail(fmt.Errorf("MPA Reply: %w", err))
+	}
+	if !rep.Reply {
+		return fail(errors.New("MPA Reply: peer sent a Request frame"))
+	}
+	params, err := mpa.Complete(&cfg, req, rep)
+	if err != nil {
+		var rej *mpa.RejectedError
+		if errors.As(err, &rej) {
+			reason := error(nil)
+			if req.Markers && rep.Reject && !rep.Markers {
+				reason = errors.New("peer rejected markers (MPA M flag)")
+			}
+			return fail(&RejectedError{PrivateData: append([]byte(nil), rej.PrivateData...), Err: reason})
+		}
+		return fail(err)
+	}
+	d.logf("QP %d: connected to %v: %+v", qp.num, remote, params)
+	qp.start(conn, params, true)
+	return nil
+}
+
+// readFrame reads exactly one MPA Request or Reply from conn, leaving any
+// bytes after it in the TCP receive queue for the FPDU receiver.
+func readFrame(conn *netstack.Conn, deadline time.Time) (mpa.Frame, error) {
+	fw := &frameWriter{}
+	if err := conn.SetReadDeadline(deadline); err != nil {
+		return mpa.Frame{}, err
+	}
+	defer conn.SetReadDeadline(time.Time{})
+	for {
+		_, err := conn.ReadTo(fw)
+		if errors.Is(err, errFrameDone) {
+			break
+		}
+		if err == io.EOF {
+			return mpa.Frame{}, errors.New("connection closed by the peer")
+		}
+		if err != nil {
+			return mpa.Frame{}, err
+		}
+	}
+	f, err := fw.r.Frame()
+	if err != nil {
+		return mpa.Frame{}, err
+	}
+	f.PrivateData = append([]byte(nil), f.PrivateData...)
+	return f, nil
+}
+
+// errFrameDone stops the TCP read at the end of an MPA frame.
+var errFrameDone = errors.New("offload: MPA frame complete")
+
+type frameWriter struct{ r mpa.FrameReader }
+
+func (w *frameWriter) Write(p []byte) (int, error) {
+	n, done, err := w.r.Feed(p)
+	if err != nil {
+		return n, err
+	}
+	if done {
+		return n, errFrameDone
+	}
+	return n, nil
+}
+
+// start puts a negotiated connection under the QP and starts its engine.
+func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
+	qp.mu.Lock()
+	qp.conn = conn
+	qp.params = p
+	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
+	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
+	qp.orq = make([]orqEntry, 0, max(qp.ord, 1))
+	qp.irq = make([]irqEntry, 0, max(qp.ird, 1))
+	qp.sendMSN, qp.readMSN = 1, 1
+	emss := conn.MSS()
+	if emss > qp.dev.cfg.MaxFPDU {
+		emss = qp.dev.cfg.MaxFPDU
+	}
+	qp.tx.emss = emss
+	qp.tx.buf = make([]byte, 0, emss)
+	qp.tx.mpa.Init(p.CRC, p.MarkersTx)
+	var await mpa.RTR
+	established := true
+	switch {
+	case p.P2P && initiator:
+		qp.p2pRTR = p.RTR
+		if p.RTR == mpa.RTRRead {
+			qp.orq = append(qp.orq, orqEntry{sq: rtrSlot, sinkSTag: rtrSTag})
+		}
+		qp.state = QPRTS
+	case p.P2P:
+		await = p.RTR
+		qp.state = QPRTR
+		established = false
+	default:
+		qp.state = QPRTS
+	}
+	qp.rx.init(qp, p.CRC, p.MarkersRx, await)
+	qp.done = make(chan struct{})
+	qp.running.Add(2)
+	qp.mu.Unlock()
+	if established {
+		qp.emit(Event{Type: EventEstablished})
+	}
+	go qp.rxLoop()
+	go qp.txLoop()
+	go qp.supervise()
+}
+
+// supervise waits for both engine goroutines, then closes the connection.
+func (qp *QP) supervise() {
+	qp.running.Wait()
+	qp.conn.Close()
+	qp.mu.Lock()
+	qp.errorLocked(WCSuccess)
+	qp.connected = false
+	done := qp.done
+	qp.mu.Unlock()
+	qp.emit(Event{Type: EventDisconnected})
+	close(done)
+}
+
+// drainTimeout bounds the orderly close after a Terminate: reading (and
+// discarding) until the peer closes its side too.
+const drainTimeout = 3 * time.Second
+
+// rxLoop is the QP's receive goroutine: it runs the TCP endpoint's Read with
+// the MPA receiver as the writer, so every in-order segment's payload is
+// parsed and placed as it is handed over.
+func (qp *QP) rxLoop() {
+	defer qp.running.Done()
+	for {
+		_, err := qp.conn.ReadTo(&qp.rx.mpa)
+		if err == nil {
+			continue
+		}
+		var te *terminateError
+		var me *mpa.Error
+		switch {
+		case errors.As(err, &te):
+			qp.drain()
+		case errors.Is(err, errTerminated):
+		case errors.As(err, &me):
+			// A framing error found by the MPA layer (bad marker).
+			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), WCLocQPOpErr, err)
+			qp.drain()
+		case err == io.EOF:
+			qp.mu.Lock()
+			if qp.state != QPErr {
+				qp.dev.logf("QP %d: peer closed the connection", qp.num)
+			}
+			qp.errorLocked(WCSuccess)
+			qp.mu.Unlock()
+		default:
+			qp.mu.Lock()
+			if qp.state != QPErr && !qp.closing {
+				qp.dev.logf("QP %d: receive: %v", qp.num, err)
+			}
+			qp.errorLocked(WCSuccess)
+			qp.mu.Unlock()
+		}
+		return
+	}
+}
+
+// drain discards incoming bytes until the peer closes or drainTimeout.
+func (qp *QP) drain() {
+	qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
+	for {
+		if _, err := qp.conn.ReadTo(io.Discard); err != nil {
+			return
+		}
+	}
+}
+
+// aborted reports whether the QP entered ERR (checked between FPDUs).
+func (qp *QP) aborted() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state == QPErr
+}
+
+// Listener accepts iWARP connections on a TCP port of the device.
+type Listener struct {
+	dev  *Device
+	nl   *netstack.Listener
+	reqs chan *ConnRequest
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// Listen starts accepting connections on addr (port 0: ephemeral).
+func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
+	if backlog <= 0 {
+		backlog = 16
+	}
+	nl, err := d.stack.Listen(addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %v: %w", addr, err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	l := &Listener{dev: d, nl: nl, reqs: make(chan *ConnRequest, backlog), ctx: ctx, stop: stop}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		nl.Close()
+		stop()
+		return nil, ErrDeviceClosed
+	}
+	d.listeners[l] = struct{}{}
+	d.mu.Unlock()
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Addr is the listening address.
+func (l *Listener) Addr() netip.AddrPort { return l.nl.Addr() }
+
+func (l *Listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		c, err := l.nl.Accept(l.ctx)
+		if err != nil {
+			return
+		}
+		l.wg.Add(1)
+		go l.handshake(c)
+	}
+}
+
+// handshake reads the MPA Request of an accepted TCP connection. A peer that
+// sends garbage, or nothing, or closes at once costs this goroutine only:
+// the listener keeps serving.
+func (l *Listener) handshake(c *netstack.Conn) {
+	defer l.wg.Done()
+	req, err := readFrame(c, time.Now().Add(l.dev.cfg.AcceptTimeout))
+	if err == nil && req.Reply {
+		err = errors.New("peer sent a Reply frame")
+	}
+	if err != nil {
+		l.dev.logf("listener %v: MPA Request from %v: %v", l.Addr(), c.RemoteAddr(), err)
+		c.Abort()
+		return
+	}
+	cr := &ConnRequest{l: l, conn: c, req: req, Remote: c.RemoteAddr(), PrivateData: req.PrivateData, IRD: req.IRD, ORD: req.ORD}
+	select {
+	case l.reqs <- cr:
+	default:
+		l.dev.logf("listener %v: backlog full, rejecting %v", l.Addr(), cr.Remote)
+		cr.Reject(nil)
+	}
+}
+
+// Accept returns the next connection request (rdma_get_request).
+func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.ctx.Done():
+		return nil, fmt.Errorf("listener %v: %w", l.Addr(), ErrListenerClosed)
+	}
+}
+
+// ErrListenerClosed is returned by Accept after Close.
+var ErrListenerClosed = errors.New("offload: listener closed")
+
+// Close stops listening; pending requests are rejected.
+func (l *Listener) Close() error {
+	l.stop()
+	err := l.nl.Close()
+	l.wg.Wait()
+	for {
+		select {
+		case r := <-l.reqs:
+			r.Reject(nil)
+			continue
+		default:
+		}
+		break
+	}
+	l.dev.mu.Lock()
+	delete(l.dev.listeners, l)
+	l.dev.mu.Unlock()
+	return err
+}
+
+// ConnRequest is a peer's MPA Request waiting for Accept or Reject.
+type ConnRequest struct {
+	l    *Listener
+	conn *netstack.Conn
+	req  mpa.Frame
+	once sync.Once
+	// Remote is the peer's address.
+	Remote netip.AddrPort
+	// PrivateData is the peer's private data (without the IRD/ORD block).
+	PrivateData []byte
+	// IRD and ORD are the peer's (RFC 6581; zero with MPA rev 1).
+	IRD, ORD uint16
+}
+
+// Frame is the peer's MPA Request.
+func (r *ConnRequest) Frame() mpa.Frame { return r.req }
+
+// Accept answers the request with an MPA Reply and connects qp (RESET or
+// INIT). In peer-to-peer mode the QP stays in RTR until the peer's RTR
+// arrives; the Established event says when.
+func (r *ConnRequest) Accept(qp *QP, p ConnParam) error {
+	used := true
+	r.once.Do(func() { used = false })
+	if used {
+		return errors.New("accept: request already answered")
+	}
+	d := r.l.dev
+	if err := qp.claim(); err != nil {
+		r.reject(nil)
+		return fmt.Errorf("accept %v: %w", r.Remote, err)
+	}
+	cfg := d.mpaConfig(p)
+	if cfg.P2P == 0 {
+		// A responder takes whichever RTR the initiator offers.
+		cfg.P2P = mpa.RTRWrite | mpa.RTRRead | mpa.RTRSend
+	}
+	rep, params, nerr := mpa.Respond(&cfg, r.req)
+	b, err := rep.Append(nil)
+	if err == nil {
+		_, err = r.conn.WriteAligned(b)
+	}
+	if nerr != nil || err != nil {
+		qp.unclaim()
+		r.conn.Close()
+		if nerr != nil {
+			return fmt.Errorf("accept %v: %w", r.Remote, nerr)
+		}
+		return fmt.Errorf("accept %v: send MPA Reply: %w", r.Remote, err)
+	}
+	d.logf("QP %d: accepted %v: %+v", qp.num, r.Remote, params)
+	qp.start(r.conn, params, false)
+	return nil
+}
+
+// Reject refuses the request with an MPA Reply carrying the R flag and
+// private data, then closes the connection.
+func (r *ConnRequest) Reject(privateData []byte) error {
+	used := true
+	r.once.Do(func() { used = false })
+	if used {
+		return errors.New("reject: request already answered")
+	}
+	return r.reject(privateData)
+}
+
+func (r *ConnRequest) reject(pd []byte) error {
+	cfg := r.l.dev.mpaConfig(ConnParam{})
+	rep := cfg.RejectReply(r.req, pd)
+	b, err := rep.Append(nil)
+	if err == nil {
+		_, err = r.conn.WriteAligned(b)
+	}
+	r.conn.Close()
+	if err != nil {
+		return fmt.Errorf("reject %v: %w", r.Remote, err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// errRegion is the root of the region table's errors.
+var errRegion = errors.New("offload: memory region")
+
+// ErrInvalidSTag is returned for an STag that names no valid region.
+var ErrInvalidSTag = fmt.Errorf("%w: invalid STag", errRegion)
+
+// Region is a registered memory region as the engine sees it. Its fields are
+// fixed at registration; only validity changes (deregistration, remote
+// invalidation).
+type Region struct {
+	stag   uint32
+	pd     uint32
+	addr   uint64
+	buf    []byte
+	access Access
+	valid  bool // guarded by Regions.mu
+}
+
+// STag is the region's steering tag (its lkey and rkey).
+func (r *Region) STag() uint32 { return r.stag }
+
+// PD is the protection domain the region belongs to.
+func (r *Region) PD() uint32 { return r.pd }
+
+// Addr is the address (tagged offset) of the region's first byte.
+func (r *Region) Addr() uint64 { return r.addr }
+
+// Len is the region's length in bytes.
+func (r *Region) Len() int { return len(r.buf) }
+
+// Access is the region's access rights.
+func (r *Region) Access() Access { return r.access }
+
+// Bytes is the memory the region covers.
+func (r *Region) Bytes() []byte { return r.buf }
+
+// slice returns the region's bytes [to, to+n) or false when they are not all
+// inside the region (base and bounds check, overflow-safe).
+func (r *Region) slice(to uint64, n uint64) ([]byte, bool) {
+	if to < r.addr {
+		return nil, false
+	}
+	off := to - r.addr
+	size := uint64(len(r.buf))
+	if off > size || n > size-off {
+		return nil, false
+	}
+	return r.buf[off : off+n], true
+}
+
+// Regions is a device's table of memory regions, indexed by STag. An STag is
+// a 24-bit table index shifted left by 8 and an 8-bit key that changes each
+// time a slot is reused, so a stale STag never names a newer region (the
+// layout of Linux siw's STags).
+type Regions struct {
+	mu    sync.RWMutex
+	slots []*Region // index 0 is never used: STag 0 is special on some hardware
+	keys  []uint8   // next key per slot
+	free  []uint32
+	max   int
+}
+
+// NewRegions returns an empty table holding at most max regions.
+func NewRegions(max int) *Regions {
+	return &Regions{slots: make([]*Region, 1), keys: make([]uint8, 1), max: max}
+}
+
+// Register adds a region of buf, whose first byte has tagged offset addr,
+// in protection domain pd, and returns it with a fresh STag.
+func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access Access) (*Region, error) {
+	if addr+uint64(len(buf)) < addr {
+		return nil, fmt.Errorf("%w: address 0x%x + length %d wraps", errRegion, addr, len(buf))
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead) != 0 {
+		return nil, fmt.Errorf("%w: unsupported access flags %v", errRegion, access)
+	}
+	if access&AccessRemoteWrite != 0 && access&AccessLocalWrite == 0 {
+		// libibverbs: remote write requires local write (EINVAL).
+		return nil, fmt.Errorf("%w: REMOTE_WRITE requires LOCAL_WRITE", errRegion)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var idx uint32
+	if n := len(t.free); n > 0 {
+		idx = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		if len(t.slots)-1 >= t.max || len(t.slots) >= 1<<24 {
+			return nil, fmt.Errorf("%w: table full (%d regions)", errRegion, t.max)
+		}
+		idx = uint32(len(t.slots))
+		t.slots = append(t.slots, nil)
+		t.keys = append(t.keys, 0)
+	}
+	key := t.keys[idx]
+	t.keys[idx]++
+	r := &Region{stag: idx<<8 | uint32(key), pd: pd, addr: addr, buf: buf, access: access, valid: true}
+	t.slots[idx] = r
+	return r, nil
+}
+
+// Lookup returns the valid region named by stag.
+func (t *Regions) Lookup(stag uint32) (*Region, bool) {
+	idx := stag >> 8
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if idx == 0 || int(idx) >= len(t.slots) {
+		return nil, false
+	}
+	r := t.slots[idx]
+	if r == nil || r.stag != stag || !r.valid {
+		return nil, false
+	}
+	return r, true
+}
+
+// Deregister removes the region named by stag; the STag is invalid from now
+// on, even if it was invalidated before.
+func (t *Regions) Deregister(stag uint32) error {
+	idx := stag >> 8
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if idx == 0 || int(idx) >= len(t.slots) || t.slots[idx] == nil || t.slots[idx].stag != stag {
+		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
+	}
+	t.slots[idx].valid = false
+	t.slots[idx] = nil
+	t.free = append(t.free, idx)
+	return nil
+}
+
+// Invalidate marks the region named by stag invalid, as a remote Send with
+// Invalidate does; it must belong to protection domain pd.
+func (t *Regions) Invalidate(stag, pd uint32) error {
+	idx := stag >> 8
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if idx == 0 || int(idx) >= len(t.slots) {
+		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
+	}
+	r := t.slots[idx]
+	if r == nil || r.stag != stag || !r.valid {
+		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
+	}
+	if r.pd != pd {
+		return fmt.Errorf("%w: STag 0x%08x belongs to another protection domain", errRegion, stag)
+	}
+	r.valid = false
+	return nil
+}
+
+// Len returns the number of registered regions (valid or invalidated).
+func (t *Regions) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.slots) - 1 - len(t.free)
+}

@@ -1,0 +1,519 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
+)
+
+// errAborted stops a transfer whose QP entered the error state.
+var errAborted = errors.New("offload: queue pair in error state")
+
+// rxHdrMax holds the longest header the receiver needs whole: an untagged
+// DDP header and a Terminate with both copied headers.
+const rxHdrMax = ddp.UntaggedHeaderLen + rdmap.TerminateHeaderLen + 2 + ddp.UntaggedHeaderLen + rdmap.ReadRequestLen
+
+// rxState is the receive engine of a QP: the mpa.Handler that the MPA
+// receiver drives from inside the netstack's TCP Read, segment by segment.
+// It collects each DDP segment's header (at most rxHdrMax bytes), checks it,
+// and then copies the payload once, straight into the target region.
+type rxState struct {
+	qp  *QP
+	mpa mpa.Receiver
+
+	// Current FPDU.
+	hdr      [rxHdrMax]byte
+	have     int // header bytes collected
+	need     int // header bytes needed
+	ulpduLen int
+	h        ddp.Header
+	op       rdmap.Opcode
+	payload  int    // payload bytes of this segment
+	dst      []byte // where the payload goes (tagged, Read Response)
+	dstOff   int
+
+	// Send message in progress (QN 0): the head of the RQ.
+	sendActive bool
+	sendBufs   [MaxSGE][]byte
+	sendN      int
+	sendCap    uint64
+	sendPlaced uint64
+	sgi, sgo   int
+
+	// Expected MSNs.
+	sendMSN, readMSN, termMSN uint32
+
+	// awaitRTR is the RTR type a P2P responder waits for.
+	awaitRTR mpa.RTR
+}
+
+func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR) {
+	r.qp = qp
+	r.mpa.Init(crc, markers, r)
+	r.sendMSN, r.readMSN, r.termMSN = 1, 1, 1
+	r.awaitRTR = awaitRTR
+}
+
+// BeginFPDU implements mpa.Handler.
+func (r *rxState) BeginFPDU(ulpduLen int) error {
+	r.ulpduLen = ulpduLen
+	r.have, r.need = 0, 2
+	r.dst, r.dstOff, r.payload = nil, 0, 0
+	if ulpduLen < 2 {
+		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes holds no DDP header", ulpduLen))
+	}
+	return nil
+}
+
+// ULPDU implements mpa.Handler: header bytes are collected, payload bytes are
+// placed where the header says.
+func (r *rxState) ULPDU(p []byte) error {
+	for len(p) > 0 {
+		if r.have < r.need {
+			n := copy(r.hdr[r.have:r.need], p)
+			r.have += n
+			p = p[n:]
+			if r.have == r.need {
+				if err := r.headerStep(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		switch {
+		case r.dst != nil:
+			n := copy(r.dst[r.dstOff:], p)
+			r.dstOff += n
+		case r.sendActive:
+			r.scatter(p)
+		}
+		p = nil
+	}
+	return nil
+}
+
+// scatter places Send payload across the receive's SGEs.
+func (r *rxState) scatter(p []byte) {
+	for len(p) > 0 && r.sgi < r.sendN {
+		n := copy(r.sendBufs[r.sgi][r.sgo:], p)
+		p = p[n:]
+		r.sgo += n
+		if r.sgo == len(r.sendBufs[r.sgi]) {
+			r.sgi, r.sgo = r.sgi+1, 0
+		}
+	}
+}
+
+// headerStep runs each time the header bytes asked for have arrived.
+func (r *rxState) headerStep() error {
+	if r.have == 2 {
+		r.need = ddp.HeaderLen(r.hdr[0])
+		if r.ulpduLen < r.need {
+			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes is shorter than its DDP header (%d)", r.ulpduLen, r.need))
+		}
+		return nil
+	}
+	if r.have == ddp.HeaderLen(r.hdr[0]) { // the DDP header is complete
+		if _, err := r.h.Unmarshal(r.hdr[:r.have]); err != nil {
+			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
+		}
+		_, r.op = rdmap.ParseCtrl(r.h.ULPCtrl)
+		if !r.h.Tagged && r.h.Version == ddp.Version {
+			switch r.op {
+			case rdmap.OpReadRequest:
+				r.need += rdmap.ReadRequestLen
+			case rdmap.OpTerminate:
+				r.need = min(r.ulpduLen, rxHdrMax)
+			}
+			if r.need > r.have {
+				if r.ulpduLen < r.need {
+					return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("%v ULPDU of %d bytes is shorter than its header (%d)", r.op, r.ulpduLen, r.need))
+				}
+				return nil
+			}
+		}
+	}
+	return r.headerDone()
+}
+
+// headerDone checks a complete header and sets the payload's target.
+func (r *rxState) headerDone() error {
+	qp := r.qp
+	h := &r.h
+	r.payload = r.ulpduLen - r.need
+	ver, op := rdmap.ParseCtrl(h.ULPCtrl)
+	switch {
+	case h.Version != ddp.Version && h.Tagged:
+		return r.fail(rdmap.TermDDPTaggedBadVersion, 0, fmt.Errorf("DDP version %d", h.Version))
+	case h.Version != ddp.Version:
+		return r.fail(rdmap.TermDDPUntaggedBadVersion, 0, fmt.Errorf("DDP version %d", h.Version))
+	case ver != rdmap.Version:
+		return r.fail(rdmap.TermRDMAPBadVersion, 0, fmt.Errorf("RDMAP version %d", ver))
+	case !op.Valid() || op.Tagged() != h.Tagged:
+		return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("unexpected opcode %d (tagged=%v)", uint8(op), h.Tagged))
+	}
+	if r.awaitRTR != 0 {
+		ok := false
+		switch r.awaitRTR {
+		case mpa.RTRWrite:
+			ok = op == rdmap.OpWrite && r.payload == 0
+		case mpa.RTRRead:
+			ok = op == rdmap.OpReadRequest
+		case mpa.RTRSend:
+			ok = op == rdmap.OpSend && r.payload == 0
+		}
+		if !ok {
+			return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
+		}
+	}
+	if !h.Tagged {
+		if h.QN != op.QN() {
+			return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))
+		}
+	}
+	switch op {
+	case rdmap.OpWrite:
+		if r.payload == 0 {
+			return nil // a zero-length Write references no memory (and is the RTR)
+		}
+		reg, ok := qp.dev.regions.Lookup(h.STag)
+		switch {
+		case !ok:
+			return r.fail(rdmap.TermDDPTaggedInvalidSTag, 0, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag))
+		case reg.pd != qp.pd:
+			return r.fail(rdmap.TermDDPTaggedStagNotAssoc, 0, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag))
+		case reg.access&AccessRemoteWrite == 0:
+			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access))
+		}
+		dst, ok := reg.slice(h.TO, uint64(r.payload))
+		if !ok {
+			return r.fail(rdmap.TermDDPTaggedBaseBounds, 0, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", r.payload, h.TO, h.STag, reg.addr, len(reg.buf)))
+		}
+		r.dst = dst
+		return nil
+
+	case rdmap.OpReadResponse:
+		qp.mu.Lock()
+		if len(qp.orq) == 0 {
+			qp.mu.Unlock()
+			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
+		}
+		e := &qp.orq[0]
+		placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
+		qp.mu.Unlock()
+		switch {
+		case size == 0 && r.payload == 0:
+			return nil
+		case h.STag != stag:
+			return r.fail(rdmap.TermDDPTaggedInvalidSTag, WCLocQPOpErr, fmt.Errorf("Read Response to STag 0x%08x, the Read's sink is 0x%08x", h.STag, stag))
+		case h.TO != to+uint64(placed) || uint64(placed)+uint64(r.payload) > uint64(size):
+			return r.fail(rdmap.TermDDPTaggedBaseBounds, WCLocQPOpErr, fmt.Errorf("Read Response of %d bytes at TO 0x%x outside the Read's sink [0x%x, +%d)", r.payload, h.TO, to, size))
+		}
+		r.dst = dst[placed : placed+uint32(r.payload)]
+		return nil
+
+	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
+		if h.MSN != r.sendMSN {
+			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Send MSN %d, expected %d", h.MSN, r.sendMSN))
+		}
+		if r.awaitRTR != 0 {
+			return nil // the zero-length Send RTR consumes no receive
+		}
+		if !r.sendActive {
+			if h.MO != 0 {
+				return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Send MSN %d starts at MO %d", h.MSN, h.MO))
+			}
+			if err := r.startSend(); err != nil {
+				return err
+			}
+		} else if uint64(h.MO) != r.sendPlaced {
+			return r.fail(rdmap.TermDDPInvalidMO, WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
+		}
+		if r.sendPlaced+uint64(r.payload) > r.sendCap {
+			qp.stats.RecvTooLong.Add(1)
+			return r.fail(rdmap.TermDDPTooLong, WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
+		}
+		return nil
+
+	case rdmap.OpReadRequest:
+		if h.MSN != r.readMSN {
+			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Read Request MSN %d, expected %d", h.MSN, r.readMSN))
+		}
+		if h.MO != 0 || !h.Last {
+			return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
+		}
+		return nil
+
+	case rdmap.OpTerminate:
+		if h.MSN != r.termMSN || h.MO != 0 {
+			// Still a Terminate: act on it, the stream ends either way.
+			qp.dev.logf("QP %d: Terminate with MSN %d MO %d", qp.num, h.MSN, h.MO)
+		}
+		return nil
+	}
+	return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("opcode %v", op))
+}
+
+// startSend takes the head of the receive queue for a new Send message and
+// resolves its SGEs to region memory.
+func (r *rxState) startSend() error {
+	qp := r.qp
+	qp.mu.Lock()
+	if qp.rqHead == qp.rqTail {
+		qp.mu.Unlock()
+		qp.stats.RecvNoBuffer.Add(1)
+		return r.fail(rdmap.TermDDPNoBuffer, 0, fmt.Errorf("Send MSN %d with no receive posted", r.h.MSN))
+	}
+	wqe := qp.rq[qp.rqHead%uint64(len(qp.rq))]
+	qp.mu.Unlock()
+	r.sendN, r.sendCap, r.sendPlaced, r.sgi, r.sgo = 0, 0, 0, 0, 0
+	r.sendActive = true
+	for _, s := range wqe.sgl[:wqe.nsge] {
+		if s.Length == 0 {
+			continue
+		}
+		reg, ok := qp.dev.regions.Lookup(s.LKey)
+		if !ok || reg.pd != qp.pd {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
+		}
+		if reg.access&AccessLocalWrite == 0 {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocAccessErr, fmt.Errorf("receive WR %d: lkey 0x%08x lacks LOCAL_WRITE", wqe.id, s.LKey))
+		}
+		b, ok := reg.slice(s.Addr, uint64(s.Length))
+		if !ok {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocProtErr, fmt.Errorf("receive WR %d: SGE outside lkey 0x%08x", wqe.id, s.LKey))
+		}
+		r.sendBufs[r.sendN] = b
+		r.sendN++
+		r.sendCap += uint64(s.Length)
+	}
+	return nil
+}
+
+// EndFPDU implements mpa.Handler: the FPDU's CRC is known; finish the
+// segment and, on its last segment, the message.
+func (r *rxState) EndFPDU(crcOK bool) error {
+	qp := r.qp
+	if !crcOK {
+		qp.stats.CRCErrors.Add(1)
+		return r.fail(rdmap.TermLLPCRC, WCLocQPOpErr, errors.New("MPA CRC error"))
+	}
+	qp.stats.FPDUsRx.Add(1)
+	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
+	h := &r.h
+	if r.awaitRTR != 0 {
+		return r.rtrArrived()
+	}
+	switch r.op {
+	case rdmap.OpWrite:
+		qp.stats.PlacedBytes.Add(uint64(r.payload))
+		if h.Last {
+			qp.stats.WritesRx.Add(1)
+		}
+	case rdmap.OpReadResponse:
+		qp.stats.PlacedBytes.Add(uint64(r.payload))
+		qp.mu.Lock()
+		if len(qp.orq) == 0 || qp.state == QPErr {
+			qp.mu.Unlock()
+			return errAborted
+		}
+		e := &qp.orq[0]
+		e.placed += uint32(r.payload)
+		if h.Last {
+			if e.placed != e.size {
+				qp.mu.Unlock()
+				return r.fail(rdmap.TermDDPTaggedBaseBounds, WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
+			}
+			if e.sq != rtrSlot {
+				w := &qp.sq[e.sq%uint64(len(qp.sq))]
+				w.state, w.status, w.byteLen = wqeDone, WCSuccess, e.size
+			}
+			copy(qp.orq, qp.orq[1:])
+			qp.orq = qp.orq[:len(qp.orq)-1]
+			qp.stats.ReadsCompleted.Add(1)
+			qp.retireLocked()
+			qp.txCond.Signal() // an ORD slot is free
+		}
+		qp.mu.Unlock()
+	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
+		qp.stats.PlacedBytes.Add(uint64(r.payload))
+		r.sendPlaced += uint64(r.payload)
+		if !h.Last {
+			return nil
+		}
+		r.sendMSN++
+		r.sendActive = false
+		wc := WorkCompletion{Status: WCSuccess, ByteLen: uint32(r.sendPlaced)}
+		if r.op.Invalidates() {
+			if err := qp.dev.regions.Invalidate(h.ULPData, qp.pd); err != nil {
+				r.sendActive = true // the receive completes with the error
+				return r.fail(rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
+			}
+			wc.Flags |= WCWithInv
+			wc.InvalidatedRKey = h.ULPData
+			qp.stats.Invalidations.Add(1)
+		}
+		qp.stats.SendsRx.Add(1)
+		qp.mu.Lock()
+		if qp.state == QPErr {
+			qp.mu.Unlock()
+			return errAborted
+		}
+		wc.ID = qp.rq[qp.rqHead%uint64(len(qp.rq))].id
+		qp.completeRecvLocked(&wc, r.op.Solicited())
+		qp.mu.Unlock()
+	case rdmap.OpReadRequest:
+		return r.readRequest()
+	case rdmap.OpTerminate:
+		return r.terminateArrived()
+	}
+	return nil
+}
+
+// readRequest validates an inbound RDMA Read and queues its response.
+func (r *rxState) readRequest() error {
+	qp := r.qp
+	var rr rdmap.ReadRequest
+	if err := rr.Unmarshal(r.hdr[ddp.UntaggedHeaderLen:r.need]); err != nil {
+		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
+	}
+	r.readMSN++
+	var src []byte
+	if rr.Size > 0 {
+		reg, ok := qp.dev.regions.Lookup(rr.SrcSTag)
+		switch {
+		case !ok:
+			return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("RDMA Read of invalid STag 0x%08x", rr.SrcSTag))
+		case reg.pd != qp.pd:
+			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of STag 0x%08x of another protection domain", rr.SrcSTag))
+		case reg.access&AccessRemoteRead == 0:
+			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Read of STag 0x%08x without REMOTE_READ (%v)", rr.SrcSTag, reg.access))
+		}
+		var ok2 bool
+		src, ok2 = reg.slice(rr.SrcTO, uint64(rr.Size))
+		if !ok2 {
+			return r.fail(rdmap.TermRDMAPBaseBounds, 0, fmt.Errorf("RDMA Read of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", rr.Size, rr.SrcTO, rr.SrcSTag, reg.addr, len(reg.buf)))
+		}
+	}
+	qp.mu.Lock()
+	if len(qp.irq) >= qp.ird {
+		ird := qp.ird
+		qp.mu.Unlock()
+		qp.stats.IRDOverflows.Add(1)
+		return r.fail(rdmap.TermRDMAPCatastrophicStream, 0, fmt.Errorf("RDMA Read beyond IRD %d", ird))
+	}
+	qp.irq = append(qp.irq, irqEntry{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src})
+	qp.stats.ReadsRx.Add(1)
+	qp.txCond.Signal()
+	qp.mu.Unlock()
+	return nil
+}
+
+// rtrArrived completes a P2P responder's connection set-up.
+func (r *rxState) rtrArrived() error {
+	qp := r.qp
+	rtr := r.awaitRTR
+	r.awaitRTR = 0
+	switch rtr {
+	case mpa.RTRSend:
+		r.sendMSN++
+	case mpa.RTRRead:
+		if err := r.readRequest(); err != nil {
+			return err
+		}
+	}
+	qp.mu.Lock()
+	if qp.state == QPRTR {
+		qp.state = QPRTS
+		qp.txCond.Broadcast()
+	}
+	qp.mu.Unlock()
+	qp.emit(Event{Type: EventEstablished})
+	return nil
+}
+
+// terminateArrived handles the peer's Terminate: the stream is over.
+func (r *rxState) terminateArrived() error {
+	qp := r.qp
+	var t rdmap.Terminate
+	body := r.hdr[ddp.UntaggedHeaderLen:r.need]
+	if err := t.Unmarshal(body); err != nil {
+		qp.dev.logf("QP %d: malformed Terminate: %v", qp.num, err)
+	}
+	qp.stats.TerminatesRx.Add(1)
+	qp.dev.logf("QP %d: peer terminated the stream: %v", qp.num, t.Code)
+	qp.mu.Lock()
+	qp.errorLocked(statusForTerminate(t.Code))
+	qp.termSent = true // never answer a Terminate with one
+	qp.mu.Unlock()
+	qp.emit(Event{Type: EventTerminateReceived, Code: t.Code})
+	return errTerminated
+}
+
+// errTerminated ends the receive loop after the peer's Terminate.
+var errTerminated = errors.New("offload: stream terminated by the peer")
+
+// statusForTerminate maps a received Terminate to the completion status of
+// the request it ended.
+func statusForTerminate(c rdmap.Code) WCStatus {
+	switch {
+	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPInvalidSTag.EType(),
+		c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPTaggedInvalidSTag.EType():
+		return WCRemAccessErr
+	case c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPNoBuffer.EType():
+		return WCRemInvReqErr
+	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPUnexpectedOp.EType():
+		return WCRemOpErr
+	}
+	return WCRemAbortErr
+}
+
+// fail reports an error found in the receive path: the QP enters ERR, the
+// request the error hit completes with status local (if not success), the
+// rest is flushed, and a Terminate carrying code and the offending headers is
+// queued for the TX goroutine, which sends it and closes the stream.
+func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
+	qp := r.qp
+	var ddpHdr, rdmapHdr []byte
+	if n := ddp.HeaderLen(r.hdr[0]); r.have >= n && r.have > 0 {
+		ddpHdr = r.hdr[:n]
+		if !r.h.Tagged && r.op == rdmap.OpReadRequest && r.have >= n+rdmap.ReadRequestLen {
+			rdmapHdr = r.hdr[n : n+rdmap.ReadRequestLen]
+		}
+	}
+	t := rdmap.NewTerminate(code, uint16(r.ulpduLen), ddpHdr, rdmapHdr)
+	// Keep our own copy of the headers: r.hdr is reused.
+	t.DDPHeader = append([]byte(nil), t.DDPHeader...)
+	t.RDMAPHeader = append([]byte(nil), t.RDMAPHeader...)
+	qp.stats.countTerminate(code)
+	qp.mu.Lock()
+	if qp.state != QPErr {
+		if local != WCSuccess {
+			switch {
+			case r.sendActive && qp.rqHead < qp.rqTail:
+				id := qp.rq[qp.rqHead%uint64(len(qp.rq))].id
+				qp.completeRecvLocked(&WorkCompletion{ID: id, Status: local, ByteLen: uint32(r.sendPlaced)}, false)
+			case r.op == rdmap.OpReadResponse && len(qp.orq) > 0 && qp.orq[0].sq != rtrSlot:
+				w := &qp.sq[qp.orq[0].sq%uint64(len(qp.sq))]
+				w.state, w.status = wqeDone, local
+			}
+		}
+		qp.term = &t
+		qp.errorLocked(WCSuccess)
+	}
+	qp.mu.Unlock()
+	r.sendActive = false
+	err := fmt.Errorf("QP %d: %v: %w", qp.num, code, cause)
+	qp.dev.logf("%v (Terminate sent)", err)
+	qp.emit(Event{Type: EventTerminateSent, Code: code, Err: cause})
+	return &terminateError{err: err}
+}
+
+// terminateError ends the receive loop after the engine sent a Terminate.
+type terminateError struct{ err error }
+
+func (e *terminateError) Error() string { return e.err.Error() }
+func (e *terminateError) Unwrap() error { return e.err }

@@ -1,0 +1,115 @@
+package offload
+
+import (
+	"reflect"
+	"sync/atomic"
+
+	"github.com/siwtun/siwtun/offload/rdmap"
+)
+
+// QPStats are the counters of a queue pair (and, summed, of a device), in
+// the style of gVisor's tcpip.Stats: one atomic counter per field, each
+// documented; names follow irdma/rxe where they exist.
+type QPStats struct {
+	// FPDUsTx counts FPDUs handed to TCP.
+	FPDUsTx atomic.Uint64 `stat:"mpaFpduTx"`
+	// FPDUsRx counts FPDUs received with a good CRC (or no CRC).
+	FPDUsRx atomic.Uint64 `stat:"mpaFpduRx"`
+	// BytesTx counts FPDU octets handed to TCP (headers, markers, CRC).
+	BytesTx atomic.Uint64 `stat:"mpaOctetsTx"`
+	// BytesRx counts ULPDU octets received (DDP headers and payload).
+	BytesRx atomic.Uint64 `stat:"mpaOctetsRx"`
+	// CRCErrors counts FPDUs whose MPA CRC did not match.
+	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
+	// PlacedBytes counts payload octets placed directly into regions.
+	PlacedBytes atomic.Uint64 `stat:"ddpPlacedOctets"`
+	// RecvNoBuffer counts Sends that found no posted receive.
+	RecvNoBuffer atomic.Uint64 `stat:"ddpUntaggedNoBuffer"`
+	// RecvTooLong counts Sends longer than the posted receive.
+	RecvTooLong atomic.Uint64 `stat:"ddpUntaggedTooLong"`
+	// WritesTx counts RDMA Write messages sent.
+	WritesTx atomic.Uint64 `stat:"OutRdmaWrites"`
+	// WriteBytesTx counts RDMA Write payload octets sent.
+	WriteBytesTx atomic.Uint64 `stat:"OutRdmaWriteOctets"`
+	// WritesRx counts RDMA Write messages placed.
+	WritesRx atomic.Uint64 `stat:"InRdmaWrites"`
+	// SendsTx counts Send messages (all four kinds) sent.
+	SendsTx atomic.Uint64 `stat:"OutRdmaSends"`
+	// SendBytesTx counts Send payload octets sent.
+	SendBytesTx atomic.Uint64 `stat:"OutRdmaSendOctets"`
+	// SendsRx counts Send messages received into posted receives.
+	SendsRx atomic.Uint64 `stat:"InRdmaSends"`
+	// ReadsTx counts RDMA Read Requests sent.
+	ReadsTx atomic.Uint64 `stat:"OutRdmaReads"`
+	// ReadsCompleted counts RDMA Reads whose response was fully placed.
+	ReadsCompleted atomic.Uint64 `stat:"rdmaReadsCompleted"`
+	// ReadsRx counts RDMA Read Requests accepted for an answer.
+	ReadsRx atomic.Uint64 `stat:"InRdmaReads"`
+	// ReadResponsesTx counts RDMA Read Responses sent.
+	ReadResponsesTx atomic.Uint64 `stat:"OutRdmaReadResponses"`
+	// ReadBytesTx counts RDMA Read Response payload octets sent.
+	ReadBytesTx atomic.Uint64 `stat:"OutRdmaReadOctets"`
+	// IRDOverflows counts Read Requests beyond the negotiated IRD.
+	IRDOverflows atomic.Uint64 `stat:"rdmapIrdExceeded"`
+	// Invalidations counts STags invalidated by Send with Invalidate.
+	Invalidations atomic.Uint64 `stat:"RdmaInv"`
+	// TerminatesTx counts Terminate messages sent.
+	TerminatesTx atomic.Uint64 `stat:"rdmapTerminateTx"`
+	// TerminatesRx counts Terminate messages received.
+	TerminatesRx atomic.Uint64 `stat:"rdmapTerminateRx"`
+	// TermRDMAP, TermDDP and TermLLP count errors found here, by layer.
+	TermRDMAP atomic.Uint64 `stat:"rdmapErrors"`
+	TermDDP   atomic.Uint64 `stat:"ddpErrors"`
+	TermLLP   atomic.Uint64 `stat:"mpaErrors"`
+	// SQPosted, SQCompleted and SQErrors count send work requests.
+	SQPosted    atomic.Uint64 `stat:"sqPosted"`
+	SQCompleted atomic.Uint64 `stat:"sqCompleted"`
+	SQErrors    atomic.Uint64 `stat:"sqErrors"`
+	// RQPosted, RQCompleted and RQErrors count receive work requests.
+	RQPosted    atomic.Uint64 `stat:"rqPosted"`
+	RQCompleted atomic.Uint64 `stat:"rqCompleted"`
+	RQErrors    atomic.Uint64 `stat:"rqErrors"`
+}
+
+func (s *QPStats) countTerminate(c rdmap.Code) {
+	switch c.Layer() {
+	case rdmap.LayerRDMAP:
+		s.TermRDMAP.Add(1)
+	case rdmap.LayerDDP:
+		s.TermDDP.Add(1)
+	default:
+		s.TermLLP.Add(1)
+	}
+}
+
+// add adds every counter of o to s.
+func (s *QPStats) add(o *QPStats) {
+	sv, ov := reflect.ValueOf(s).Elem(), reflect.ValueOf(o).Elem()
+	for i := 0; i < sv.NumField(); i++ {
+		sv.Field(i).Addr().Interface().(*atomic.Uint64).Add(ov.Field(i).Addr().Interface().(*atomic.Uint64).Load())
+	}
+}
+
+// Counter is one named counter value.
+type Counter struct {
+	Name  string
+	Value uint64
+	Doc   string
+}
+
+// Counters lists the counters with their stable names, in field order.
+func (s *QPStats) Counters() []Counter {
+	sv := reflect.ValueOf(s).Elem()
+	st := sv.Type()
+	out := make([]Counter, 0, st.NumField())
+	for i := 0; i < st.NumField(); i++ {
+		f := st.Field(i)
+		out = append(out, Counter{Name: f.Tag.Get("stat"), Value: sv.Field(i).Addr().Interface().(*atomic.Uint64).Load()})
+	}
+	return out
+}
+
+// rdmapCodeForMPA maps an MPA error code to its LLP Terminate code.
+func rdmapCodeForMPA(code uint8) rdmap.Code {
+	return rdmap.MakeCode(rdmap.LayerLLP, 0, code)
+}

@@ -1,0 +1,412 @@
+package offload
+
+import (
+	"fmt"
+
+	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
+)
+
+// irqMaxBurst is how many Read Responses are answered in a row while the
+// send queue has work, before one send request goes (siw's
+// SIW_IRQ_MAXBURST_SQ_ACTIVE): it keeps a flood of Reads from starving the
+// local send queue.
+const irqMaxBurst = 4
+
+// rtrSTag is the STag on a zero-length RTR Write or Read: never 0, which
+// some hardware treats as special (siw uses 1 for the same reason).
+const rtrSTag = 1
+
+// txState is owned by the TX goroutine.
+type txState struct {
+	mpa  mpa.Sender
+	emss int    // FPDU size limit: the connection's effective MSS, capped
+	buf  []byte // one FPDU
+	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
+	src  [MaxSGE][]byte // payload chunks of the message being sent
+	nsrc int
+}
+
+// txJob is what the TX goroutine does next.
+type txJob int
+
+const (
+	jobNone txJob = iota
+	jobTerminate
+	jobRTR
+	jobReadResponse
+	jobSQ
+	jobExit
+)
+
+// nextJobLocked waits for and picks the next transmit job.
+func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
+	for {
+		if qp.term != nil && !qp.termSent {
+			return jobTerminate, nil
+		}
+		if qp.state == QPErr || qp.closing {
+			return jobExit, nil
+		}
+		if qp.p2pRTR != 0 && qp.state == QPRTS {
+			return jobRTR, nil
+		}
+		if qp.state == QPRTS {
+			sqReady := false
+			var w *sendWQE
+			if qp.sqNext < qp.sqTail {
+				w = &qp.sq[qp.sqNext%uint64(len(qp.sq))]
+				switch {
+				case w.op == WRRead && len(qp.orq) >= qp.ord:
+					// ORD reached: wait for a Read Response.
+				case w.flags&FlagFence != 0 && len(qp.orq) > 0:
+					// Fenced behind outstanding Reads.
+				default:
+					sqReady = true
+				}
+			}
+			if len(qp.irq) > 0 && (qp.irqBurst < irqMaxBurst || !sqReady) {
+				return jobReadResponse, nil
+			}
+			if sqReady {
+				return jobSQ, w
+			}
+		}
+		qp.txCond.Wait()
+	}
+}
+
+// txLoop is the QP's transmit goroutine: it turns send requests, Read
+// Responses, the RTR and a Terminate into FPDUs, one FPDU per TCP write.
+func (qp *QP) txLoop() {
+	defer qp.running.Done()
+	for {
+		qp.mu.Lock()
+		job, w := qp.nextJobLocked()
+		switch job {
+		case jobExit:
+			qp.mu.Unlock()
+			return
+		case jobTerminate:
+			qp.termSent = true
+			t := *qp.term
+			qp.mu.Unlock()
+			if err := qp.sendTerminate(&t); err != nil {
+				qp.dev.logf("QP %d: sending Terminate: %v", qp.num, err)
+			}
+			// Orderly close: FIN after the Terminate; the RX goroutine
+			// drains until the peer closes too.
+			qp.conn.CloseWrite()
+			return
+		case jobRTR:
+			rtr := qp.p2pRTR
+			qp.p2pRTR = 0
+			qp.mu.Unlock()
+			if err := qp.sendRTR(rtr); err != nil {
+				qp.txFailed(err)
+				return
+			}
+		case jobReadResponse:
+			e := qp.irq[0]
+			qp.irqBurst++
+			qp.mu.Unlock()
+			if err := qp.sendReadResponse(&e); err != nil {
+				qp.txFailed(err)
+				return
+			}
+			qp.mu.Lock()
+			if len(qp.irq) > 0 && qp.state != QPErr {
+				copy(qp.irq, qp.irq[1:])
+				qp.irq = qp.irq[:len(qp.irq)-1]
+			}
+			qp.mu.Unlock()
+		case jobSQ:
+			qp.irqBurst = 0
+			pos := qp.sqNext
+			qp.sqNext++
+			if w.op == WRRead {
+				if st := qp.prepareReadLocked(w, pos); st != WCSuccess {
+					w.state, w.status = wqeDone, st
+					qp.retireLocked()
+					qp.localErrorLocked(st, fmt.Errorf("RDMA Read WR %d: bad local sink (%v)", w.id, st))
+					qp.mu.Unlock()
+					return
+				}
+			}
+			qp.mu.Unlock()
+			st, err := qp.sendWQE(w)
+			if err != nil {
+				qp.txFailed(err)
+				return
+			}
+			qp.mu.Lock()
+			if qp.state != QPErr {
+				if st != WCSuccess {
+					w.state, w.status = wqeDone, st
+					qp.retireLocked()
+					qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
+					qp.mu.Unlock()
+					return
+				}
+				if w.op != WRRead {
+					w.state = wqeDone
+					w.byteLen = uint32(w.length())
+					qp.retireLocked()
+				}
+			}
+			qp.mu.Unlock()
+		}
+	}
+}
+
+// txFailed handles a failed TCP write: the stream is gone.
+func (qp *QP) txFailed(err error) {
+	qp.mu.Lock()
+	if qp.state != QPErr && !qp.closing {
+		qp.dev.logf("QP %d: transmit: %v", qp.num, err)
+	}
+	qp.errorLocked(WCSuccess)
+	qp.mu.Unlock()
+	qp.conn.Close()
+}
+
+// localErrorLocked moves the QP to ERR after a local error on a work request
+// and closes the stream (the peer sees the connection end).
+func (qp *QP) localErrorLocked(st WCStatus, err error) {
+	qp.dev.logf("QP %d: %v", qp.num, err)
+	qp.errorLocked(WCSuccess)
+	go qp.conn.Close()
+}
+
+// prepareReadLocked validates the local sink of an RDMA Read and enters it
+// in the ORQ before the request goes out (the response may come back at once).
+func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) WCStatus {
+	e := orqEntry{sq: pos}
+	if w.nsge == 1 {
+		s := w.sgl[0]
+		r, ok := qp.dev.regions.Lookup(s.LKey)
+		if !ok || r.pd != qp.pd {
+			return WCLocProtErr
+		}
+		if r.access&AccessLocalWrite == 0 {
+			return WCLocAccessErr
+		}
+		dst, ok := r.slice(s.Addr, uint64(s.Length))
+		if !ok {
+			return WCLocProtErr
+		}
+		e.sinkSTag, e.sinkTO, e.size, e.dst = s.LKey, s.Addr, s.Length, dst
+	} else {
+		e.sinkSTag = rtrSTag
+	}
+	w.state = wqeInFlight
+	qp.orq = append(qp.orq, e)
+	return WCSuccess
+}
+
+// sendWQE transmits one send request. A non-success status is a local error
+// in the request (bad SGE); err is a transport error.
+func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
+	t := &qp.tx
+	if w.op == WRRead {
+		var rr rdmap.ReadRequest
+		if w.nsge == 1 {
+			rr = rdmap.ReadRequest{SinkSTag: w.sgl[0].LKey, SinkTO: w.sgl[0].Addr, Size: w.sgl[0].Length}
+		} else {
+			rr.SinkSTag = rtrSTag
+		}
+		rr.SrcSTag, rr.SrcTO = w.rkey, w.raddr
+		err := qp.sendReadRequest(&rr)
+		if err == nil {
+			qp.stats.ReadsTx.Add(1)
+		}
+		return WCSuccess, err
+	}
+	// Gather the payload.
+	t.nsrc = 0
+	var total uint64
+	if w.flags&FlagInline != 0 {
+		t.src[0] = w.inline[:w.inlineLen]
+		t.nsrc = 1
+		total = uint64(w.inlineLen)
+	} else {
+		for _, s := range w.sgl[:w.nsge] {
+			if s.Length == 0 {
+				continue
+			}
+			r, ok := qp.dev.regions.Lookup(s.LKey)
+			if !ok || r.pd != qp.pd {
+				return WCLocProtErr, nil
+			}
+			b, ok := r.slice(s.Addr, uint64(s.Length))
+			if !ok {
+				return WCLocProtErr, nil
+			}
+			t.src[t.nsrc] = b
+			t.nsrc++
+			total += uint64(s.Length)
+		}
+	}
+	var h ddp.Header
+	h.Version = ddp.Version
+	if w.op == WRWrite {
+		h.Tagged = true
+		h.ULPCtrl = rdmap.Ctrl(rdmap.OpWrite)
+		h.STag = w.rkey
+		err := qp.sendMessage(&h, w.raddr, total)
+		if err == nil {
+			qp.stats.WritesTx.Add(1)
+			qp.stats.WriteBytesTx.Add(total)
+		}
+		return WCSuccess, err
+	}
+	op := rdmap.OpSend
+	inv := w.op == WRSendWithInv
+	switch {
+	case inv && w.flags&FlagSolicited != 0:
+		op = rdmap.OpSendSEInv
+	case inv:
+		op = rdmap.OpSendInv
+	case w.flags&FlagSolicited != 0:
+		op = rdmap.OpSendSE
+	}
+	h.ULPCtrl = rdmap.Ctrl(op)
+	h.QN = ddp.QNSend
+	h.MSN = qp.sendMSN
+	if inv {
+		h.ULPData = w.invRKey
+	}
+	qp.sendMSN++
+	err := qp.sendMessage(&h, 0, total)
+	if err == nil {
+		qp.stats.SendsTx.Add(1)
+		qp.stats.SendBytesTx.Add(total)
+	}
+	return WCSuccess, err
+}
+
+// sendMessage sends the payload gathered in qp.tx.src (total bytes) as one
+// DDP message of FPDUs, each at most one effective MSS: tagged messages
+// advance TO from base, untagged ones MO from 0.
+func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64) error {
+	t := &qp.tx
+	hl := h.Len()
+	var off uint64
+	si, so := 0, 0 // source chunk and offset in it
+	for first := true; first || off < total; first = false {
+		room := t.mpa.MaxULPDULen(t.emss) - hl
+		if room < 4 {
+			return fmt.Errorf("effective MSS %d leaves no room for payload", t.emss)
+		}
+		n := total - off
+		h.Last = true
+		if n > uint64(room) {
+			n = uint64(room) &^ 3 // 4-aligned: no pad inside a message
+			h.Last = false
+		}
+		if h.Tagged {
+			h.TO = base + off
+		} else {
+			h.MO = uint32(off)
+		}
+		h.Marshal(t.hdr[:hl])
+		t.mpa.Begin(t.buf[:0], hl+int(n))
+		t.mpa.Write(t.hdr[:hl])
+		for left := int(n); left > 0; {
+			c := t.src[si][so:]
+			if len(c) > left {
+				c = c[:left]
+			}
+			t.mpa.Write(c)
+			left -= len(c)
+			so += len(c)
+			if so == len(t.src[si]) {
+				si, so = si+1, 0
+			}
+		}
+		if err := qp.writeFPDU(t.mpa.Finish()); err != nil {
+			return err
+		}
+		off += n
+		if qp.aborted() {
+			return errAborted
+		}
+	}
+	return nil
+}
+
+// writeFPDU hands one FPDU to TCP as one write.
+func (qp *QP) writeFPDU(fpdu []byte) error {
+	if _, err := qp.conn.WriteAligned(fpdu); err != nil {
+		return fmt.Errorf("write FPDU: %w", err)
+	}
+	qp.stats.FPDUsTx.Add(1)
+	qp.stats.BytesTx.Add(uint64(len(fpdu)))
+	return nil
+}
+
+// sendUntaggedControl sends a one-FPDU untagged message whose payload is
+// body (Read Request, Terminate, zero-length Send).
+func (qp *QP) sendUntaggedControl(op rdmap.Opcode, qn, msn uint32, body []byte) error {
+	t := &qp.tx
+	h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(op), QN: qn, MSN: msn}
+	n := h.Marshal(t.hdr[:])
+	t.mpa.Begin(t.buf[:0], n+len(body))
+	t.mpa.Write(t.hdr[:n])
+	t.mpa.Write(body)
+	return qp.writeFPDU(t.mpa.Finish())
+}
+
+func (qp *QP) sendReadRequest(rr *rdmap.ReadRequest) error {
+	var body [rdmap.ReadRequestLen]byte
+	rr.Marshal(body[:])
+	msn := qp.readMSN
+	qp.readMSN++
+	return qp.sendUntaggedControl(rdmap.OpReadRequest, ddp.QNReadRequest, msn, body[:])
+}
+
+// sendReadResponse answers one inbound RDMA Read.
+func (qp *QP) sendReadResponse(e *irqEntry) error {
+	t := &qp.tx
+	t.src[0] = e.src
+	t.nsrc = 1
+	h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadResponse), STag: e.sinkSTag}
+	if err := qp.sendMessage(&h, e.sinkTO, uint64(len(e.src))); err != nil {
+		return err
+	}
+	qp.stats.ReadResponsesTx.Add(1)
+	qp.stats.ReadBytesTx.Add(uint64(len(e.src)))
+	return nil
+}
+
+// sendRTR sends the RFC 6581 Ready-to-Receive message the responder waits
+// for: a zero-length Write, Read Request or Send.
+func (qp *QP) sendRTR(rtr mpa.RTR) error {
+	switch rtr {
+	case mpa.RTRWrite:
+		t := &qp.tx
+		t.nsrc = 0
+		h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: rtrSTag}
+		return qp.sendMessage(&h, 0, 0)
+	case mpa.RTRRead:
+		rr := rdmap.ReadRequest{SinkSTag: rtrSTag, SrcSTag: rtrSTag}
+		return qp.sendReadRequest(&rr)
+	case mpa.RTRSend:
+		msn := qp.sendMSN
+		qp.sendMSN++
+		return qp.sendUntaggedControl(rdmap.OpSend, ddp.QNSend, msn, nil)
+	}
+	return fmt.Errorf("unknown RTR type %v", rtr)
+}
+
+// sendTerminate sends a Terminate message (QN 2, MSN 1: one per stream).
+func (qp *QP) sendTerminate(t *rdmap.Terminate) error {
+	var body [rdmap.TerminateHeaderLen + 2 + ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
+	n := t.Marshal(body[:])
+	err := qp.sendUntaggedControl(rdmap.OpTerminate, ddp.QNTerminate, 1, body[:n])
+	if err == nil {
+		qp.stats.TerminatesTx.Add(1)
+	}
+	return err
+}

@@ -1,0 +1,250 @@
+package offload
+
+import "fmt"
+
+// The numeric values of every enum in this file equal libibverbs' (rdma-core
+// libibverbs/verbs.h), so users of rdma-core read them without a table.
+
+// Access is a set of memory-region access rights (enum ibv_access_flags).
+type Access uint32
+
+// Access rights.
+const (
+	// AccessLocalWrite lets the local RNIC write into the region: receive
+	// buffers and RDMA Read sinks need it.
+	AccessLocalWrite Access = 1
+	// AccessRemoteWrite lets the peer target the region with RDMA Write.
+	AccessRemoteWrite Access = 2
+	// AccessRemoteRead lets the peer read the region with RDMA Read.
+	AccessRemoteRead Access = 4
+)
+
+// String returns the rights as "LW|RW|RR".
+func (a Access) String() string {
+	s := ""
+	add := func(bit Access, name string) {
+		if a&bit != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += name
+		}
+	}
+	add(AccessLocalWrite, "LOCAL_WRITE")
+	add(AccessRemoteWrite, "REMOTE_WRITE")
+	add(AccessRemoteRead, "REMOTE_READ")
+	if rest := a &^ (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead); rest != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += fmt.Sprintf("0x%x", uint32(rest))
+	}
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// WROpcode is the operation of a send work request (enum ibv_wr_opcode).
+type WROpcode uint32
+
+// Send work request opcodes supported by an iWARP RNIC.
+const (
+	WRWrite       WROpcode = 0 // IBV_WR_RDMA_WRITE
+	WRSend        WROpcode = 2 // IBV_WR_SEND
+	WRRead        WROpcode = 4 // IBV_WR_RDMA_READ
+	WRSendWithInv WROpcode = 9 // IBV_WR_SEND_WITH_INV
+)
+
+// String names the opcode as libibverbs does.
+func (o WROpcode) String() string {
+	switch o {
+	case WRWrite:
+		return "RDMA_WRITE"
+	case WRSend:
+		return "SEND"
+	case WRRead:
+		return "RDMA_READ"
+	case WRSendWithInv:
+		return "SEND_WITH_INV"
+	}
+	return fmt.Sprintf("WR_OPCODE(%d)", uint32(o))
+}
+
+// SendFlags modify a send work request (enum ibv_send_flags).
+type SendFlags uint32
+
+// Send flags.
+const (
+	// FlagFence makes the request wait until every earlier RDMA Read of the
+	// queue pair has completed.
+	FlagFence SendFlags = 1
+	// FlagSignaled asks for a completion on success (errors always complete).
+	FlagSignaled SendFlags = 2
+	// FlagSolicited sends a Send as Send with Solicited Event.
+	FlagSolicited SendFlags = 4
+	// FlagInline takes the payload from SendWR.Inline, copied at post time.
+	FlagInline SendFlags = 8
+)
+
+// WCOpcode says what a work completion completes (enum ibv_wc_opcode).
+type WCOpcode uint32
+
+// Work completion opcodes.
+const (
+	WCSend  WCOpcode = 0   // IBV_WC_SEND
+	WCWrite WCOpcode = 1   // IBV_WC_RDMA_WRITE
+	WCRead  WCOpcode = 2   // IBV_WC_RDMA_READ
+	WCRecv  WCOpcode = 128 // IBV_WC_RECV
+)
+
+// String names the opcode as libibverbs does.
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCWrite:
+		return "RDMA_WRITE"
+	case WCRead:
+		return "RDMA_READ"
+	case WCRecv:
+		return "RECV"
+	}
+	return fmt.Sprintf("WC_OPCODE(%d)", uint32(o))
+}
+
+// WCStatus is the result of a work request (enum ibv_wc_status).
+type WCStatus uint32
+
+// Work completion statuses; the subset an iWARP RNIC produces, with
+// libibverbs' values.
+const (
+	WCSuccess       WCStatus = 0  // IBV_WC_SUCCESS
+	WCLocLenErr     WCStatus = 1  // IBV_WC_LOC_LEN_ERR: receive buffer too small
+	WCLocQPOpErr    WCStatus = 2  // IBV_WC_LOC_QP_OP_ERR: local protocol error (bad CRC, framing)
+	WCLocProtErr    WCStatus = 4  // IBV_WC_LOC_PROT_ERR: bad local key or address
+	WCFlushErr      WCStatus = 5  // IBV_WC_WR_FLUSH_ERR: flushed when the QP entered the error state
+	WCLocAccessErr  WCStatus = 8  // IBV_WC_LOC_ACCESS_ERR: local region lacks the right
+	WCRemInvReqErr  WCStatus = 9  // IBV_WC_REM_INV_REQ_ERR: the peer found the request invalid
+	WCRemAccessErr  WCStatus = 10 // IBV_WC_REM_ACCESS_ERR: the peer refused access (STag, bounds, rights)
+	WCRemOpErr      WCStatus = 11 // IBV_WC_REM_OP_ERR: the peer could not perform the operation
+	WCRemAbortErr   WCStatus = 16 // IBV_WC_REM_ABORT_ERR: the peer terminated the stream
+	WCFatalErr      WCStatus = 19 // IBV_WC_FATAL_ERR
+	WCGeneralErr    WCStatus = 21 // IBV_WC_GENERAL_ERR
+	wcStatusNameMax          = 24
+)
+
+// String names the status as ibv_wc_status_str does.
+func (s WCStatus) String() string {
+	names := [wcStatusNameMax]string{
+		"success", "local length error", "local QP operation error",
+		"local EE context operation error", "local protection error",
+		"Work Request Flushed Error", "memory management operation error",
+		"bad response error", "local access error", "remote invalid request error",
+		"remote access error", "remote operation error", "transport retry counter exceeded",
+		"RNR retry counter exceeded", "local RDD violation error",
+		"remote invalid RD request", "aborted error", "invalid EE context number",
+		"invalid EE context state", "fatal error", "response timeout error",
+		"general error", "TM error", "TM rendezvous incomplete",
+	}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return fmt.Sprintf("WC_STATUS(%d)", uint32(s))
+}
+
+// WCFlags qualify a work completion (enum ibv_wc_flags).
+type WCFlags uint32
+
+// Work completion flags.
+const (
+	// WCWithInv marks a receive completed by a Send with Invalidate; the
+	// invalidated STag is in WorkCompletion.InvalidatedRKey.
+	WCWithInv WCFlags = 8
+)
+
+// QPState is a queue pair state (enum ibv_qp_state).
+type QPState uint32
+
+// Queue pair states.
+const (
+	QPReset QPState = 0 // IBV_QPS_RESET
+	QPInit  QPState = 1 // IBV_QPS_INIT: receives may be posted
+	QPRTR   QPState = 2 // IBV_QPS_RTR: connected, waiting for the peer's RTR
+	QPRTS   QPState = 3 // IBV_QPS_RTS: connected, both directions
+	QPErr   QPState = 6 // IBV_QPS_ERR: outstanding work is flushed
+)
+
+// String names the state as libibverbs does.
+func (s QPState) String() string {
+	switch s {
+	case QPReset:
+		return "RESET"
+	case QPInit:
+		return "INIT"
+	case QPRTR:
+		return "RTR"
+	case QPRTS:
+		return "RTS"
+	case QPErr:
+		return "ERR"
+	}
+	return fmt.Sprintf("QPS(%d)", uint32(s))
+}
+
+// SGE is one scatter/gather element (struct ibv_sge): Length bytes at
+// address Addr of the region whose local key is LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send-queue work request (struct ibv_send_wr).
+type SendWR struct {
+	// ID is returned in the work completion.
+	ID uint64
+	// Opcode is the operation.
+	Opcode WROpcode
+	// Flags modify it.
+	Flags SendFlags
+	// SGL is the local data: the source of a Send or Write, the sink of a
+	// Read (one element at most).
+	SGL []SGE
+	// Inline is the payload of a Send or Write posted with FlagInline; it is
+	// copied at post time, so the caller may reuse it at once.
+	Inline []byte
+	// RemoteAddr and RKey name the peer's memory for Write and Read.
+	RemoteAddr uint64
+	RKey       uint32
+	// InvalidateRKey is the peer's STag a Send with Invalidate invalidates.
+	InvalidateRKey uint32
+}
+
+// RecvWR is a receive-queue work request (struct ibv_recv_wr).
+type RecvWR struct {
+	// ID is returned in the work completion.
+	ID uint64
+	// SGL is where an incoming Send is placed, in order.
+	SGL []SGE
+}
+
+// WorkCompletion is one completion (struct ibv_wc). It is a flat value, so a
+// caller-owned slice is reused across polls without allocation.
+type WorkCompletion struct {
+	ID              uint64
+	Status          WCStatus
+	Opcode          WCOpcode
+	VendorErr       uint32
+	ByteLen         uint32
+	QPNum           uint32
+	Flags           WCFlags
+	InvalidatedRKey uint32
+}
+
+// CompletionQueue receives the completions of a queue pair. Push must not
+// block and must not retain wc; solicited tells whether the completion is for
+// a Send with Solicited Event (for solicited-only notification).
+type CompletionQueue interface {
+	Push(wc *WorkCompletion, solicited bool)
+}

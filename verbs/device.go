@@ -1,0 +1,363 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"unsafe"
+
+	"github.com/siwtun/siwtun/offload"
+)
+
+// Errors of the verbs calls.
+var (
+	// ErrDestroyed is returned by calls on a destroyed object or closed device.
+	ErrDestroyed = errors.New("verbs: object destroyed")
+	// ErrBusy is returned when destroying an object still in use (EBUSY).
+	ErrBusy = errors.New("verbs: object in use")
+)
+
+// Device is an open RNIC (ibv_context).
+type Device struct {
+	eng *offload.Device
+
+	mu     sync.Mutex
+	nextPD uint32
+	pds    map[*PD]struct{}
+	cqs    map[*CQ]struct{}
+	closed bool
+}
+
+// Open opens an in-process RNIC: the application embeds the engine.
+func Open(eng *offload.Device) *Device {
+	return &Device{eng: eng, nextPD: 1, pds: make(map[*PD]struct{}), cqs: make(map[*CQ]struct{})}
+}
+
+// Name is the device name (siwtun0).
+func (d *Device) Name() string { return d.eng.Config().Name }
+
+// Engine is the offload engine behind the device.
+func (d *Device) Engine() *offload.Device { return d.eng }
+
+func (d *Device) check() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("device %s: %w", d.Name(), ErrDestroyed)
+	}
+	return nil
+}
+
+// DeviceAttr are the device's capabilities (ibv_device_attr, the fields an
+// iWARP RNIC fills).
+type DeviceAttr struct {
+	FWVersion       string
+	NodeGUID        uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxSGERead      int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // ORD: outbound RDMA Reads per QP
+	MaxQPInitRdAtom int // IRD: inbound RDMA Reads per QP
+	MaxInline       int
+	MTU             int // the link MTU (the verbs MTU enum cannot express it)
+}
+
+// VendorID is siwtun's vendor id in DeviceAttr ("siw" in ASCII: a software
+// RNIC, kept apart from Linux siw's 0x626d74).
+const VendorID = 0x736977
+
+// Query returns the device's capabilities (ibv_query_device).
+func (d *Device) Query() DeviceAttr {
+	cfg := d.eng.Config()
+	return DeviceAttr{
+		FWVersion: "0.1.0", NodeGUID: nodeGUID(cfg.Name), VendorID: VendorID, VendorPartID: 1,
+		MaxQP: cfg.MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxSGERead: MaxSGERead,
+		MaxCQ: cfg.MaxQP * 2, MaxCQE: MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
+		MaxQPRdAtom: MaxIRDORD, MaxQPInitRdAtom: MaxIRDORD, MaxInline: MaxInline,
+		MTU: d.eng.Stack().MTU(),
+	}
+}
+
+// nodeGUID derives a stable GUID from the device name (FNV-1a).
+func nodeGUID(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// Close destroys every object of the device and closes it.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	pds := make([]*PD, 0, len(d.pds))
+	for pd := range d.pds {
+		pds = append(pds, pd)
+	}
+	d.mu.Unlock()
+	for _, pd := range pds {
+		pd.destroyAll()
+	}
+	return nil
+}
+
+// PD is a protection domain (ibv_pd): memory regions and queue pairs of one
+// PD only work together.
+type PD struct {
+	dev    *Device
+	handle uint32
+	mrs    map[*MR]struct{}
+	qps    map[*QP]struct{}
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
+	}
+	pd := &PD{dev: d, handle: d.nextPD, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{})}
+	d.nextPD++
+	d.pds[pd] = struct{}{}
+	return pd, nil
+}
+
+// Handle is the PD's number.
+func (pd *PD) Handle() uint32 { return pd.handle }
+
+// Dealloc frees the PD; it fails with ErrBusy while regions or QPs remain.
+func (pd *PD) Dealloc() error {
+	d := pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(pd.mrs) > 0 || len(pd.qps) > 0 {
+		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps))
+	}
+	delete(d.pds, pd)
+	return nil
+}
+
+func (pd *PD) destroyAll() {
+	d := pd.dev
+	d.mu.Lock()
+	qps := make([]*QP, 0, len(pd.qps))
+	for qp := range pd.qps {
+		qps = append(qps, qp)
+	}
+	mrs := make([]*MR, 0, len(pd.mrs))
+	for mr := range pd.mrs {
+		mrs = append(mrs, mr)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.Destroy()
+	}
+	for _, mr := range mrs {
+		mr.Dereg()
+	}
+	pd.Dealloc()
+}
+
+// MR is a registered memory region (ibv_mr). The engine places incoming
+// RDMA data straight into its bytes and reads outgoing data from them.
+type MR struct {
+	pd  *PD
+	reg *offload.Region
+}
+
+// RegMR registers buf with the given access rights. The region's address
+// (the tagged offset of buf[0], what a peer uses with the rkey) is buf's
+// address in memory, as with ibv_reg_mr.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("reg MR: empty buffer")
+	}
+	return pd.RegMRAt(buf, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access)
+}
+
+// RegMRAt registers buf with buf[0] at tagged offset iova (ibv_reg_mr_iova).
+func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
+	if err := pd.dev.check(); err != nil {
+		return nil, err
+	}
+	reg, err := pd.dev.eng.Regions().Register(pd.handle, buf, iova, access)
+	if err != nil {
+		return nil, fmt.Errorf("reg MR: %w", err)
+	}
+	mr := &MR{pd: pd, reg: reg}
+	pd.dev.mu.Lock()
+	pd.mrs[mr] = struct{}{}
+	pd.dev.mu.Unlock()
+	return mr, nil
+}
+
+// LKey is the key local work requests name the region by.
+func (mr *MR) LKey() uint32 { return mr.reg.STag() }
+
+// RKey is the STag a peer names the region by.
+func (mr *MR) RKey() uint32 { return mr.reg.STag() }
+
+// Addr is the tagged offset of the region's first byte.
+func (mr *MR) Addr() uint64 { return mr.reg.Addr() }
+
+// Len is the region's length.
+func (mr *MR) Len() int { return mr.reg.Len() }
+
+// Bytes is the registered memory.
+func (mr *MR) Bytes() []byte { return mr.reg.Bytes() }
+
+// SGE returns the element for n bytes at offset off of the region.
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.reg.Addr() + uint64(off), Length: uint32(n), LKey: mr.reg.STag()}
+}
+
+// Dereg deregisters the region (ibv_dereg_mr): its STag is invalid from now
+// on, for local requests and for peers.
+func (mr *MR) Dereg() error {
+	if err := mr.pd.dev.eng.Regions().Deregister(mr.reg.STag()); err != nil {
+		return fmt.Errorf("dereg MR: %w", err)
+	}
+	mr.pd.dev.mu.Lock()
+	delete(mr.pd.mrs, mr)
+	mr.pd.dev.mu.Unlock()
+	return nil
+}
+
+// QPInitAttr describes a queue pair to create (ibv_qp_init_attr).
+type QPInitAttr struct {
+	SendCQ, RecvCQ *CQ
+	// MaxSendWR and MaxRecvWR are the queue depths.
+	MaxSendWR, MaxRecvWR int
+	// SignalAll completes every send request (sq_sig_all).
+	SignalAll bool
+}
+
+// QP is a reliable-connected queue pair (ibv_qp + its rdma_cm_id).
+type QP struct {
+	pd  *PD
+	eng *offload.QP
+	att QPInitAttr
+}
+
+// CreateQP creates a queue pair in RESET.
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("create QP: send and receive CQs are required")
+	}
+	eng, err := pd.dev.eng.CreateQP(pd.handle, attr.SendCQ, attr.RecvCQ, offload.QPAttr{
+		MaxSendWR: attr.MaxSendWR, MaxRecvWR: attr.MaxRecvWR, SignalAll: attr.SignalAll,
+	})
+	if err != nil {
+		return nil, err
+	}
+	qp := &QP{pd: pd, eng: eng, att: attr}
+	pd.dev.mu.Lock()
+	pd.qps[qp] = struct{}{}
+	pd.dev.mu.Unlock()
+	return qp, nil
+}
+
+// Num is the queue pair number.
+func (qp *QP) Num() uint32 { return qp.eng.Num() }
+
+// State is the current state.
+func (qp *QP) State() QPState { return qp.eng.State() }
+
+// Modify changes the state by hand (ibv_modify_qp): RESET→INIT, →ERR,
+// ERR→RESET. Connection management moves it to RTR and RTS.
+func (qp *QP) Modify(s QPState) error { return qp.eng.Modify(s) }
+
+// PostSend posts send requests (ibv_post_send); see offload.QP.PostSend.
+func (qp *QP) PostSend(wrs []SendWR) (int, error) { return qp.eng.PostSend(wrs) }
+
+// PostRecv posts receive requests (ibv_post_recv).
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return qp.eng.PostRecv(wrs) }
+
+// Events delivers the queue pair's connection events.
+func (qp *QP) Events() <-chan Event { return qp.eng.Events() }
+
+// Connect connects to a listening peer (rdma_connect); on return the QP is
+// in RTS.
+func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
+	return qp.eng.Connect(ctx, remote, p)
+}
+
+// Disconnect ends the connection (rdma_disconnect): outstanding work is
+// flushed and the TCP connection closed.
+func (qp *QP) Disconnect() { qp.eng.Disconnect() }
+
+// Info is a snapshot for the control plane.
+func (qp *QP) Info() offload.Info { return qp.eng.Info() }
+
+// Destroy disconnects and destroys the queue pair (ibv_destroy_qp).
+func (qp *QP) Destroy() error {
+	err := qp.eng.Destroy()
+	qp.pd.dev.mu.Lock()
+	delete(qp.pd.qps, qp)
+	qp.pd.dev.mu.Unlock()
+	return err
+}
+
+// Listener accepts connections (rdma_listen on an rdma_cm_id).
+type Listener struct{ l *offload.Listener }
+
+// Listen listens on addr (port 0: ephemeral); backlog bounds the requests
+// waiting for Accept.
+func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	l, err := d.eng.Listen(addr, backlog)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Addr is the listening address.
+func (l *Listener) Addr() netip.AddrPort { return l.l.Addr() }
+
+// Accept waits for a connection request (rdma_get_request).
+func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
+	r, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &ConnRequest{r: r, Remote: r.Remote, PrivateData: r.PrivateData, IRD: r.IRD, ORD: r.ORD}, nil
+}
+
+// Close stops listening.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// ConnRequest is a peer's connection request (a CONNECT_REQUEST event).
+type ConnRequest struct {
+	r *offload.ConnRequest
+	// Remote is the peer's address.
+	Remote netip.AddrPort
+	// PrivateData is the peer's private data.
+	PrivateData []byte
+	// IRD and ORD are the peer's (responder resources, initiator depth).
+	IRD, ORD uint16
+}
+
+// Accept connects qp to the peer (rdma_accept).
+func (r *ConnRequest) Accept(qp *QP, p ConnParam) error { return r.r.Accept(qp.eng, p) }
+
+// Reject refuses the request with private data (rdma_reject).
+func (r *ConnRequest) Reject(privateData []byte) error { return r.r.Reject(privateData) }
