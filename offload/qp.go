@@ -181,7 +181,7 @@ type QP struct {
 
 	// Send queue: [sqHead, sqTail) are posted; [sqHead, sqNext) transmitted
 	// (done or in flight); retired in order from sqHead.
-	sq                    []sendWQE
+	sq                     []sendWQE
 	sqHead, sqNext, sqTail uint64
 	// Receive queue: [rqHead, rqTail).
 	rq             []recvWQE
@@ -448,6 +448,7 @@ func (qp *QP) flushLocked() {
 			qp.flushErr = WCFlushErr
 		}
 	}
+	qp.flushErr = WCFlushErr
 	qp.sqNext = qp.sqTail
 	qp.orq = qp.orq[:0]
 	qp.retireLocked()

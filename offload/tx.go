@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -104,6 +105,9 @@ func (qp *QP) txLoop() {
 			qp.p2pRTR = 0
 			qp.mu.Unlock()
 			if err := qp.sendRTR(rtr); err != nil {
+				if errors.Is(err, errAborted) {
+					continue // the QP entered ERR: send its Terminate, if any
+				}
 				qp.txFailed(err)
 				return
 			}
@@ -112,6 +116,9 @@ func (qp *QP) txLoop() {
 			qp.irqBurst++
 			qp.mu.Unlock()
 			if err := qp.sendReadResponse(&e); err != nil {
+				if errors.Is(err, errAborted) {
+					continue // the QP entered ERR: send its Terminate, if any
+				}
 				qp.txFailed(err)
 				return
 			}
@@ -136,6 +143,9 @@ func (qp *QP) txLoop() {
 			}
 			qp.mu.Unlock()
 			st, err := qp.sendWQE(w)
+			if errors.Is(err, errAborted) {
+				continue
+			}
 			if err != nil {
 				qp.txFailed(err)
 				return

@@ -1,0 +1,389 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
+)
+
+// TestRemoteErrors drives each error a peer can cause with a well-behaved
+// verbs client posting bad requests: the detector sends the RFC Terminate,
+// both QPs end in ERR, outstanding work completes with the right status,
+// and no byte lands outside a region.
+func TestRemoteErrors(t *testing.T) {
+	const n = 4096
+	tests := []struct {
+		name string
+		// run posts the bad request and returns the expected client
+		// completion status of it (WCSuccess: completed at TCP handoff).
+		run  func(t *testing.T, cli, srv *side, dst, other *guarded) (WCOpcode, WCStatus)
+		code rdmap.Code
+		// srvRecv is the status of the receive srv has posted.
+		srvRecv WCStatus
+	}{
+		{"write-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			cli.post(writeWR(cli, dst, 0, n, dst.mr.RKey()+1))
+			return WCWrite, WCSuccess
+		}, rdmap.TermDDPTaggedInvalidSTag, WCFlushErr},
+		{"write-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
+			cli.post(writeWR(cli, other, 0, n, other.mr.RKey()))
+			return WCWrite, WCSuccess
+		}, rdmap.TermDDPTaggedStagNotAssoc, WCFlushErr},
+		{"write-no-remote-write", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
+			ro := srv.region(n, AccessRemoteRead)
+			t.Cleanup(func() { ro.checkGuards(t) })
+			cli.post(writeWR(cli, ro, 0, n, ro.mr.RKey()))
+			return WCWrite, WCSuccess
+		}, rdmap.TermRDMAPAccess, WCFlushErr},
+		{"write-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			cli.post(writeWR(cli, dst, n-10, 100, dst.mr.RKey()))
+			return WCWrite, WCSuccess
+		}, rdmap.TermDDPTaggedBaseBounds, WCFlushErr},
+		{"write-below-base", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			wr := writeWR(cli, dst, 0, 100, dst.mr.RKey())
+			wr.RemoteAddr -= 8
+			cli.post(wr)
+			return WCWrite, WCSuccess
+		}, rdmap.TermDDPTaggedBaseBounds, WCFlushErr},
+		{"read-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			cli.post(readWR(cli, dst, 0, n, dst.mr.RKey()^0x100))
+			return WCRead, WCRemAccessErr
+		}, rdmap.TermRDMAPInvalidSTag, WCFlushErr},
+		{"read-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
+			cli.post(readWR(cli, other, 0, n, other.mr.RKey()))
+			return WCRead, WCRemAccessErr
+		}, rdmap.TermRDMAPStagNotAssoc, WCFlushErr},
+		{"read-no-remote-read", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
+			wo := srv.region(n, AccessLocalWrite|AccessRemoteWrite)
+			cli.post(readWR(cli, wo, 0, n, wo.mr.RKey()))
+			return WCRead, WCRemAccessErr
+		}, rdmap.TermRDMAPAccess, WCFlushErr},
+		{"read-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			cli.post(readWR(cli, dst, 8, n, dst.mr.RKey()))
+			return WCRead, WCRemAccessErr
+		}, rdmap.TermRDMAPBaseBounds, WCFlushErr},
+		{"send-no-receive", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
+			// srv's single receive takes the first Send; the second finds none.
+			cli.post(SendWR{ID: 8, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("one")})
+			wantWC(t, poll(t, srv.rcq, 1)[0], 77, WCRecv, WCSuccess, 3)
+			cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("two")})
+			wantWC(t, poll(t, cli.scq, 1)[0], 8, WCSend, WCSuccess, 3)
+			return WCSend, WCSuccess
+		}, rdmap.TermDDPNoBuffer, WCSuccess},
+		{"send-too-long", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
+			big := cli.region(3*n, AccessLocalWrite)
+			cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{big.mr.SGE(0, 3*n)}})
+			return WCSend, WCSuccess
+		}, rdmap.TermDDPTooLong, WCLocLenErr},
+		{"send-invalidate-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
+			cli.post(SendWR{ID: 1, Opcode: WRSendWithInv, Flags: FlagSignaled | FlagInline, Inline: []byte("x"), InvalidateRKey: other.mr.RKey()})
+			return WCSend, WCSuccess
+		}, rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cli, srv := newPair(t, pairOpts{})
+			dst := srv.region(n, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			pd2, err := srv.dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := srv.regionPD(pd2, n, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			rbuf := srv.region(n, AccessLocalWrite)
+			srv.recv(RecvWR{ID: 77, SGL: []SGE{rbuf.mr.SGE(0, n)}})
+
+			op, st := tt.run(t, cli, srv, dst, other)
+			terminated(t, srv, cli, tt.code)
+
+			wc := poll(t, cli.scq, 1)[0]
+			if wc.ID != 1 || wc.Opcode != op || wc.Status != st {
+				t.Fatalf("client completion {id %d %v %v}, want {id 1 %v %v}", wc.ID, wc.Opcode, wc.Status, op, st)
+			}
+			if tt.srvRecv != WCSuccess {
+				if wc := poll(t, srv.rcq, 1)[0]; wc.ID != 77 || wc.Status != tt.srvRecv {
+					t.Fatalf("server receive completion {id %d %v}, want {id 77 %v}", wc.ID, wc.Status, tt.srvRecv)
+				}
+			}
+			// Work posted after the Terminate is flushed.
+			cli.post(SendWR{ID: 99, Opcode: WRSend, Flags: FlagInline, Inline: []byte("late")})
+			if wc := poll(t, cli.scq, 1)[0]; wc.ID != 99 || wc.Status != WCFlushErr {
+				t.Fatalf("late send completion {id %d %v}, want flush error", wc.ID, wc.Status)
+			}
+			for _, g := range []*guarded{dst, other, rbuf} {
+				g.checkGuards(t)
+			}
+			if c := srv.eng.Stats().TerminatesTx.Load(); c != 1 {
+				t.Fatalf("server sent %d Terminates, want 1", c)
+			}
+		})
+	}
+}
+
+func writeWR(cli *side, dst *guarded, off, n int, rkey uint32) SendWR {
+	src := cli.region(n, AccessLocalWrite)
+	fill(src.buf(), 9)
+	return SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, n)}, RemoteAddr: dst.mr.Addr() + uint64(off), RKey: rkey}
+}
+
+func readWR(cli *side, src *guarded, off, n int, rkey uint32) SendWR {
+	sink := cli.region(n, AccessLocalWrite)
+	return SendWR{ID: 1, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, n)}, RemoteAddr: src.mr.Addr() + uint64(off), RKey: rkey}
+}
+
+// rawPeer speaks MPA/DDP/RDMAP by hand over a TCP connection, to send what
+// no well-behaved engine sends.
+type rawPeer struct {
+	t      testing.TB
+	conn   *netstack.Conn
+	params mpa.Params
+	tx     mpa.Sender
+	rx     mpa.Receiver
+	got    chan []byte // received ULPDUs
+	cur    []byte
+}
+
+func (p *rawPeer) BeginFPDU(n int) error { p.cur = make([]byte, 0, n); return nil }
+func (p *rawPeer) ULPDU(b []byte) error  { p.cur = append(p.cur, b...); return nil }
+func (p *rawPeer) EndFPDU(ok bool) error {
+	if !ok {
+		return errors.New("raw peer: bad CRC received")
+	}
+	p.got <- p.cur
+	return nil
+}
+
+// dialRaw connects a raw peer from stack s to srv, which accepts into its QP.
+func dialRaw(t testing.TB, s *netstack.Stack, srv *side, cfg mpa.Config) *rawPeer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	l, err := srv.dev.Listen(netipPort(srvPort), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if req, err := l.Accept(ctx); err == nil {
+			req.Accept(srv.qp, ConnParam{})
+		}
+	}()
+	conn, err := s.Dial(ctx, netip.Addr{}, netipPort(srvPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	req, err := cfg.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := req.Append(nil)
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, mpa.FrameHeaderLen)
+	if _, err := io.ReadFull(conn, hdr); err != nil {
+		t.Fatal(err)
+	}
+	rest := make([]byte, binary.BigEndian.Uint16(hdr[18:]))
+	if _, err := io.ReadFull(conn, rest); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := mpa.ParseFrame(append(hdr, rest...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := mpa.Complete(&cfg, req, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &rawPeer{t: t, conn: conn, params: params, got: make(chan []byte, 64)}
+	p.tx.Init(params.CRC, params.MarkersTx)
+	p.rx.Init(params.CRC, params.MarkersRx, p)
+	go func() {
+		for {
+			if _, err := conn.ReadTo(&p.rx); err != nil {
+				close(p.got)
+				return
+			}
+		}
+	}()
+	srv.waitEvent(EventEstablished)
+	return p
+}
+
+// send sends one FPDU carrying ulpdu; corrupt flips a CRC bit.
+func (p *rawPeer) send(ulpdu []byte, corrupt bool) {
+	p.t.Helper()
+	p.tx.Begin(nil, len(ulpdu))
+	p.tx.Write(ulpdu)
+	f := p.tx.Finish()
+	if corrupt {
+		f[len(f)-1] ^= 0x10
+	}
+	if _, err := p.conn.Write(f); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// terminate waits for the Terminate the peer sends.
+func (p *rawPeer) terminate() (ddp.Header, rdmap.Terminate) {
+	p.t.Helper()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case u, ok := <-p.got:
+			if !ok {
+				p.t.Fatal("raw peer: connection closed without a Terminate")
+			}
+			var h ddp.Header
+			n, err := h.Unmarshal(u)
+			if err != nil {
+				p.t.Fatal(err)
+			}
+			if _, op := rdmap.ParseCtrl(h.ULPCtrl); op != rdmap.OpTerminate {
+				continue
+			}
+			var term rdmap.Terminate
+			if err := term.Unmarshal(u[n:]); err != nil {
+				p.t.Fatalf("Terminate: %v", err)
+			}
+			p.conn.Close() // as a peer does after a Terminate
+			return h, term
+		case <-timer.C:
+			p.t.Fatal("raw peer: no Terminate")
+		}
+	}
+}
+
+func untagged(op rdmap.Opcode, qn, msn, mo uint32, last bool, body []byte) []byte {
+	h := ddp.Header{Last: last, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(op), QN: qn, MSN: msn, MO: mo}
+	b := make([]byte, h.Len()+len(body))
+	h.Marshal(b)
+	copy(b[h.Len():], body)
+	return b
+}
+
+// TestProtocolErrors sends malformed streams from a raw peer and checks the
+// Terminate, with the offending header copied, and the local completions.
+func TestProtocolErrors(t *testing.T) {
+	send := func(msn uint32, payload string) []byte {
+		return untagged(rdmap.OpSend, 0, msn, 0, true, []byte(payload))
+	}
+	tests := []struct {
+		name    string
+		ird     uint16
+		frames  func(dst *guarded) [][]byte
+		corrupt bool
+		code    rdmap.Code
+		copied  bool // the Terminate carries the offending DDP header
+		recv    WCStatus
+	}{
+		{name: "bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, corrupt: true,
+			code: rdmap.TermLLPCRC, recv: WCLocQPOpErr},
+		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
+			b := send(1, "x")
+			b[0] = b[0]&^3 | 2
+			return [][]byte{b}
+		}, code: rdmap.TermDDPUntaggedBadVersion, recv: WCFlushErr},
+		{name: "ddp-version-tagged", frames: func(dst *guarded) [][]byte {
+			h := ddp.Header{Tagged: true, Last: true, Version: 0, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: dst.mr.RKey(), TO: dst.mr.Addr()}
+			b := make([]byte, 14+4)
+			h.Marshal(b)
+			return [][]byte{b}
+		}, code: rdmap.TermDDPTaggedBadVersion, recv: WCFlushErr},
+		{name: "rdmap-version", frames: func(*guarded) [][]byte {
+			b := send(1, "x")
+			b[1] = b[1]&0x3f | 2<<6
+			return [][]byte{b}
+		}, code: rdmap.TermRDMAPBadVersion, recv: WCFlushErr},
+		{name: "unexpected-opcode", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.Opcode(8), 0, 1, 0, true, []byte("imm"))}
+		}, code: rdmap.TermRDMAPUnexpectedOp, recv: WCFlushErr},
+		{name: "tagged-send", frames: func(*guarded) [][]byte {
+			h := ddp.Header{Tagged: true, Last: true, Version: 1, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), STag: 5}
+			b := make([]byte, 14+4)
+			h.Marshal(b)
+			return [][]byte{b}
+		}, code: rdmap.TermRDMAPUnexpectedOp, recv: WCFlushErr},
+		{name: "invalid-qn", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
+		}, code: rdmap.TermDDPInvalidQN, copied: true, recv: WCFlushErr},
+		{name: "invalid-msn", frames: func(*guarded) [][]byte { return [][]byte{send(5, "x")} },
+			code: rdmap.TermDDPInvalidMSN, copied: true, recv: WCFlushErr},
+		{name: "invalid-mo", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 0, 1, 0, false, []byte("abcd")), untagged(rdmap.OpSend, 0, 1, 8, true, []byte("x"))}
+		}, code: rdmap.TermDDPInvalidMO, copied: true, recv: WCLocQPOpErr},
+		{name: "ird-exceeded", ird: 1, frames: func(dst *guarded) [][]byte {
+			var out [][]byte
+			for i := uint32(1); i <= 8; i++ {
+				rr := rdmap.ReadRequest{SinkSTag: 9, SinkTO: 0, Size: uint32(dst.mr.Len()), SrcSTag: dst.mr.RKey(), SrcTO: dst.mr.Addr()}
+				body := make([]byte, rdmap.ReadRequestLen)
+				rr.Marshal(body)
+				out = append(out, untagged(rdmap.OpReadRequest, 1, i, 0, true, body))
+			}
+			return out
+		}, code: rdmap.TermRDMAPCatastrophicStream, recv: WCFlushErr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			la, lb := netstack.Pipe(1500, netstack.Impairments{})
+			cs := newStack(t, la, cliAddr, 1500)
+			srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
+				if tt.ird != 0 {
+					c.IRD = tt.ird
+				}
+			}, 8)
+			dst := srv.region(1<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			rbuf := srv.region(4096, AccessLocalWrite)
+			if err := srv.qp.Modify(QPInit); err != nil {
+				t.Fatal(err)
+			}
+			srv.recv(RecvWR{ID: 77, SGL: []SGE{rbuf.mr.SGE(0, 4096)}})
+			ord := uint16(8)
+			if tt.ird != 0 {
+				ord = tt.ird // declare what the server allows, then exceed it
+			}
+			p := dialRaw(t, cs, srv, mpa.Config{Rev: 2, CRC: true, IRD: 8, ORD: ord})
+			frames := tt.frames(dst)
+			for i, f := range frames {
+				p.send(f, tt.corrupt && i == len(frames)-1)
+			}
+			h, term := p.terminate()
+			if term.Code != tt.code {
+				t.Fatalf("Terminate %v, want %v", term.Code, tt.code)
+			}
+			if h.QN != ddp.QNTerminate || h.MSN != 1 || h.MO != 0 || !h.Last {
+				t.Fatalf("Terminate DDP header %v, want QN 2 MSN 1 MO 0 L", h)
+			}
+			if tt.copied {
+				last := frames[len(frames)-1]
+				if !term.HasDDPHeader || !bytes.Equal(term.DDPHeader, last[:len(term.DDPHeader)]) {
+					t.Fatalf("Terminate copies DDP header %x (present %v), want %x", term.DDPHeader, term.HasDDPHeader, last[:18])
+				}
+				if int(term.DDPSegLen) != len(last) {
+					t.Fatalf("Terminate DDP segment length %d, want %d", term.DDPSegLen, len(last))
+				}
+			}
+			srv.waitEvent(EventDisconnected)
+			if wc := poll(t, srv.rcq, 1)[0]; wc.ID != 77 || wc.Status != tt.recv {
+				t.Fatalf("receive completion {id %d %v}, want {id 77 %v}", wc.ID, wc.Status, tt.recv)
+			}
+			dst.checkGuards(t)
+			rbuf.checkGuards(t)
+		})
+	}
+}
