@@ -1,0 +1,516 @@
+package netstack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Listener accepts TCP connections.
+type Listener struct {
+	s      *Stack
+	ep     tcpip.Endpoint
+	wq     *waiter.Queue
+	addr   netip.AddrPort
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Addr returns the address the listener is bound to (the port is the real
+// one when 0 was asked for; the address stays unspecified for a wildcard
+// listener).
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for the next connection. It returns an error wrapping
+// net.ErrClosed once the listener (or its stack) is closed, and ctx.Err() if
+// ctx ends first.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	entry, notify := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
+	l.wq.EventRegister(&entry)
+	defer l.wq.EventUnregister(&entry)
+	for {
+		select {
+		case <-l.closed:
+			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, net.ErrClosed)
+		default:
+		}
+		ep, wq, terr := l.ep.Accept(nil)
+		if terr == nil {
+			c, err := newConn(l.s, ep, wq)
+			if err != nil {
+				return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, err)
+			}
+			return c, nil
+		}
+		if _, ok := terr.(*tcpip.ErrWouldBlock); !ok {
+			select {
+			case <-l.closed:
+				return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, net.ErrClosed)
+			default:
+			}
+			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, convertError(terr))
+		}
+		select {
+		case <-notify:
+		case <-l.closed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, ctx.Err())
+		}
+	}
+}
+
+// Close stops listening; pending and future Accept calls return an error
+// wrapping net.ErrClosed. Connections not yet accepted are reset. It is
+// idempotent and returns nil.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		l.ep.Close()
+		l.s.removeListener(l)
+	})
+	return nil
+}
+
+// Conn is an established TCP connection.
+type Conn struct {
+	s      *Stack
+	ep     tcpip.Endpoint
+	wq     *waiter.Queue
+	local  netip.AddrPort
+	remote netip.AddrPort
+	flow   *flow
+	key    flowKey
+
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	readMu sync.Mutex
+	rw     readWriter // guarded by readMu
+
+	writeMu sync.Mutex
+	written uint64 // guarded by writeMu; bytes queued since the handshake
+	// partialWrites counts WriteAligned calls that gVisor accepted only in
+	// part (the rest was written immediately after).
+	partialWrites atomic.Uint64
+
+	dlMu    sync.Mutex
+	dlCh    chan struct{} // guarded by dlMu; closed when the read deadline passes
+	dlTimer *time.Timer   // guarded by dlMu
+	dlFired bool          // guarded by dlMu
+}
+
+func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
+	// TCP_NODELAY: an FPDU must leave as soon as it is written.
+	ep.SocketOptions().SetDelayOption(false)
+	la, terr := ep.GetLocalAddress()
+	if terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("local address: %w", convertError(terr))
+	}
+	ra, terr := ep.GetRemoteAddress()
+	if terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("remote address: %w", convertError(terr))
+	}
+	c := &Conn{
+		s:      s,
+		ep:     ep,
+		wq:     wq,
+		local:  fullToAddrPort(la),
+		remote: fullToAddrPort(ra),
+		closed: make(chan struct{}),
+		dlCh:   make(chan struct{}),
+	}
+	c.key = flowKey{local: c.local, remote: c.remote}
+	c.flow = s.flows.claim(c.key)
+	if !s.addConn(c) {
+		ep.Abort()
+		ep.Close()
+		s.flows.remove(c.key, c.flow)
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+
+// LocalAddr returns the local address (IPv4 in 4-byte form).
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// RemoteAddr returns the peer's address (IPv4 in 4-byte form).
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+
+// MSS returns the largest payload gVisor's sender puts into one segment on
+// this connection, i.e. where it splits a larger write: sender.MaxPayloadSize,
+// reproduced from the route MTU, the peer's SYN MSS option and the TCP option
+// space gVisor reserves (see effectiveMSS). 1420 at MTU 1500 and 8920 at 9000
+// (IPv4, gVisor peer). If the handshake was not seen at the link (it always
+// is, unless the flow table swept it), a gVisor peer with timestamps and SACK
+// is assumed.
+func (c *Conn) MSS() int {
+	in, out, inOK, outOK := c.flow.synInfo()
+	rmtu := networkMTU(c.s.mtu, c.remote.Addr().Is6())
+	peer := uint16(max(rmtu-tcpMinimumSize, 0))
+	ts, sack := true, true
+	if inOK {
+		peer = in.mss
+		ts, sack = in.ts, in.sack
+	}
+	if outOK {
+		ts, sack = ts && out.ts, sack && out.sack
+	}
+	return effectiveMSS(rmtu, peer, ts, sack)
+}
+
+// SetSegmentHook installs h as this connection's hook: it sees the segments
+// of this 4-tuple (in addition to the stack-wide Options.Hook). nil removes
+// it. Segments of the handshake have passed before the Conn exists.
+func (c *Conn) SetSegmentHook(h SegmentHook) { c.s.flows.setHook(c.flow, h) }
+
+// SetReadDeadline sets the deadline for ReadTo and Read: once it passes, a
+// blocked or future read returns an error wrapping os.ErrDeadlineExceeded.
+// The zero time clears it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	if c.dlTimer != nil && !c.dlTimer.Stop() {
+		c.dlFired = true // the timer closed (or is closing) dlCh
+	}
+	c.dlTimer = nil
+	if c.dlFired {
+		c.dlCh = make(chan struct{})
+		c.dlFired = false
+	}
+	if t.IsZero() {
+		return nil
+	}
+	ch := c.dlCh
+	d := time.Until(t)
+	if d <= 0 {
+		close(ch)
+		c.dlFired = true
+		return nil
+	}
+	c.dlTimer = time.AfterFunc(d, func() { close(ch) })
+	return nil
+}
+
+func (c *Conn) readDeadline() <-chan struct{} {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	return c.dlCh
+}
+
+func (c *Conn) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// readWriter adapts the caller's io.Writer to gVisor's Read contract: gVisor
+// panics when a Write returns n != len(p) without an error and drops the
+// writer's error (returning the count, or ErrBadBuffer when nothing was
+// read), so the error is recorded here and short writes become
+// io.ErrShortWrite.
+type readWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (r *readWriter) Write(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.w.Write(p)
+	if n < 0 {
+		n = 0
+	}
+	if n > len(p) {
+		n = len(p)
+		if err == nil {
+			err = errors.New("netstack: writer reported more bytes than given")
+		}
+	}
+	if err == nil && n != len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		r.err = err
+	}
+	return n, err
+}
+
+// ReadTo is the zero-copy receive path. It blocks until at least one byte is
+// readable (or the connection ends, or the read deadline passes), then hands
+// every in-order byte currently queued to w, one Write call per buffer view
+// (a segment's payload, or part of it; the slice is valid only during the
+// call). It returns the number of bytes consumed.
+//
+// If w returns an error, ReadTo stops, counts the bytes w accepted (a short
+// count with an error is honoured; the rest stays queued) and returns that
+// error unwrapped, so errors.As works. A short count without an error is
+// treated as io.ErrShortWrite. After the peer's FIN, once everything was
+// consumed, it returns io.EOF.
+func (c *Conn) ReadTo(w io.Writer) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.rw = readWriter{w: w}
+	defer func() { c.rw = readWriter{} }()
+	n, err := c.read(&c.rw)
+	if c.rw.err != nil {
+		return n, c.rw.err
+	}
+	return n, err
+}
+
+// Read is the ordinary copying read (for the MPA startup phase and tests).
+// It returns io.EOF after the peer's FIN once everything was read.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	w := tcpip.SliceWriter(p)
+	return c.read(&w)
+}
+
+// read runs one gVisor Read into dst, waiting while nothing is readable.
+func (c *Conn) read(dst io.Writer) (int, error) {
+	dl := c.readDeadline()
+	var (
+		entry  waiter.Entry
+		notify chan struct{}
+	)
+	for {
+		if c.isClosed() {
+			return 0, fmt.Errorf("netstack: read %v: %w", c.remote, net.ErrClosed)
+		}
+		select {
+		case <-dl:
+			return 0, fmt.Errorf("netstack: read %v: %w", c.remote, os.ErrDeadlineExceeded)
+		default:
+		}
+		res, terr := c.ep.Read(dst, tcpip.ReadOptions{})
+		switch terr.(type) {
+		case nil:
+			if res.Count > 0 {
+				c.ep.ModerateRecvBuf(res.Count)
+			}
+			return res.Count, nil
+		case *tcpip.ErrWouldBlock:
+		case *tcpip.ErrClosedForReceive:
+			return 0, io.EOF
+		case *tcpip.ErrBadBuffer:
+			// The writer failed before accepting a byte; ReadTo reports
+			// its error.
+			return 0, fmt.Errorf("netstack: read %v: writer failed", c.remote)
+		default:
+			return 0, c.opError("read", terr)
+		}
+		if notify == nil {
+			entry, notify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
+			c.wq.EventRegister(&entry)
+			defer c.wq.EventUnregister(&entry)
+			continue // re-check: data may have arrived before registration
+		}
+		select {
+		case <-notify:
+		case <-dl:
+		case <-c.closed:
+		}
+	}
+}
+
+// opError converts a gVisor error on c, preferring net.ErrClosed after a
+// local Close.
+func (c *Conn) opError(op string, terr tcpip.Error) error {
+	if c.isClosed() {
+		return fmt.Errorf("netstack: %s %v: %w", op, c.remote, net.ErrClosed)
+	}
+	return fmt.Errorf("netstack: %s %v: %w", op, c.remote, convertError(terr))
+}
+
+// Write writes all of p, blocking while the send buffer is full. gVisor may
+// split p into several segments and may queue it in several parts.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	return c.writeLocked(p, false)
+}
+
+// WriteAligned writes all of p as one unit, for one FPDU per segment: it
+// waits (blocking; Close unblocks it) until the send buffer has room for the
+// whole of p, then queues it with one gVisor write, so gVisor's sender never
+// joins part of p with part of another write (it may still pack several whole
+// writes into one segment, and a window-edge split remains possible). If
+// gVisor nevertheless accepts only part of p (its buffer usage is estimated
+// from the peer's ACKs at the link, which TCP processes a moment later), the
+// rest is written right away. p larger than the send buffer is written in
+// parts. Returns len(p) or an error.
+func (c *Conn) WriteAligned(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.waitRoom(len(p)); err != nil {
+		return 0, err
+	}
+	return c.writeLocked(p, true)
+}
+
+// inFlight estimates gVisor's send-buffer usage (SndBufUsed: bytes written
+// and not yet acknowledged). gVisor does not export it
+// (GetSockOptInt(SendQueueSizeOption) is not implemented for TCP), so it is
+// written minus what the peer's cumulative ACK, seen at the link, covers.
+func (c *Conn) inFlight() int {
+	iss, ok1 := c.flow.ourISS()
+	ack, ok2 := c.flow.peerAck()
+	if !ok1 || !ok2 {
+		return int(c.written)
+	}
+	acked := ack - (iss + 1)
+	n := int32(uint32(c.written) - acked)
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}
+
+// waitRoom blocks until the estimated free send-buffer space is at least n.
+func (c *Conn) waitRoom(n int) error {
+	var (
+		entry  waiter.Entry
+		notify chan struct{}
+	)
+	for {
+		if c.isClosed() {
+			return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
+		}
+		size := int(c.ep.SocketOptions().GetSendBufferSize())
+		if n > size {
+			return nil
+		}
+		c.flow.waiting.Store(true)
+		if size-c.inFlight() >= n {
+			c.flow.waiting.Store(false)
+			return nil
+		}
+		if notify == nil {
+			entry, notify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+			c.wq.EventRegister(&entry)
+			defer c.wq.EventUnregister(&entry)
+		}
+		// An error on the endpoint (reset) shows as HUp/Err readiness.
+		if c.ep.Readiness(waiter.EventHUp|waiter.EventErr) != 0 {
+			c.flow.waiting.Store(false)
+			return nil // let the write report it
+		}
+		select {
+		case <-c.flow.ackAdvCh:
+		case <-notify:
+		case <-c.closed:
+		}
+		c.flow.waiting.Store(false)
+	}
+}
+
+// writeLocked writes all of p; atomic makes gVisor keep its locks while
+// copying, so no concurrent writer can shrink the space between the check
+// and the copy.
+func (c *Conn) writeLocked(p []byte, atomicWrite bool) (int, error) {
+	var (
+		r      bytes.Reader
+		done   int
+		entry  waiter.Entry
+		notify chan struct{}
+	)
+	for done < len(p) {
+		if c.isClosed() {
+			return done, fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
+		}
+		r.Reset(p[done:])
+		n, terr := c.ep.Write(&r, tcpip.WriteOptions{Atomic: atomicWrite})
+		done += int(n)
+		c.written += uint64(n)
+		switch terr.(type) {
+		case nil:
+			if atomicWrite && done < len(p) && n > 0 {
+				c.partialWrites.Add(1)
+			}
+			continue
+		case *tcpip.ErrWouldBlock:
+		default:
+			return done, c.opError("write", terr)
+		}
+		if notify == nil {
+			entry, notify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+			c.wq.EventRegister(&entry)
+			defer c.wq.EventUnregister(&entry)
+			continue
+		}
+		select {
+		case <-notify:
+		case <-c.closed:
+		}
+	}
+	return done, nil
+}
+
+// CloseWrite sends FIN: the peer reads io.EOF after the data written so far.
+// Reading continues to work.
+func (c *Conn) CloseWrite() error {
+	if c.isClosed() {
+		return fmt.Errorf("netstack: close write %v: %w", c.remote, net.ErrClosed)
+	}
+	if terr := c.ep.Shutdown(tcpip.ShutdownWrite); terr != nil {
+		return c.opError("close write", terr)
+	}
+	return nil
+}
+
+// Close closes the connection in order: queued data is sent, then FIN (as
+// with close(2), unread received data makes it a reset instead). Blocked
+// reads and writes return an error wrapping net.ErrClosed. Idempotent;
+// returns nil.
+func (c *Conn) Close() error {
+	c.shutdown(false)
+	return nil
+}
+
+// Abort resets the connection (RST) and discards queued data. Idempotent;
+// returns nil.
+func (c *Conn) Abort() error {
+	c.shutdown(true)
+	return nil
+}
+
+func (c *Conn) shutdown(abort bool) {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		if abort {
+			c.ep.Abort()
+		}
+		c.ep.Close()
+		c.s.flows.remove(c.key, c.flow)
+		c.s.removeConn(c)
+		c.dlMu.Lock()
+		if c.dlTimer != nil {
+			c.dlTimer.Stop()
+		}
+		c.dlMu.Unlock()
+	})
+}

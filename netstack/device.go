@@ -1,0 +1,226 @@
+package netstack
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// PacketDevice is a raw-IP packet device such as a TUN opened with
+// IFF_TUN|IFF_NO_PI: every ReadPacket returns one IP packet, every
+// WritePacket sends one.
+type PacketDevice interface {
+	// ReadPacket reads one IP packet into p and returns its length. It
+	// blocks until a packet arrives and returns an error once the device is
+	// closed.
+	ReadPacket(p []byte) (int, error)
+	// WritePacket writes one IP packet. p is only valid during the call.
+	WritePacket(p []byte) error
+	// MTU is the device MTU.
+	MTU() int
+	// Close closes the device and unblocks ReadPacket.
+	Close() error
+}
+
+// NewDeviceLink returns a Link over dev. Each packet is read into its own
+// buffer view, which becomes the packet without a copy, so Conn.ReadTo sees
+// exactly one slice per received segment. Each outbound packet is copied
+// once into a scratch buffer and written with one WritePacket call. GSO is
+// not advertised, so gVisor never builds segments larger than the MSS.
+//
+// The read goroutine starts when a Stack attaches and ends when the Link is
+// closed (Stack.Close closes it, which closes dev).
+func NewDeviceLink(dev PacketDevice) *Link {
+	mtu := dev.MTU()
+	if mtu <= 0 {
+		mtu = DefaultMTU
+	}
+	e := &deviceEndpoint{dev: dev, mtu: uint32(mtu), scratch: make([]byte, mtu)}
+	return &Link{
+		ep:       e,
+		mtu:      mtu,
+		stats:    func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
+		shutdown: e.shutdown,
+	}
+}
+
+// deviceEndpoint is the stack.LinkEndpoint over a PacketDevice.
+type deviceEndpoint struct {
+	dev PacketDevice
+	mtu uint32
+	tx  dirCounters
+	rx  dirCounters
+
+	closed   atomic.Bool
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+
+	mu         sync.RWMutex
+	dispatcher stack.NetworkDispatcher // guarded by mu
+	started    bool                    // guarded by mu
+
+	writeMu sync.Mutex
+	scratch []byte // guarded by writeMu
+}
+
+var _ stack.LinkEndpoint = (*deviceEndpoint)(nil)
+
+func (e *deviceEndpoint) shutdown() {
+	e.stopOnce.Do(func() {
+		e.closed.Store(true)
+		e.mu.Lock()
+		e.dispatcher = nil
+		e.mu.Unlock()
+		_ = e.dev.Close()
+		e.wg.Wait()
+	})
+}
+
+// readLoop reads packets until the device fails permanently.
+func (e *deviceEndpoint) readLoop() {
+	defer e.wg.Done()
+	for {
+		v := buffer.NewViewSize(int(e.mtu))
+		n, err := e.dev.ReadPacket(v.AsSlice())
+		if err != nil {
+			v.Release()
+			if e.closed.Load() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
+				return
+			}
+			e.rx.errorsCount.Add(1)
+			continue
+		}
+		e.rx.sent.Add(1)
+		if n <= 0 {
+			v.Release()
+			continue
+		}
+		v.CapLength(n)
+		var proto tcpip.NetworkProtocolNumber
+		switch v.AsSlice()[0] >> 4 {
+		case 4:
+			proto = header.IPv4ProtocolNumber
+		case 6:
+			proto = header.IPv6ProtocolNumber
+		default:
+			v.Release()
+			e.rx.dropped.Add(1)
+			continue
+		}
+		e.mu.RLock()
+		d := e.dispatcher
+		if d == nil {
+			e.mu.RUnlock()
+			v.Release()
+			e.rx.queueFull.Add(1)
+			continue
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+		e.rx.delivered.Add(1)
+		e.rx.bytes.Add(uint64(n))
+		d.DeliverNetworkPacket(proto, pkt)
+		e.mu.RUnlock()
+		pkt.DecRef()
+	}
+}
+
+// MTU implements stack.LinkEndpoint.MTU.
+func (e *deviceEndpoint) MTU() uint32 { return e.mtu }
+
+// SetMTU implements stack.LinkEndpoint.SetMTU. The device MTU is fixed.
+func (e *deviceEndpoint) SetMTU(uint32) {}
+
+// MaxHeaderLength implements stack.LinkEndpoint.MaxHeaderLength.
+func (e *deviceEndpoint) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.LinkEndpoint.LinkAddress.
+func (e *deviceEndpoint) LinkAddress() tcpip.LinkAddress { return "" }
+
+// SetLinkAddress implements stack.LinkEndpoint.SetLinkAddress.
+func (e *deviceEndpoint) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.LinkEndpoint.Capabilities: none (no GSO,
+// checksums computed and verified in software).
+func (e *deviceEndpoint) Capabilities() stack.LinkEndpointCapabilities { return 0 }
+
+// Attach implements stack.LinkEndpoint.Attach; the first attach starts the
+// read goroutine.
+func (e *deviceEndpoint) Attach(d stack.NetworkDispatcher) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return
+	}
+	e.dispatcher = d
+	if d != nil && !e.started {
+		e.started = true
+		e.wg.Add(1)
+		go e.readLoop()
+	}
+}
+
+// IsAttached implements stack.LinkEndpoint.IsAttached.
+func (e *deviceEndpoint) IsAttached() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.dispatcher != nil
+}
+
+// Wait implements stack.LinkEndpoint.Wait.
+func (e *deviceEndpoint) Wait() {}
+
+// ARPHardwareType implements stack.LinkEndpoint.ARPHardwareType.
+func (e *deviceEndpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.LinkEndpoint.AddHeader.
+func (e *deviceEndpoint) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.LinkEndpoint.ParseHeader.
+func (e *deviceEndpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// Close implements stack.LinkEndpoint.Close.
+func (e *deviceEndpoint) Close() { e.shutdown() }
+
+// SetOnCloseAction implements stack.LinkEndpoint.SetOnCloseAction.
+func (e *deviceEndpoint) SetOnCloseAction(func()) {}
+
+// WritePackets implements stack.LinkWriter.WritePackets: one WritePacket per
+// packet, copied once into a scratch buffer.
+func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if e.closed.Load() {
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		size := pkt.Size()
+		if size > len(e.scratch) {
+			e.scratch = make([]byte, size)
+		}
+		b := e.scratch[:0]
+		for _, s := range pkt.AsSlices() {
+			b = append(b, s...)
+		}
+		e.tx.sent.Add(1)
+		if err := e.dev.WritePacket(b); err != nil {
+			e.tx.errorsCount.Add(1)
+			if n == 0 {
+				return 0, &tcpip.ErrClosedForSend{}
+			}
+			return n, nil
+		}
+		e.tx.delivered.Add(1)
+		e.tx.bytes.Add(uint64(size))
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,380 @@
+package netstack
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// hookEndpoint sits between the NIC and the Link's endpoint (as
+// link/sniffer does). It sees every IP packet in both directions, records
+// each connection's SYN options and the peer's cumulative ACK, and calls the
+// segment hooks. It never drops, so it never has to think about the
+// caller's packet references.
+type hookEndpoint struct {
+	nested.Endpoint
+	s   *Stack
+	mtu uint32
+}
+
+var _ stack.LinkEndpoint = (*hookEndpoint)(nil)
+var _ stack.NetworkDispatcher = (*hookEndpoint)(nil)
+
+func newHookEndpoint(child stack.LinkEndpoint, s *Stack, mtu uint32) *hookEndpoint {
+	e := &hookEndpoint{s: s, mtu: mtu}
+	e.Endpoint.Init(child, e)
+	return e
+}
+
+// MTU implements stack.LinkEndpoint.MTU (Options.MTU may be below the
+// link's).
+func (e *hookEndpoint) MTU() uint32 { return e.mtu }
+
+// GSOMaxSize implements stack.GSOEndpoint: no GSO, ever. With GSO gVisor's
+// sender skips the MaxPayloadSize cap and cuts at MSS multiples later, which
+// would split FPDUs.
+func (e *hookEndpoint) GSOMaxSize() uint32 { return 0 }
+
+// SupportedGSO implements stack.GSOEndpoint.
+func (e *hookEndpoint) SupportedGSO() stack.SupportedGSO { return stack.GSONotSupported }
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher (inbound).
+func (e *hookEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	e.s.inbound(pkt)
+	e.Endpoint.DeliverNetworkPacket(proto, pkt)
+}
+
+// WritePackets implements stack.LinkWriter (outbound).
+func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	for _, pkt := range pkts.AsSlice() {
+		e.s.outbound(pkt)
+	}
+	return e.Endpoint.WritePackets(pkts)
+}
+
+// inbound inspects a packet before the network layer parses it: the whole IP
+// packet is in pkt.Data().
+func (s *Stack) inbound(pkt *stack.PacketBuffer) {
+	d := pkt.Data()
+	size := d.Size()
+	if size < 40 {
+		return
+	}
+	// Pull up exactly the IP and TCP headers, step by step, so a packet
+	// whose first view holds just the headers is not restructured.
+	b, ok := d.PullUp(40)
+	if !ok {
+		return
+	}
+	n := ipAndFixedTCPLen(b)
+	if n == 0 || n > size {
+		return
+	}
+	if b, ok = d.PullUp(n); !ok {
+		return
+	}
+	doff := int(b[n-20+12]>>4) * 4
+	hlen := n - 20 + doff
+	if doff < 20 || hlen > size {
+		return
+	}
+	if b, ok = d.PullUp(hlen); !ok {
+		return
+	}
+	h, ok := parseTCPHeaders(b)
+	if !ok {
+		return
+	}
+	key := flowKey{local: h.dst, remote: h.src}
+	var f *flow
+	if h.flags&FlagSYN != 0 {
+		f = s.flows.getOrCreate(key)
+		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
+		f.setSyn(false, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+	} else {
+		f = s.flows.get(key)
+	}
+	if f != nil && h.flags&FlagACK != 0 {
+		f.ackSeen(h.ack)
+	}
+	fh := f.getHook()
+	if s.hook == nil && fh == nil {
+		return
+	}
+	var payload []byte
+	plen := min(h.total, size) - hlen
+	if plen > 0 {
+		full, ok := d.PullUp(hlen + plen)
+		if !ok {
+			return
+		}
+		payload = full[hlen:]
+	}
+	s.callHooks(fh, Inbound, &h, payload)
+}
+
+// outbound inspects a packet TCP and IP have built.
+func (s *Stack) outbound(pkt *stack.PacketBuffer) {
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
+		return
+	}
+	nh := pkt.NetworkHeader().Slice()
+	th := pkt.TransportHeader().Slice()
+	if len(nh) == 0 || len(th) < 20 {
+		return
+	}
+	var buf [120]byte
+	h, ok := parseIPAndTCP(&buf, nh, th)
+	if !ok {
+		return
+	}
+	key := flowKey{local: h.src, remote: h.dst}
+	var f *flow
+	if h.flags&FlagSYN != 0 {
+		f = s.flows.getOrCreate(key)
+		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
+		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+	} else if s.flows.hooks.Load() > 0 {
+		f = s.flows.get(key)
+	}
+	fh := f.getHook()
+	if s.hook == nil && fh == nil {
+		return
+	}
+	var payload []byte
+	if n := pkt.Data().Size(); n > 0 {
+		p, ok := pkt.Data().PullUp(n)
+		if !ok {
+			return
+		}
+		payload = p
+	}
+	s.callHooks(fh, Outbound, &h, payload)
+}
+
+func (s *Stack) callHooks(fh SegmentHook, dir Direction, h *tcpHeader, payload []byte) {
+	seg, _ := s.segPool.Get().(*Segment)
+	if seg == nil {
+		seg = new(Segment)
+	}
+	*seg = Segment{
+		Dir:     dir,
+		Src:     h.src,
+		Dst:     h.dst,
+		Seq:     h.seq,
+		Ack:     h.ack,
+		Flags:   h.flags,
+		Window:  h.window,
+		Payload: payload,
+	}
+	if h.flags&FlagSYN != 0 {
+		seg.MSS = mssOption(h.options)
+	}
+	if s.hook != nil {
+		s.hook.Segment(seg)
+	}
+	if fh != nil {
+		// The stack-wide hook may have scribbled on seg.
+		seg.Dir, seg.Src, seg.Dst, seg.Seq, seg.Ack = dir, h.src, h.dst, h.seq, h.ack
+		seg.Flags, seg.Window, seg.Payload = h.flags, h.window, payload
+		fh.Segment(seg)
+	}
+	*seg = Segment{}
+	s.segPool.Put(seg)
+}
+
+// parseIPAndTCP parses an outbound packet's separate IP and TCP headers,
+// copying them into buf (the returned options alias buf).
+func parseIPAndTCP(buf *[120]byte, nh, th []byte) (tcpHeader, bool) {
+	if len(nh)+len(th) > len(buf) {
+		return tcpHeader{}, false
+	}
+	n := copy(buf[:], nh)
+	n += copy(buf[n:], th)
+	return parseTCPHeaders(buf[:n])
+}
+
+// flowKey names a connection from this stack's point of view.
+type flowKey struct {
+	local, remote netip.AddrPort
+}
+
+// synInfo is what a SYN (or SYN-ACK) announced, as gVisor parses it
+// (header.ParseSynOptions: MSS defaults to 536 when absent).
+type synInfo struct {
+	mss      uint16
+	ts, sack bool
+}
+
+// flow is the link-level state of one connection.
+type flow struct {
+	created time.Time
+	claimed atomic.Bool
+
+	mu     sync.Mutex
+	in     synInfo // guarded by mu; peer's SYN
+	out    synInfo // guarded by mu; our SYN
+	inOK   bool    // guarded by mu
+	outOK  bool    // guarded by mu
+	iss    uint32  // guarded by mu; our initial sequence number
+	issSet atomic.Bool
+
+	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
+	waiting  atomic.Bool
+	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
+
+	hook atomic.Pointer[hookBox]
+}
+
+// hookBox lets an interface value live in an atomic.Pointer.
+type hookBox struct{ h SegmentHook }
+
+func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if outbound {
+		f.out, f.outOK = si, true
+		f.iss = seq
+		f.issSet.Store(true)
+	} else {
+		f.in, f.inOK = si, true
+	}
+}
+
+func (f *flow) synInfo() (in, out synInfo, inOK, outOK bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.in, f.out, f.inOK, f.outOK
+}
+
+func (f *flow) ourISS() (uint32, bool) {
+	if !f.issSet.Load() {
+		return 0, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.iss, true
+}
+
+// ackSeen records a cumulative ACK number if it advances.
+func (f *flow) ackSeen(a uint32) {
+	for {
+		cur := f.ack.Load()
+		if cur != 0 && int32(a-uint32(cur)) <= 0 {
+			return
+		}
+		if f.ack.CompareAndSwap(cur, 1<<32|uint64(a)) {
+			break
+		}
+	}
+	if f.waiting.Load() {
+		select {
+		case f.ackAdvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// peerAck returns the highest cumulative ACK seen from the peer.
+func (f *flow) peerAck() (uint32, bool) {
+	v := f.ack.Load()
+	return uint32(v), v != 0
+}
+
+func (f *flow) getHook() SegmentHook {
+	if f == nil {
+		return nil
+	}
+	if b := f.hook.Load(); b != nil {
+		return b.h
+	}
+	return nil
+}
+
+// flowTable maps connections to their flow state.
+type flowTable struct {
+	mu        sync.RWMutex
+	m         map[flowKey]*flow // guarded by mu
+	lastSweep time.Time         // guarded by mu
+	hooks     atomic.Int32      // flows with a per-connection hook
+}
+
+const (
+	// flowSweepSize is the table size above which unclaimed flows (SYNs
+	// that never became a Conn: refused, never accepted) are swept.
+	flowSweepSize = 256
+	// flowOrphanAge is how old an unclaimed flow must be to be swept.
+	flowOrphanAge = time.Minute
+)
+
+func (t *flowTable) init() { t.m = make(map[flowKey]*flow) }
+
+func (t *flowTable) get(k flowKey) *flow {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.m[k]
+}
+
+func (t *flowTable) getOrCreate(k flowKey) *flow {
+	if f := t.get(k); f != nil {
+		return f
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f := t.m[k]; f != nil {
+		return f
+	}
+	now := time.Now()
+	if len(t.m) >= flowSweepSize && now.Sub(t.lastSweep) > time.Second {
+		t.lastSweep = now
+		for k, f := range t.m {
+			if !f.claimed.Load() && now.Sub(f.created) > flowOrphanAge {
+				delete(t.m, k)
+			}
+		}
+	}
+	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
+	t.m[k] = f
+	return f
+}
+
+// claim returns the flow for k, creating it if the SYNs were never seen,
+// and marks it as owned by a Conn.
+func (t *flowTable) claim(k flowKey) *flow {
+	f := t.getOrCreate(k)
+	f.claimed.Store(true)
+	return f
+}
+
+// remove deletes k if it still maps to f (any flow when f is nil).
+func (t *flowTable) remove(k flowKey, f *flow) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.m[k]; ok && (f == nil || cur == f) {
+		if cur.hook.Swap(nil) != nil {
+			t.hooks.Add(-1)
+		}
+		delete(t.m, k)
+	}
+}
+
+// setHook installs or removes f's per-connection hook.
+func (t *flowTable) setHook(f *flow, h SegmentHook) {
+	var b *hookBox
+	if h != nil {
+		b = &hookBox{h: h}
+	}
+	old := f.hook.Swap(b)
+	switch {
+	case old == nil && b != nil:
+		t.hooks.Add(1)
+	case old != nil && b == nil:
+		t.hooks.Add(-1)
+	}
+}

@@ -1,0 +1,436 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+const (
+	// nicID is the ID of the stack's only NIC.
+	nicID tcpip.NICID = 1
+	// DefaultMTU is the link MTU used when neither Options.MTU nor the
+	// link says otherwise.
+	DefaultMTU = 1500
+	// DefaultSendBufferSize is the default per-endpoint send buffer: 1 MiB,
+	// gVisor's own default. It holds ~740 MSS-sized FPDUs at MTU 1500, far
+	// more than the send window of an in-host path, and gVisor's send-buffer
+	// auto-tuning grows it up to MaxBufferSize when the congestion window
+	// needs more.
+	DefaultSendBufferSize = 1 << 20
+	// DefaultReceiveBufferSize is the default per-endpoint receive buffer
+	// (1 MiB). With receive-buffer moderation on, gVisor grows it towards
+	// MaxBufferSize as the application keeps up, so a connection starts
+	// small and only long-fat ones pay for 4 MiB.
+	DefaultReceiveBufferSize = 1 << 20
+	// MaxBufferSize caps both buffers (4 MiB, gVisor's default maximum):
+	// enough for ~1 GB/s at 4 ms RTT, which is well above what one gVisor
+	// connection moves on this class of machine (see the netstack probe),
+	// while bounding memory per QP.
+	MaxBufferSize = 4 << 20
+	// listenBacklog matches Linux's default somaxconn, as gonet does.
+	listenBacklog = 4096
+)
+
+// Options configure a Stack.
+type Options struct {
+	// Addrs are the stack's own addresses (IPv4 and/or IPv6). Each prefix
+	// gets an on-link route, and a default route per address family points
+	// out of the NIC. At least one is required.
+	Addrs []netip.Prefix
+	// MTU is the link MTU. 0 means the Link's MTU (1500 for a Pipe created
+	// with 0). It must not exceed the Link's MTU.
+	MTU int
+	// SendBufferSize and ReceiveBufferSize are the per-endpoint default
+	// buffer sizes; 0 means DefaultSendBufferSize and
+	// DefaultReceiveBufferSize. Both may grow to MaxBufferSize (or to the
+	// default, when that is larger) through gVisor's auto-tuning.
+	SendBufferSize, ReceiveBufferSize int
+	// Hook, if non-nil, sees every TCP segment in both directions.
+	Hook SegmentHook
+}
+
+// Stack is a gVisor network stack with one NIC on one Link.
+type Stack struct {
+	s     *stack.Stack
+	link  *Link
+	ep    *hookEndpoint
+	mtu   int
+	addrs []netip.Prefix
+	hook  SegmentHook
+	flows flowTable
+	// segPool recycles the Segment values handed to hooks.
+	segPool sync.Pool
+
+	mu        sync.Mutex
+	closed    bool                   // guarded by mu
+	conns     map[*Conn]struct{}     // guarded by mu
+	listeners map[*Listener]struct{} // guarded by mu
+	closeOnce sync.Once
+}
+
+// New creates a Stack with one NIC on link. The link must not belong to
+// another Stack.
+//
+// TCP is configured explicitly (each choice is commented in the code): SACK
+// on, Reno congestion control, receive-buffer moderation on, buffer ranges
+// from opts, and TCP_NODELAY on every endpoint.
+func New(link *Link, opts Options) (*Stack, error) {
+	if link == nil {
+		return nil, errors.New("netstack: nil link")
+	}
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("netstack: no addresses")
+	}
+	mtu := opts.MTU
+	if mtu == 0 {
+		mtu = link.mtu
+	}
+	if mtu < 68 || mtu > link.mtu {
+		return nil, fmt.Errorf("netstack: MTU %d out of range [68,%d]", mtu, link.mtu)
+	}
+	sndBuf := opts.SendBufferSize
+	if sndBuf == 0 {
+		sndBuf = DefaultSendBufferSize
+	}
+	rcvBuf := opts.ReceiveBufferSize
+	if rcvBuf == 0 {
+		rcvBuf = DefaultReceiveBufferSize
+	}
+	if sndBuf < tcp.MinBufferSize || rcvBuf < tcp.MinBufferSize {
+		return nil, fmt.Errorf("netstack: buffer sizes must be at least %d bytes", tcp.MinBufferSize)
+	}
+	for _, p := range opts.Addrs {
+		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().IsUnspecified() {
+			return nil, fmt.Errorf("netstack: invalid address %v", p)
+		}
+	}
+	if !link.inUse.CompareAndSwap(false, true) {
+		return nil, ErrLinkInUse
+	}
+
+	st := &Stack{
+		link:      link,
+		mtu:       mtu,
+		addrs:     slices.Clone(opts.Addrs),
+		hook:      opts.Hook,
+		conns:     make(map[*Conn]struct{}),
+		listeners: make(map[*Listener]struct{}),
+	}
+	st.flows.init()
+	st.s = stack.New(stack.Options{
+		NetworkProtocols: []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		// tcp.NewProtocol is Reno; set again below so the choice is
+		// explicit and survives a change of gVisor's default.
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+	fail := func(what string, err tcpip.Error) (*Stack, error) {
+		st.s.Close()
+		_ = link.Close()
+		st.s.Wait()
+		return nil, fmt.Errorf("netstack: %s: %w", what, convertError(err))
+	}
+
+	// SACK: gVisor enables it by default today, but tailscale notes it was
+	// off by default before; recovery from loss (and the Pipe impairment
+	// tests) depends on it, so say it.
+	sack := tcpip.TCPSACKEnabled(true)
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		return fail("enable SACK", err)
+	}
+	// Reno, not CUBIC: "Netstack has an int overflow in sender congestion
+	// window arithmetic that is more prone to trigger with cubic"
+	// (tailscale wgengine/netstack, google/gvisor#11632).
+	cc := tcpip.CongestionControlOption("reno")
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
+		return fail("set congestion control", err)
+	}
+	// Receive-buffer moderation lets a connection start at the default
+	// receive buffer and grow it with what the application actually
+	// consumes per RTT (Conn reads call ModerateRecvBuf).
+	mod := tcpip.TCPModerateReceiveBufferOption(true)
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &mod); err != nil {
+		return fail("enable receive-buffer moderation", err)
+	}
+	// Buffer ranges: see DefaultSendBufferSize, DefaultReceiveBufferSize
+	// and MaxBufferSize for the reasons.
+	sndRange := tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: sndBuf, Max: max(sndBuf, MaxBufferSize)}
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sndRange); err != nil {
+		return fail("set send buffer range", err)
+	}
+	rcvRange := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: rcvBuf, Max: max(rcvBuf, MaxBufferSize)}
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcvRange); err != nil {
+		return fail("set receive buffer range", err)
+	}
+	// Nagle off stack-wide as well as per endpoint (TCP_NODELAY): FPDUs
+	// must leave as written, not be held for coalescing.
+	delay := tcpip.TCPDelayEnabled(false)
+	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
+		return fail("disable Nagle", err)
+	}
+
+	st.ep = newHookEndpoint(link.ep, st, uint32(mtu))
+	if err := st.s.CreateNIC(nicID, st.ep); err != nil {
+		return fail("create NIC", err)
+	}
+	var routes []tcpip.Route
+	has4, has6 := false, false
+	for _, p := range st.addrs {
+		proto := ipv4.ProtocolNumber
+		if p.Addr().Is6() {
+			proto = ipv6.ProtocolNumber
+			has6 = true
+		} else {
+			has4 = true
+		}
+		pa := tcpip.ProtocolAddress{
+			Protocol: proto,
+			AddressWithPrefix: tcpip.AddressWithPrefix{
+				Address:   tcpip.AddrFromSlice(p.Addr().AsSlice()),
+				PrefixLen: p.Bits(),
+			},
+		}
+		if err := st.s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fail(fmt.Sprintf("add address %v", p), err)
+		}
+		routes = append(routes, tcpip.Route{Destination: pa.AddressWithPrefix.Subnet(), NIC: nicID})
+	}
+	if has4 {
+		routes = append(routes, tcpip.Route{Destination: header4Any(), NIC: nicID})
+	}
+	if has6 {
+		routes = append(routes, tcpip.Route{Destination: header6Any(), NIC: nicID})
+	}
+	st.s.SetRouteTable(routes)
+	return st, nil
+}
+
+// MTU returns the link MTU the stack uses.
+func (s *Stack) MTU() int { return s.mtu }
+
+// Addrs returns a copy of the stack's addresses.
+func (s *Stack) Addrs() []netip.Prefix { return slices.Clone(s.addrs) }
+
+// Close aborts every connection (RST) and listener of the stack, closes the
+// NIC and its Link and waits for all goroutines of the stack and the link.
+// It is idempotent and returns nil.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		conns := make([]*Conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		ls := make([]*Listener, 0, len(s.listeners))
+		for l := range s.listeners {
+			ls = append(ls, l)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			_ = c.Abort()
+		}
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		// Stop the link before gVisor removes the NIC: RemoveNIC runs
+		// under the stack lock, and the link's goroutines must not be
+		// delivering into a stack that is being torn down.
+		_ = s.link.Close()
+		s.s.Close()
+		s.s.Wait()
+	})
+	return nil
+}
+
+func (s *Stack) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Stack) addConn(c *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Stack) removeConn(c *Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Stack) removeListener(l *Listener) {
+	s.mu.Lock()
+	delete(s.listeners, l)
+	s.mu.Unlock()
+}
+
+// hasFamily reports whether the stack has an address of a's family.
+func (s *Stack) hasFamily(v6 bool) bool {
+	for _, p := range s.addrs {
+		if p.Addr().Is6() == v6 {
+			return true
+		}
+	}
+	return false
+}
+
+// Listen listens for TCP connections on addr. Port 0 picks an ephemeral
+// port; an unspecified address (the zero netip.Addr, 0.0.0.0 or ::) listens
+// on every address of the stack (the zero Addr and :: are dual-stack when
+// the stack has IPv6 addresses).
+func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
+	if s.isClosed() {
+		return nil, fmt.Errorf("netstack: listen %v: %w", addr, net.ErrClosed)
+	}
+	a := addr.Addr().Unmap()
+	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
+	proto := ipv4.ProtocolNumber
+	if v6 {
+		proto = ipv6.ProtocolNumber
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
+	if terr != nil {
+		return nil, fmt.Errorf("netstack: listen %v: %w", addr, convertError(terr))
+	}
+	if v6 && (!a.IsValid() || a.IsUnspecified()) {
+		ep.SocketOptions().SetV6Only(false)
+	}
+	ep.SocketOptions().SetDelayOption(false)
+	full := tcpip.FullAddress{Port: addr.Port()}
+	if a.IsValid() && !a.IsUnspecified() {
+		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
+	}
+	if terr := ep.Bind(full); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: listen %v: bind: %w", addr, convertError(terr))
+	}
+	if terr := ep.Listen(listenBacklog); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: listen %v: %w", addr, convertError(terr))
+	}
+	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
+	local, terr := ep.GetLocalAddress()
+	if terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: listen %v: local address: %w", addr, convertError(terr))
+	}
+	l.addr = fullToAddrPort(local)
+	if !a.IsValid() || a.IsUnspecified() {
+		l.addr = netip.AddrPortFrom(a, l.addr.Port())
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ep.Close()
+		return nil, fmt.Errorf("netstack: listen %v: %w", addr, net.ErrClosed)
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	return l, nil
+}
+
+// Dial opens a TCP connection to remote. local may be the zero Addr (the
+// stack picks the source address by route). ctx bounds the handshake only.
+func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPort) (*Conn, error) {
+	if s.isClosed() {
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, net.ErrClosed)
+	}
+	ra := remote.Addr().Unmap()
+	if !ra.IsValid() || ra.IsUnspecified() || remote.Port() == 0 {
+		return nil, fmt.Errorf("netstack: dial %v: invalid remote address", remote)
+	}
+	proto := ipv4.ProtocolNumber
+	if ra.Is6() {
+		proto = ipv6.ProtocolNumber
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
+	if terr != nil {
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
+	}
+	ep.SocketOptions().SetDelayOption(false)
+	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
+
+	if la := local.Unmap(); la.IsValid() {
+		if la.Is6() != ra.Is6() {
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
+		}
+		if terr := ep.Bind(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(la.AsSlice())}); terr != nil {
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, convertError(terr))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
+	}
+	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: remote.Port()})
+	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
+		select {
+		case <-ctx.Done():
+			s.forgetFlow(ep)
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v: %w", remote, ctx.Err())
+		case <-notify:
+		}
+		terr = ep.LastError()
+	}
+	if terr != nil {
+		s.forgetFlow(ep)
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
+	}
+	c, err := newConn(s, ep, &wq)
+	if err != nil {
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
+	}
+	return c, nil
+}
+
+// forgetFlow drops the flow state a failed endpoint left behind.
+func (s *Stack) forgetFlow(ep tcpip.Endpoint) {
+	local, err1 := ep.GetLocalAddress()
+	remote, err2 := ep.GetRemoteAddress()
+	if err1 != nil || err2 != nil {
+		return
+	}
+	s.flows.remove(flowKey{local: fullToAddrPort(local), remote: fullToAddrPort(remote)}, nil)
+}
+
+// fullToAddrPort converts a gVisor address; IPv4 comes out in 4-byte form.
+func fullToAddrPort(f tcpip.FullAddress) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(f.Addr.AsSlice())
+	return netip.AddrPortFrom(a.Unmap(), f.Port)
+}
+
+func header4Any() tcpip.Subnet {
+	sn, _ := tcpip.NewSubnet(tcpip.AddrFrom4([4]byte{}), tcpip.MaskFromBytes(make([]byte, 4)))
+	return sn
+}
+
+func header6Any() tcpip.Subnet {
+	sn, _ := tcpip.NewSubnet(tcpip.AddrFrom16([16]byte{}), tcpip.MaskFromBytes(make([]byte, 16)))
+	return sn
+}

@@ -1,0 +1,294 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// Handler receives the ULPDUs a Receiver takes out of the stream. A non-nil
+// error from any method stops the Receiver, which returns it from Write
+// unchanged.
+type Handler interface {
+	// BeginFPDU starts an FPDU whose ULPDU_Length (Markers not counted)
+	// is ulpduLen.
+	BeginFPDU(ulpduLen int) error
+	// ULPDU delivers the next octets of the current FPDU's ULPDU, Markers
+	// removed, in arbitrary chunks; in total exactly ulpduLen octets. p is
+	// only valid during the call. The CRC has not been checked yet.
+	ULPDU(p []byte) error
+	// EndFPDU ends the FPDU after its pad and CRC. crcOK reports whether
+	// the CRC matched; it is always true when CRC is off.
+	EndFPDU(crcOK bool) error
+}
+
+// ReceiverStats counts what a Receiver has seen.
+type ReceiverStats struct {
+	Bytes      uint64 // stream octets consumed: FPDUs incl. Markers, pad, CRC
+	FPDUs      uint64 // FPDUs completed (EndFPDU called)
+	ULPDUBytes uint64 // ULPDU octets delivered to the Handler
+	Markers    uint64 // Markers removed and found valid
+	BadMarkers uint64 // Markers with an FPDUPTR that fits neither reading
+	CRCErrors  uint64 // FPDUs whose CRC did not match (CRC on only)
+
+	// Markers after a leading Marker in the same FPDU, by the FPDUPTR
+	// reading the peer used (see MarkerPtr).
+	PtrFromFPDUStart   uint64
+	PtrFromULPDULength uint64
+}
+
+// Receiver parsing states.
+const (
+	stLen  uint8 = iota // ULPDU_Length field
+	stData              // ULPDU octets
+	stPad               // pad octets
+	stCRC               // CRC trailer
+)
+
+// Receiver takes FPDUs out of one direction's in-order TCP byte stream. It
+// is an io.Writer, meant to be handed to gVisor's tcp.Endpoint.Read so it
+// sees each segment's payload as it is read; it never buffers an FPDU
+// (only up to 4 octets of a split ULPDU_Length, CRC or Marker). Octet 0 of
+// the stream is the first octet of the first FPDU. A Receiver is not safe
+// for concurrent use.
+type Receiver struct {
+	tab     *crc32.Table // crc32.MakeTable(crc32.Castagnoli): the canonical table, so the SSE4.2/ARMv8 path is used
+	crcOn   bool
+	markers bool
+	h       Handler
+	pos     uint64 // stream offset of the next octet
+	err     error  // sticky
+
+	state   uint8
+	inFPDU  bool   // an FPDU has started (start is valid)
+	start   uint64 // stream offset of the FPDU's first octet (leading Marker included)
+	leading bool   // the FPDU began with a Marker
+	need    int    // octets left in stData / stPad
+	ulpdu   int
+	crc     uint32
+	span    []byte  // input octets covered by the CRC, not yet added to crc (aliases the current Write's input)
+	acc     [4]byte // split ULPDU_Length or CRC
+	nacc    int
+	mk      [MarkerLen]byte // split Marker
+	stats   ReceiverStats
+}
+
+// Init resets r for a new connection direction. crc: CRCs are checked.
+// markers: the peer inserts Markers (we asked). h receives the ULPDUs.
+func (r *Receiver) Init(crc, markers bool, h Handler) {
+	*r = Receiver{
+		tab:     crc32.MakeTable(crc32.Castagnoli),
+		crcOn:   crc,
+		markers: markers,
+		h:       h,
+	}
+}
+
+// Stats returns the counters so far.
+func (r *Receiver) Stats() ReceiverStats {
+	s := r.stats
+	s.Bytes = r.pos
+	return s
+}
+
+// Write consumes stream octets. It returns len(p) and nil, or on error how
+// much of p was consumed before it. Errors from the Handler are returned
+// as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker).
+// After an error the Receiver is stopped: later calls return the same
+// error.
+func (r *Receiver) Write(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.h == nil {
+		r.err = newError(CodeLocalCatastrophic, "mpa Receiver used before Init")
+		return 0, r.err
+	}
+	n, err := r.write(p)
+	r.flush() // never keep a reference to p
+	if err != nil {
+		r.err = err
+	}
+	return n, err
+}
+
+// write is Write without the bookkeeping.
+func (r *Receiver) write(p []byte) (int, error) {
+	done := 0
+	for len(p) > 0 {
+		run := len(p)
+		if r.markers {
+			off := int(r.pos % MarkerInterval)
+			if off < MarkerLen {
+				n, err := r.marker(p, off)
+				done += n
+				p = p[n:]
+				if err != nil {
+					return done, err
+				}
+				continue
+			}
+			run = min(run, MarkerInterval-off)
+		}
+		n, err := r.feed(p[:run])
+		done += n
+		p = p[n:]
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// marker consumes octets of the Marker at stream offset pos-off.
+func (r *Receiver) marker(p []byte, off int) (int, error) {
+	if off == 0 && !r.inFPDU {
+		r.beginFPDU() // a leading Marker belongs to the FPDU that follows
+		r.leading = true
+	}
+	n := copy(r.mk[off:], p)
+	r.take(p[:n], true)
+	if off+n < MarkerLen {
+		return n, nil
+	}
+	// The Marker is complete: validate FPDUPTR (its low two bits are
+	// treated as zero as RFC 5044 asks of receivers; the reserved half is
+	// ignored).
+	ptr := binary.BigEndian.Uint16(r.mk[2:]) &^ 3
+	d := r.pos - MarkerLen - r.start
+	switch {
+	case !r.leading || d == 0:
+		if ptr == uint16(d) {
+			r.stats.Markers++
+			return n, nil
+		}
+	case ptr == uint16(d):
+		r.stats.Markers++
+		r.stats.PtrFromFPDUStart++
+		return n, nil
+	case ptr == uint16(d-MarkerLen):
+		r.stats.Markers++
+		r.stats.PtrFromULPDULength++
+		return n, nil
+	}
+	r.stats.BadMarkers++
+	return n, newError(CodeMarkerMismatch, "Marker at stream offset %d has FPDUPTR %d, its FPDU starts %d octets before it", r.pos-MarkerLen, ptr, d)
+}
+
+// beginFPDU starts a new FPDU at the current stream offset.
+func (r *Receiver) beginFPDU() {
+	r.inFPDU = true
+	r.start = r.pos
+	r.leading = false
+	r.crc = 0
+	r.state = stLen
+	r.nacc = 0
+}
+
+// feed consumes Marker-free octets of the FPDU stream.
+func (r *Receiver) feed(p []byte) (int, error) {
+	done := 0
+	for len(p) > 0 {
+		switch r.state {
+		case stLen:
+			if !r.inFPDU {
+				r.beginFPDU()
+			}
+			n := copy(r.acc[r.nacc:ulpduLenLen], p)
+			r.take(p[:n], true)
+			done += n
+			p = p[n:]
+			if r.nacc += n; r.nacc < ulpduLenLen {
+				continue
+			}
+			r.nacc = 0
+			r.ulpdu = int(binary.BigEndian.Uint16(r.acc[:]))
+			r.need = r.ulpdu
+			r.state = stData
+			if err := r.h.BeginFPDU(r.ulpdu); err != nil {
+				return done, err
+			}
+			if r.need == 0 {
+				r.endData()
+			}
+		case stData:
+			n := min(len(p), r.need)
+			r.take(p[:n], true)
+			r.need -= n
+			r.stats.ULPDUBytes += uint64(n)
+			done += n
+			err := r.h.ULPDU(p[:n])
+			p = p[n:]
+			if err != nil {
+				return done, err
+			}
+			if r.need == 0 {
+				r.endData()
+			}
+		case stPad:
+			n := min(len(p), r.need)
+			r.take(p[:n], true)
+			r.need -= n
+			done += n
+			p = p[n:]
+			if r.need == 0 {
+				r.state = stCRC
+			}
+		case stCRC:
+			n := copy(r.acc[r.nacc:crcLen], p)
+			r.take(p[:n], false)
+			done += n
+			p = p[n:]
+			if r.nacc += n; r.nacc < crcLen {
+				continue
+			}
+			r.nacc = 0
+			r.flush()
+			ok := !r.crcOn || binary.LittleEndian.Uint32(r.acc[:]) == r.crc
+			if !ok {
+				r.stats.CRCErrors++
+			}
+			r.stats.FPDUs++
+			r.inFPDU = false
+			r.state = stLen
+			if err := r.h.EndFPDU(ok); err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
+}
+
+// endData moves on from a complete ULPDU to its pad (or CRC).
+func (r *Receiver) endData() {
+	r.need = padLen(r.ulpdu)
+	r.state = stPad
+	if r.need == 0 {
+		r.state = stCRC
+	}
+}
+
+// take advances the stream offset over p, a piece of the current Write's
+// input, adding it to the CRC if inCRC. Pieces that follow each other in
+// the input (ULPDU octets and the Markers between them) are collected into
+// one span and added with a single crc32.Update, so the CRC runs on long
+// blocks even with Markers.
+func (r *Receiver) take(p []byte, inCRC bool) {
+	r.pos += uint64(len(p))
+	if !inCRC || !r.crcOn || len(p) == 0 {
+		return
+	}
+	if n := len(r.span); n > 0 && n+len(p) <= cap(r.span) && &r.span[:n+1][n] == &p[0] {
+		r.span = r.span[:n+len(p)]
+		return
+	}
+	r.flush()
+	r.span = p
+}
+
+// flush adds the pending span to the CRC.
+func (r *Receiver) flush() {
+	if len(r.span) > 0 {
+		r.crc = crc32.Update(r.crc, r.tab, r.span)
+	}
+	r.span = nil
+}
