@@ -398,6 +398,7 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.mu.Lock()
 	qp.conn = conn
+	conn.SetSegmentHook(netstack.SegmentHookFunc(qp.stats.countSegment))
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
@@ -506,11 +507,7 @@ func (qp *QP) drain() {
 }
 
 // aborted reports whether the QP entered ERR (checked between FPDUs).
-func (qp *QP) aborted() bool {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.state == QPErr
-}
+func (qp *QP) aborted() bool { return qp.inErr.Load() }
 
 // Listener accepts iWARP connections on a TCP port of the device.
 type Listener struct {

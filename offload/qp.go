@@ -207,6 +207,7 @@ type QP struct {
 
 	events   chan Event
 	evDrops  atomic.Uint64
+	inErr    atomic.Bool // state == QPErr, readable without mu between FPDUs
 	stats    QPStats
 	tx       txState
 	rx       rxState
@@ -288,6 +289,7 @@ func (qp *QP) Modify(s QPState) error {
 			return fmt.Errorf("%w: QP %d still closing its connection", ErrQPState, qp.num)
 		}
 		qp.state = QPReset
+		qp.inErr.Store(false)
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
@@ -467,6 +469,7 @@ func (qp *QP) errorLocked(firstStatus WCStatus) {
 		return
 	}
 	qp.state = QPErr
+	qp.inErr.Store(true)
 	qp.flushErr = firstStatus
 	qp.flushLocked()
 	qp.txCond.Broadcast()

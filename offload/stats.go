@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"sync/atomic"
 
+	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/rdmap"
 )
 
@@ -19,6 +20,13 @@ type QPStats struct {
 	BytesTx atomic.Uint64 `stat:"mpaOctetsTx"`
 	// BytesRx counts ULPDU octets received (DDP headers and payload).
 	BytesRx atomic.Uint64 `stat:"mpaOctetsRx"`
+	// SegmentsTx and SegmentsRx count the connection's TCP segments seen by
+	// the link hook (inbound before TCP accepted them: retransmissions and
+	// duplicates included); DataSegmentsTx/Rx those carrying payload.
+	SegmentsTx     atomic.Uint64 `stat:"tcpOutSegs"`
+	SegmentsRx     atomic.Uint64 `stat:"tcpInSegs"`
+	DataSegmentsTx atomic.Uint64 `stat:"tcpOutDataSegs"`
+	DataSegmentsRx atomic.Uint64 `stat:"tcpInDataSegs"`
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// PlacedBytes counts payload octets placed directly into regions.
@@ -107,6 +115,21 @@ func (s *QPStats) Counters() []Counter {
 		out = append(out, Counter{Name: f.Tag.Get("stat"), Value: sv.Field(i).Addr().Interface().(*atomic.Uint64).Load()})
 	}
 	return out
+}
+
+// countSegment is the QP's segment hook: per-connection TCP counters.
+func (s *QPStats) countSegment(seg *netstack.Segment) {
+	if seg.Dir == netstack.Outbound {
+		s.SegmentsTx.Add(1)
+		if len(seg.Payload) > 0 {
+			s.DataSegmentsTx.Add(1)
+		}
+		return
+	}
+	s.SegmentsRx.Add(1)
+	if len(seg.Payload) > 0 {
+		s.DataSegmentsRx.Add(1)
+	}
 }
 
 // rdmapCodeForMPA maps an MPA error code to its LLP Terminate code.

@@ -115,6 +115,9 @@ func (qp *QP) txLoop() {
 			e := qp.irq[0]
 			qp.irqBurst++
 			qp.mu.Unlock()
+			// The IRQ entry is released just before the response's last
+			// FPDU goes out (sendMessage), so a requester that sends its
+			// next Read as soon as this one completes never finds it taken.
 			if err := qp.sendReadResponse(&e); err != nil {
 				if errors.Is(err, errAborted) {
 					continue // the QP entered ERR: send its Terminate, if any
@@ -122,12 +125,6 @@ func (qp *QP) txLoop() {
 				qp.txFailed(err)
 				return
 			}
-			qp.mu.Lock()
-			if len(qp.irq) > 0 && qp.state != QPErr {
-				copy(qp.irq, qp.irq[1:])
-				qp.irq = qp.irq[:len(qp.irq)-1]
-			}
-			qp.mu.Unlock()
 		case jobSQ:
 			qp.irqBurst = 0
 			pos := qp.sqNext
@@ -264,7 +261,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 		h.Tagged = true
 		h.ULPCtrl = rdmap.Ctrl(rdmap.OpWrite)
 		h.STag = w.rkey
-		err := qp.sendMessage(&h, w.raddr, total)
+		err := qp.sendMessage(&h, w.raddr, total, false)
 		if err == nil {
 			qp.stats.WritesTx.Add(1)
 			qp.stats.WriteBytesTx.Add(total)
@@ -288,7 +285,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 		h.ULPData = w.invRKey
 	}
 	qp.sendMSN++
-	err := qp.sendMessage(&h, 0, total)
+	err := qp.sendMessage(&h, 0, total, false)
 	if err == nil {
 		qp.stats.SendsTx.Add(1)
 		qp.stats.SendBytesTx.Add(total)
@@ -299,7 +296,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 // sendMessage sends the payload gathered in qp.tx.src (total bytes) as one
 // DDP message of FPDUs, each at most one effective MSS: tagged messages
 // advance TO from base, untagged ones MO from 0.
-func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64) error {
+func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse bool) error {
 	t := &qp.tx
 	hl := h.Len()
 	var off uint64
@@ -335,7 +332,11 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64) error {
 				si, so = si+1, 0
 			}
 		}
-		if err := qp.writeFPDU(t.mpa.Finish()); err != nil {
+		fpdu := t.mpa.Finish()
+		if readResponse && h.Last {
+			qp.releaseIRQ()
+		}
+		if err := qp.writeFPDU(fpdu); err != nil {
 			return err
 		}
 		off += n
@@ -344,6 +345,16 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64) error {
 		}
 	}
 	return nil
+}
+
+// releaseIRQ frees the IRQ slot of the Read being answered.
+func (qp *QP) releaseIRQ() {
+	qp.mu.Lock()
+	if len(qp.irq) > 0 {
+		copy(qp.irq, qp.irq[1:])
+		qp.irq = qp.irq[:len(qp.irq)-1]
+	}
+	qp.mu.Unlock()
 }
 
 // writeFPDU hands one FPDU to TCP as one write.
@@ -382,7 +393,7 @@ func (qp *QP) sendReadResponse(e *irqEntry) error {
 	t.src[0] = e.src
 	t.nsrc = 1
 	h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadResponse), STag: e.sinkSTag}
-	if err := qp.sendMessage(&h, e.sinkTO, uint64(len(e.src))); err != nil {
+	if err := qp.sendMessage(&h, e.sinkTO, uint64(len(e.src)), true); err != nil {
 		return err
 	}
 	qp.stats.ReadResponsesTx.Add(1)
@@ -398,7 +409,7 @@ func (qp *QP) sendRTR(rtr mpa.RTR) error {
 		t := &qp.tx
 		t.nsrc = 0
 		h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: rtrSTag}
-		return qp.sendMessage(&h, 0, 0)
+		return qp.sendMessage(&h, 0, 0, false)
 	case mpa.RTRRead:
 		rr := rdmap.ReadRequest{SinkSTag: rtrSTag, SrcSTag: rtrSTag}
 		return qp.sendReadRequest(&rr)

@@ -9,8 +9,8 @@
 //     [Config.RejectReply], which turn local preferences and the peer's
 //     frame into per-connection [Params].
 //   - FPDU transmit: [Sender] builds one FPDU into a caller's buffer with a
-//     single copy of the payload, computing the CRC32c while copying and
-//     inserting Markers at their stream positions.
+//     single copy of the payload, inserting Markers at their stream
+//     positions, and computes the CRC32c over the copy while it is hot.
 //   - FPDU receive: [Receiver] is an [io.Writer] fed with in-order TCP
 //     payload in arbitrary chunks (gVisor's tcp.Endpoint.Read hands it one
 //     segment at a time). It removes and validates Markers, checks the CRC

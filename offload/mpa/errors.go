@@ -2,7 +2,7 @@ package mpa
 
 import "fmt"
 
-// LLP/MPA Terminate error codes (RFC 5044 §8 / RFC 5040 Terminate, Layer 2
+// LLP/MPA Terminate error codes (RFC 5040 Terminate message, Layer 2
 // "LLP", EType 0), with the RFC 6581 additions. An [Error]'s Code is one of
 // these, so the engine can put it into a Terminate message unchanged.
 const (

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Startup frame sizes and limits (RFC 5044 §7, RFC 6581).
+// Startup frame sizes and limits (RFC 5044 connection setup, RFC 6581).
 const (
 	// FrameHeaderLen is the length of the fixed part of an MPA Request or
 	// Reply: 16-octet key, flags, revision, PD_Length.
@@ -102,9 +102,9 @@ func (f *Frame) pdLen() int {
 }
 
 // Append appends the wire encoding of f to b. It fails if the PD_Length
-// would exceed MaxPrivateDataRecv, if IRD or ORD exceed IRDORDMax, or if
-// IRD/ORD/P2P/RTR are set on a frame that is not Enhanced (they could not
-// be sent). Callers that talk to Linux siw keep PD_Length ≤
+// would exceed MaxPrivateDataRecv, if IRD or ORD exceed IRDORDMax, if
+// Enhanced is set below Rev 2, or if IRD/ORD/P2P/RTR are set on a frame
+// that is not Enhanced (they could not be sent). Callers that talk to Linux siw keep PD_Length ≤
 // MaxPrivateDataSend; Config.Request and Respond do.
 func (f *Frame) Append(b []byte) ([]byte, error) {
 	if n := f.pdLen(); n > MaxPrivateDataRecv {
@@ -112,6 +112,9 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 	}
 	if f.IRD > IRDORDMax || f.ORD > IRDORDMax {
 		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: IRD %d / ORD %d exceed %d", f.IRD, f.ORD, IRDORDMax)
+	}
+	if f.Enhanced && f.Rev < 2 {
+		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: enhanced flag on a revision %d frame", f.Rev)
 	}
 	if !f.Enhanced && (f.IRD != 0 || f.ORD != 0 || f.P2P || f.RTR != 0) {
 		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: IRD/ORD/P2P/RTR set on a frame without the enhanced flag")

@@ -200,6 +200,7 @@ func TestFrameAppendErrors(t *testing.T) {
 		{name: "ird without enhanced", frame: Frame{Rev: 2, IRD: 1}},
 		{name: "p2p without enhanced", frame: Frame{Rev: 2, P2P: true, RTR: RTRRead}},
 		{name: "unknown rtr", frame: Frame{Rev: 2, Enhanced: true, RTR: 0x80}},
+		{name: "enhanced rev1", frame: Frame{Rev: 1, Enhanced: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -299,6 +300,13 @@ func TestFrameReaderNoAlloc(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("FrameReader allocates %v times per frame, want 0", allocs)
+	}
+}
+
+func TestFrameStringExample(t *testing.T) {
+	f := Frame{Rev: 2, CRC: true, Markers: true, Enhanced: true, IRD: 1, ORD: 1, P2P: true, RTR: RTRWrite, PrivateData: make([]byte, 12)}
+	if got, want := f.String(), "mpa req rev 2 C M enhanced ird 1 ord 1 p2p rtr=write pd 12"; got != want {
+		t.Errorf("String = %q, want = %q", got, want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"hash/crc32"
 	"reflect"
 	"testing"
 )
@@ -213,6 +214,76 @@ func TestGoldenFPDUs(t *testing.T) {
 			}
 			if total != tt.wantFPDUs {
 				t.Errorf("%d FPDUs in the capture, want %d", total, tt.wantFPDUs)
+			}
+		})
+	}
+}
+
+// TestSiwFPDUVectors checks single FPDUs copied from the captures (the
+// first FPDU of each direction: rping's Send carrying its buffer advert,
+// and the Read Request): siw's CRC trailer is the CRC32c of everything
+// before it, least-significant octet first.
+func TestSiwFPDUVectors(t *testing.T) {
+	tests := []struct {
+		name  string
+		wire  string
+		crc   bool // siw sent it with CRC on
+		ulpdu int
+	}{
+		{
+			name:  "send crc",
+			wire:  "0022 4143000000000000000000000001000000000000 55e9a6e1c7c01537c60000000bb8 8cbccdb8",
+			crc:   true,
+			ulpdu: 0x22,
+		},
+		{
+			name:  "read request crc",
+			wire:  "002e 414100000000000000010000000100000000 91b82000000055c655e4a0f000000bb81537c600000055e9a6e1c7c0 98190e2b",
+			crc:   true,
+			ulpdu: 0x2e,
+		},
+		{
+			name:  "send nocrc",
+			wire:  "0022 4143000000000000000000000001000000000000 5651ada2c7c0f023470000000bb8 00000000",
+			ulpdu: 0x22,
+		},
+		{
+			name:  "read request nocrc",
+			wire:  "002e 414100000000000000010000000100000000 578faf00000055d275f450f000000bb8f023470000005651ada2c7c0 00000000",
+			ulpdu: 0x2e,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wire := mustHex(t, tt.wire)
+			body, trailer := wire[:len(wire)-4], wire[len(wire)-4:]
+			if tt.crc {
+				want := crc32.Checksum(body, castagnoli)
+				if got := binary.LittleEndian.Uint32(trailer); got != want {
+					t.Errorf("trailer %x = LE %#x, CRC32c of the FPDU is %#x", trailer, got, want)
+				}
+			}
+			for _, crcOn := range []bool{false, true} {
+				rec := &recorder{t: t}
+				var r Receiver
+				r.Init(crcOn, false, rec)
+				if n, err := r.Write(wire); err != nil || n != len(wire) {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+				if len(rec.ulpdus) != 1 || len(rec.ulpdus[0]) != tt.ulpdu || !bytes.Equal(rec.ulpdus[0], wire[2:2+tt.ulpdu]) {
+					t.Fatalf("ULPDUs %x", rec.ulpdus)
+				}
+				// With CRC checking on, siw's zero trailer (CRC off) fails.
+				if want := !crcOn || tt.crc; rec.crcOK[0] != want {
+					t.Errorf("crc checking %v: crcOK = %v, want %v", crcOn, rec.crcOK[0], want)
+				}
+			}
+			var s Sender
+			s.Init(tt.crc, false)
+			s.Begin(nil, tt.ulpdu)
+			s.Write(wire[2 : 2+tt.ulpdu])
+			if got := s.Finish(); !bytes.Equal(got, wire) {
+				t.Errorf("Sender = %x, want %x", got, wire)
 			}
 		})
 	}

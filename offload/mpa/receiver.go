@@ -14,7 +14,8 @@ type Handler interface {
 	BeginFPDU(ulpduLen int) error
 	// ULPDU delivers the next octets of the current FPDU's ULPDU, Markers
 	// removed, in arbitrary chunks; in total exactly ulpduLen octets. p is
-	// only valid during the call. The CRC has not been checked yet.
+	// only valid during the call and must not be modified (the CRC may be
+	// computed over it afterwards). The CRC has not been checked yet.
 	ULPDU(p []byte) error
 	// EndFPDU ends the FPDU after its pad and CRC. crcOK reports whether
 	// the CRC matched; it is always true when CRC is off.
@@ -91,7 +92,7 @@ func (r *Receiver) Stats() ReceiverStats {
 }
 
 // Write consumes stream octets. It returns len(p) and nil, or on error how
-// much of p was consumed before it. Errors from the Handler are returned
+// much of p was consumed, up to and including the octets that caused it. Errors from the Handler are returned
 // as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker).
 // After an error the Receiver is stopped: later calls return the same
 // error.
