@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
 )
 
 // Config holds a device's iWARP defaults and limits.
@@ -343,11 +345,36 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (
 			}
 			return fail(&RejectedError{PrivateData: append([]byte(nil), rej.PrivateData...), Err: reason})
 		}
+		var me *mpa.Error
+		if errors.As(err, &me) {
+			// The Reply is unacceptable (no matching RTR, insufficient
+			// IRD, bad frame): tell the peer with an LLP Terminate, as
+			// RFC 6581 and siw do, then close.
+			sendSetupTerminate(conn, req.CRC || rep.CRC, rep.Markers, rdmapCodeForMPA(me.Code))
+		}
 		return fail(err)
 	}
 	d.logf("QP %d: connected to %v: %+v", qp.num, remote, params)
 	qp.start(conn, params, true)
 	return nil
+}
+
+// sendSetupTerminate sends a Terminate on a stream whose set-up failed
+// after the MPA Reply: the first and only FPDU of the stream.
+func sendSetupTerminate(conn *netstack.Conn, crc, markers bool, code rdmap.Code) {
+	var s mpa.Sender
+	s.Init(crc, markers)
+	t := rdmap.NewTerminate(code, 0, nil, nil)
+	var body [rdmap.TerminateHeaderLen]byte
+	n := t.Marshal(body[:])
+	h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpTerminate), QN: ddp.QNTerminate, MSN: 1}
+	var hdr [ddp.UntaggedHeaderLen]byte
+	h.Marshal(hdr[:])
+	s.Begin(make([]byte, 0, 64), len(hdr)+n)
+	s.Write(hdr[:])
+	s.Write(body[:n])
+	conn.WriteAligned(s.Finish())
+	conn.CloseWrite()
 }
 
 // readFrame reads exactly one MPA Request or Reply from conn, leaving any

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -430,4 +431,65 @@ func (qp *QP) sendTerminate(t *rdmap.Terminate) error {
 		qp.stats.TerminatesTx.Add(1)
 	}
 	return err
+}
+
+// fpduPayload is one FPDU as a netstack.Payload: gVisor reads it straight
+// into its send buffer, and the FPDU is built there in place (header,
+// payload from the registered memory, markers, pad, CRC), so transmit copies
+// the payload once. If gVisor offers a smaller slice than the FPDU (a short
+// write), the FPDU is built in the QP's own buffer and copied from there.
+type fpduPayload struct {
+	t     *txState
+	hdr   []byte
+	n     int // ULPDU payload bytes to take from t.src at (si, so)
+	si    int
+	so    int
+	total int    // FPDU wire length
+	off   int    // bytes handed to gVisor
+	built []byte // the fallback copy, if used
+}
+
+// Len implements netstack.Payload.
+func (f *fpduPayload) Len() int { return f.total - f.off }
+
+// Read implements netstack.Payload.
+func (f *fpduPayload) Read(p []byte) (int, error) {
+	if f.off == f.total {
+		return 0, io.EOF
+	}
+	if f.off == 0 && f.built == nil && len(p) >= f.total {
+		out := f.build(p[:0:len(p)])
+		if &out[0] != &p[0] {
+			copy(p, out) // cannot happen: p has room; kept for safety
+		}
+		f.off = f.total
+		return f.total, nil
+	}
+	if f.built == nil {
+		f.built = f.build(f.t.buf[:0])
+	}
+	n := copy(p, f.built[f.off:])
+	f.off += n
+	return n, nil
+}
+
+// build writes the FPDU into dst (append semantics) and advances the
+// source cursor; it runs once per FPDU.
+func (f *fpduPayload) build(dst []byte) []byte {
+	t := f.t
+	t.mpa.Begin(dst, len(f.hdr)+f.n)
+	t.mpa.Write(f.hdr)
+	for left := f.n; left > 0; {
+		c := t.src[f.si][f.so:]
+		if len(c) > left {
+			c = c[:left]
+		}
+		t.mpa.Write(c)
+		left -= len(c)
+		f.so += len(c)
+		if f.so == len(t.src[f.si]) {
+			f.si, f.so = f.si+1, 0
+		}
+	}
+	return t.mpa.Finish()
 }
