@@ -1,7 +1,6 @@
 package netstack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -95,11 +94,19 @@ type Conn struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	readMu sync.Mutex
-	rw     readWriter // guarded by readMu
+	readMu  sync.Mutex
+	rw      readWriter        // guarded by readMu
+	rEntry  waiter.Entry      // guarded by readMu; registered only while a read waits
+	rNotify chan struct{}     // rEntry's channel
+	sw      tcpip.SliceWriter // guarded by readMu; Read's destination
 
 	writeMu sync.Mutex
-	written uint64 // guarded by writeMu; bytes queued since the handshake
+	written uint64        // guarded by writeMu; bytes queued since the handshake
+	pl      payloadReader // guarded by writeMu; the source handed to gVisor
+	wEntry  waiter.Entry  // guarded by writeMu; registered only while a write waits
+	wNotify chan struct{} // wEntry's channel
+	iss     uint32        // guarded by writeMu; our ISS once issOK
+	issOK   bool          // guarded by writeMu
 	// partialWrites counts WriteAligned calls that gVisor accepted only in
 	// part (the rest was written immediately after).
 	partialWrites atomic.Uint64
@@ -132,6 +139,10 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
 		closed: make(chan struct{}),
 		dlCh:   make(chan struct{}),
 	}
+	// The wait entries are made once, so that blocking reads and writes
+	// do not allocate.
+	c.rEntry, c.rNotify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
+	c.wEntry, c.wNotify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	c.key = flowKey{local: c.local, remote: c.remote}
 	c.flow = s.flows.claim(c.key)
 	if !s.addConn(c) {
@@ -283,17 +294,21 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	w := tcpip.SliceWriter(p)
-	return c.read(&w)
+	c.sw = tcpip.SliceWriter(p)
+	defer func() { c.sw = nil }()
+	return c.read(&c.sw)
 }
 
 // read runs one gVisor Read into dst, waiting while nothing is readable.
+// c.readMu is held.
 func (c *Conn) read(dst io.Writer) (int, error) {
 	dl := c.readDeadline()
-	var (
-		entry  waiter.Entry
-		notify chan struct{}
-	)
+	registered := false
+	defer func() {
+		if registered {
+			c.wq.EventUnregister(&c.rEntry)
+		}
+	}()
 	for {
 		if c.isClosed() {
 			return 0, fmt.Errorf("netstack: read %v: %w", c.remote, net.ErrClosed)
@@ -320,17 +335,27 @@ func (c *Conn) read(dst io.Writer) (int, error) {
 		default:
 			return 0, c.opError("read", terr)
 		}
-		if notify == nil {
-			entry, notify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
-			c.wq.EventRegister(&entry)
-			defer c.wq.EventUnregister(&entry)
+		if !registered {
+			drain(c.rNotify)
+			c.wq.EventRegister(&c.rEntry)
+			registered = true
 			continue // re-check: data may have arrived before registration
 		}
 		select {
-		case <-notify:
+		case <-c.rNotify:
 		case <-dl:
 		case <-c.closed:
 		}
+	}
+}
+
+// drain empties a notification channel of capacity 1, so that a
+// notification left over from an earlier wait does not cause a spurious
+// wake-up.
+func drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
 	}
 }
 
@@ -346,9 +371,13 @@ func (c *Conn) opError(op string, terr tcpip.Error) error {
 // Write writes all of p, blocking while the send buffer is full. gVisor may
 // split p into several segments and may queue it in several parts.
 func (c *Conn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	return c.writeLocked(p, false)
+	defer c.pl.reset()
+	return c.writeLocked(p, len(p), false)
 }
 
 // WriteAligned writes all of p as one unit, for one FPDU per segment: it
@@ -359,7 +388,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 // gVisor nevertheless accepts only part of p (its buffer usage is estimated
 // from the peer's ACKs at the link, which TCP processes a moment later), the
 // rest is written right away. p larger than the send buffer is written in
-// parts. Returns len(p) or an error.
+// parts. Returns len(p) or an error. It does not allocate: gVisor copies p
+// into its send buffer through a payload reader kept in the Conn.
 func (c *Conn) WriteAligned(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -369,20 +399,136 @@ func (c *Conn) WriteAligned(p []byte) (int, error) {
 	if err := c.waitRoom(len(p)); err != nil {
 		return 0, err
 	}
-	return c.writeLocked(p, true)
+	defer c.pl.reset()
+	return c.writeLocked(p, len(p), true)
+}
+
+// Payload is the source of an aligned write: Len bytes, produced by Read
+// into gVisor's send buffer (tcpip.Payloader's contract: Read may be called
+// several times with slices that together take Len bytes).
+type Payload interface {
+	io.Reader
+	Len() int
+}
+
+// WriteAlignedPayload is WriteAligned for a Payload: it waits for room for
+// all p.Len() bytes, then has gVisor read them from p with one Atomic write,
+// so the caller can generate the bytes directly into gVisor's buffer (no
+// intermediate copy). Short writes continue reading from p.
+//
+// Len is called once, at the start; exactly that many bytes are then read.
+// Read is only ever called with non-empty slices that together take Len
+// bytes: gVisor (buffer.WriteFromReaderAndLimitedReader, called by the TCP
+// endpoint's Write) reads into one new buffer view per chunk of up to
+// buffer.MaxChunkSize (64 KiB), so for an MSS-sized FPDU Read normally
+// receives one slice of the whole length (1420 bytes at MTU 1500, 8920 at
+// 9000) and fills it with one call. Read gets more calls, with the rest of
+// the chunk, only when it returns fewer bytes than offered, when Len exceeds
+// a chunk, or when gVisor accepted only part of the write (the rest is read
+// by the next gVisor write, immediately after). Each slice is gVisor's send
+// buffer memory and is valid only during the call.
+//
+// Read runs with the endpoint's locks held (that is what makes the write
+// atomic): it must not call into this Conn or its Stack, and should not
+// block. If Read returns an error, or io.EOF before Len bytes, the bytes of
+// that gVisor write are discarded, the error (io.ErrUnexpectedEOF for an
+// early EOF) is returned wrapped along with the number of bytes queued before
+// it, and the stream is no longer aligned: the caller should Abort.
+func (c *Conn) WriteAlignedPayload(p Payload) (int, error) {
+	n := p.Len()
+	if n <= 0 {
+		return 0, nil
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.waitRoom(n); err != nil {
+		return 0, err
+	}
+	c.pl = payloadReader{src: p, left: n}
+	defer c.pl.reset()
+	return c.writeLocked(nil, n, true)
+}
+
+// payloadReader is the tcpip.Payloader gVisor reads a write from: either a
+// byte slice (buf, when src is nil) or a caller's Payload, limited to the
+// left bytes still to be queued. Errors from src are kept in err, because
+// gVisor reports them only as ErrBadBuffer.
+type payloadReader struct {
+	buf   []byte
+	src   io.Reader
+	left  int
+	empty int // consecutive (0, nil) reads from src
+	err   error
+}
+
+// maxEmptyReads bounds how many times in a row a Payload may return (0, nil)
+// before the write fails with io.ErrNoProgress (gVisor would loop forever).
+const maxEmptyReads = 100
+
+func (r *payloadReader) reset() { *r = payloadReader{} }
+
+// Len implements tcpip.Payloader.
+func (r *payloadReader) Len() int { return r.left }
+
+// Read implements io.Reader for gVisor.
+func (r *payloadReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if len(p) > r.left {
+		p = p[:r.left]
+	}
+	if len(p) == 0 {
+		// View.ReadFrom probes for EOF with an empty read first.
+		if r.left == 0 {
+			return 0, io.EOF
+		}
+		return 0, nil
+	}
+	if r.src == nil {
+		n := copy(p, r.buf)
+		r.buf = r.buf[n:]
+		r.left -= n
+		return n, nil
+	}
+	n, err := r.src.Read(p)
+	if n < 0 || n > len(p) {
+		n, err = 0, errors.New("netstack: payload Read returned an invalid count")
+	}
+	r.left -= n
+	switch {
+	case err == io.EOF && r.left == 0:
+		err = nil
+	case err == io.EOF:
+		// gVisor would loop: it does not stop on an early EOF.
+		err = io.ErrUnexpectedEOF
+	case err == nil && n == 0:
+		if r.empty++; r.empty >= maxEmptyReads {
+			err = io.ErrNoProgress
+		}
+	case n > 0:
+		r.empty = 0
+	}
+	if err != nil {
+		r.err = err
+	}
+	return n, err
 }
 
 // inFlight estimates gVisor's send-buffer usage (SndBufUsed: bytes written
 // and not yet acknowledged). gVisor does not export it
 // (GetSockOptInt(SendQueueSizeOption) is not implemented for TCP), so it is
 // written minus what the peer's cumulative ACK, seen at the link, covers.
+// c.writeMu is held.
 func (c *Conn) inFlight() int {
-	iss, ok1 := c.flow.ourISS()
-	ack, ok2 := c.flow.peerAck()
-	if !ok1 || !ok2 {
+	if !c.issOK {
+		c.iss, c.issOK = c.flow.ourISS()
+	}
+	ack, ok := c.flow.peerAck()
+	if !c.issOK || !ok {
 		return int(c.written)
 	}
-	acked := ack - (iss + 1)
+	acked := ack - (c.iss + 1)
 	n := int32(uint32(c.written) - acked)
 	if n < 0 {
 		return 0
@@ -391,11 +537,26 @@ func (c *Conn) inFlight() int {
 }
 
 // waitRoom blocks until the estimated free send-buffer space is at least n.
+// c.writeMu is held.
 func (c *Conn) waitRoom(n int) error {
-	var (
-		entry  waiter.Entry
-		notify chan struct{}
-	)
+	if c.isClosed() {
+		return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
+	}
+	size := int(c.ep.SocketOptions().GetSendBufferSize())
+	if n > size || size-c.inFlight() >= n {
+		return nil
+	}
+	return c.waitRoomSlow(n)
+}
+
+func (c *Conn) waitRoomSlow(n int) error {
+	registered := false
+	defer func() {
+		c.flow.waiting.Store(false)
+		if registered {
+			c.wq.EventUnregister(&c.wEntry)
+		}
+	}()
 	for {
 		if c.isClosed() {
 			return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
@@ -404,51 +565,61 @@ func (c *Conn) waitRoom(n int) error {
 		if n > size {
 			return nil
 		}
+		// Announce the wait before the check, so an ACK seen after it
+		// signals ackAdvCh.
 		c.flow.waiting.Store(true)
 		if size-c.inFlight() >= n {
-			c.flow.waiting.Store(false)
 			return nil
 		}
-		if notify == nil {
-			entry, notify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-			c.wq.EventRegister(&entry)
-			defer c.wq.EventUnregister(&entry)
+		if !registered {
+			drain(c.wNotify)
+			c.wq.EventRegister(&c.wEntry)
+			registered = true
 		}
 		// An error on the endpoint (reset) shows as HUp/Err readiness.
 		if c.ep.Readiness(waiter.EventHUp|waiter.EventErr) != 0 {
-			c.flow.waiting.Store(false)
 			return nil // let the write report it
 		}
 		select {
 		case <-c.flow.ackAdvCh:
-		case <-notify:
+		case <-c.wNotify:
 		case <-c.closed:
 		}
 		c.flow.waiting.Store(false)
 	}
 }
 
-// writeLocked writes all of p; atomic makes gVisor keep its locks while
-// copying, so no concurrent writer can shrink the space between the check
-// and the copy.
-func (c *Conn) writeLocked(p []byte, atomicWrite bool) (int, error) {
-	var (
-		r      bytes.Reader
-		done   int
-		entry  waiter.Entry
-		notify chan struct{}
-	)
-	for done < len(p) {
+// writeLocked queues total bytes: p when it is non-nil, else the Payload
+// already set in c.pl. atomicWrite makes gVisor keep its locks while reading
+// the payload, so no concurrent writer can shrink the space between its check
+// and the copy, and no byte read is ever discarded. Without it gVisor may
+// read more than it keeps (it truncates to the space left after the copy),
+// so a byte slice is re-seated at the first unqueued byte before every
+// gVisor write. c.writeMu is held.
+func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
+	done := 0
+	registered := false
+	defer func() {
+		if registered {
+			c.wq.EventUnregister(&c.wEntry)
+		}
+	}()
+	for done < total {
 		if c.isClosed() {
 			return done, fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 		}
-		r.Reset(p[done:])
-		n, terr := c.ep.Write(&r, tcpip.WriteOptions{Atomic: atomicWrite})
+		if p != nil {
+			c.pl = payloadReader{buf: p[done:], left: total - done}
+		}
+		n, terr := c.ep.Write(&c.pl, tcpip.WriteOptions{Atomic: atomicWrite})
 		done += int(n)
 		c.written += uint64(n)
+		if err := c.pl.err; err != nil {
+			return done, fmt.Errorf("netstack: write %v: payload: %w", c.remote, err)
+		}
 		switch terr.(type) {
 		case nil:
-			if atomicWrite && done < len(p) && n > 0 {
+			if atomicWrite && done < total && n > 0 {
 				c.partialWrites.Add(1)
 			}
 			continue
@@ -456,14 +627,14 @@ func (c *Conn) writeLocked(p []byte, atomicWrite bool) (int, error) {
 		default:
 			return done, c.opError("write", terr)
 		}
-		if notify == nil {
-			entry, notify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-			c.wq.EventRegister(&entry)
-			defer c.wq.EventUnregister(&entry)
+		if !registered {
+			drain(c.wNotify)
+			c.wq.EventRegister(&c.wEntry)
+			registered = true
 			continue
 		}
 		select {
-		case <-notify:
+		case <-c.wNotify:
 		case <-c.closed:
 		}
 	}

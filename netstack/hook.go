@@ -58,6 +58,41 @@ func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 	return e.Endpoint.WritePackets(pkts)
 }
 
+// directQDisc is the NIC's queueing discipline. It does what gVisor's
+// default (delegatingQueueingDiscipline, used when NICOptions.QDisc is nil)
+// does — hand each packet straight to the link endpoint's WritePackets as a
+// one-packet list, ignoring the count — without allocating that list's
+// backing array for every packet: the default builds a fresh
+// PacketBufferList per packet, and since WritePackets is an interface call
+// the one-element slice escapes. Here one-element lists are recycled; no
+// link endpoint keeps the list after WritePackets returns.
+type directQDisc struct {
+	ep    *hookEndpoint
+	lists sync.Pool // *stack.PacketBufferList holding one (nil) element
+}
+
+var _ stack.QueueingDiscipline = (*directQDisc)(nil)
+
+// WritePacket implements stack.QueueingDiscipline.WritePacket. The caller
+// keeps its reference to pkt, as with gVisor's default.
+func (q *directQDisc) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
+	l, _ := q.lists.Get().(*stack.PacketBufferList)
+	if l == nil {
+		l = new(stack.PacketBufferList)
+		l.PushBack(nil)
+	}
+	// AsSlice returns the list's own backing array.
+	slot := l.AsSlice()
+	slot[0] = pkt
+	_, err := q.ep.WritePackets(*l)
+	slot[0] = nil
+	q.lists.Put(l)
+	return err
+}
+
+// Close implements stack.QueueingDiscipline.Close.
+func (*directQDisc) Close() {}
+
 // inbound inspects a packet before the network layer parses it: the whole IP
 // packet is in pkt.Data().
 func (s *Stack) inbound(pkt *stack.PacketBuffer) {
@@ -129,8 +164,7 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	if len(nh) == 0 || len(th) < 20 {
 		return
 	}
-	var buf [120]byte
-	h, ok := parseIPAndTCP(&buf, nh, th)
+	h, ok := parseIPAndTCP(nh, th)
 	if !ok {
 		return
 	}
@@ -189,15 +223,17 @@ func (s *Stack) callHooks(fh SegmentHook, dir Direction, h *tcpHeader, payload [
 	s.segPool.Put(seg)
 }
 
-// parseIPAndTCP parses an outbound packet's separate IP and TCP headers,
-// copying them into buf (the returned options alias buf).
-func parseIPAndTCP(buf *[120]byte, nh, th []byte) (tcpHeader, bool) {
-	if len(nh)+len(th) > len(buf) {
+// parseIPAndTCP parses an outbound packet's separate IP and TCP headers in
+// place (the returned options alias th), without copying them together.
+func parseIPAndTCP(nh, th []byte) (h tcpHeader, ok bool) {
+	src, dst, ok := parseIPHeader(&h, nh)
+	if !ok || h.ipHdrLen != len(nh) {
 		return tcpHeader{}, false
 	}
-	n := copy(buf[:], nh)
-	n += copy(buf[n:], th)
-	return parseTCPHeaders(buf[:n])
+	if !parseTCPHeader(&h, src, dst, th) {
+		return tcpHeader{}, false
+	}
+	return h, true
 }
 
 // flowKey names a connection from this stack's point of view.

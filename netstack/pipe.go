@@ -200,7 +200,8 @@ type forwarder struct {
 	rng     *rand.Rand
 	out     func(pipePacket)
 	c       *dirCounters
-	held    *pipePacket
+	held    pipePacket // valid when isHeld
+	isHeld  bool
 	heldAt  time.Time
 	pending []pipePacket // FIFO; release times are non-decreasing
 	lastAt  time.Time
@@ -222,29 +223,29 @@ func (f *forwarder) handle(p pipePacket, now time.Time) {
 	if f.imp.Corrupt > 0 {
 		p = f.maybeCorrupt(p)
 	}
-	var dup *pipePacket
+	// Values, not pointers: taking p's address would move every packet
+	// to the heap.
+	var dup pipePacket
+	hasDup := false
 	if f.chance(f.imp.Duplicate) {
 		f.c.duplicated.Add(1)
-		d := pipePacket{proto: p.proto, buf: p.buf.Clone()}
-		dup = &d
+		dup, hasDup = pipePacket{proto: p.proto, buf: p.buf.Clone()}, true
 	}
-	if f.held == nil && f.chance(f.imp.Reorder) {
+	if !f.isHeld && f.chance(f.imp.Reorder) {
 		f.c.reordered.Add(1)
-		f.held = &p
+		f.held, f.isHeld = p, true
 		f.heldAt = now.Add(reorderTimeout)
-		if dup != nil {
-			f.delay(*dup, now)
+		if hasDup {
+			f.delay(dup, now)
 		}
 		return
 	}
 	f.delay(p, now)
-	if dup != nil {
-		f.delay(*dup, now)
+	if hasDup {
+		f.delay(dup, now)
 	}
-	if f.held != nil {
-		h := *f.held
-		f.held = nil
-		f.delay(h, now)
+	if f.isHeld {
+		f.delay(f.takeHeld(), now)
 	}
 }
 
@@ -274,7 +275,7 @@ func (f *forwarder) nextDeadline() (time.Time, bool) {
 	if len(f.pending) > 0 {
 		t, ok = f.pending[0].at, true
 	}
-	if f.held != nil && (!ok || f.heldAt.Before(t)) {
+	if f.isHeld && (!ok || f.heldAt.Before(t)) {
 		t, ok = f.heldAt, true
 	}
 	return t, ok
@@ -282,10 +283,8 @@ func (f *forwarder) nextDeadline() (time.Time, bool) {
 
 // release delivers everything that is due at now.
 func (f *forwarder) release(now time.Time) {
-	if f.held != nil && !now.Before(f.heldAt) {
-		h := *f.held
-		f.held = nil
-		f.delay(h, now)
+	if f.isHeld && !now.Before(f.heldAt) {
+		f.delay(f.takeHeld(), now)
 	}
 	i := 0
 	for ; i < len(f.pending) && !now.Before(f.pending[i].at); i++ {
@@ -305,10 +304,16 @@ func (f *forwarder) flush() {
 		f.out(p)
 	}
 	f.pending = nil
-	if f.held != nil {
-		f.out(*f.held)
-		f.held = nil
+	if f.isHeld {
+		f.out(f.takeHeld())
 	}
+}
+
+// takeHeld returns the held-back packet and clears the slot.
+func (f *forwarder) takeHeld() pipePacket {
+	h := f.held
+	f.held, f.isHeld = pipePacket{}, false
+	return h
 }
 
 // maybeCorrupt flips one payload byte of a TCP data segment with probability

@@ -99,22 +99,32 @@ const protoTCP = 6
 // (hdr may be longer). It returns ok=false when the packet is not TCP or the
 // headers are truncated. IPv6 extension headers are not followed.
 func parseTCPHeaders(hdr []byte) (h tcpHeader, ok bool) {
-	if len(hdr) < 1 {
+	src, dst, ok := parseIPHeader(&h, hdr)
+	if !ok {
 		return h, false
 	}
-	var src, dst netip.Addr
+	return h, parseTCPHeader(&h, src, dst, hdr[h.ipHdrLen:])
+}
+
+// parseIPHeader parses the IP header at the start of hdr into h (ipHdrLen,
+// total) and returns the addresses; ok=false when the packet is not TCP (or
+// not a first fragment) or the IP header is truncated.
+func parseIPHeader(h *tcpHeader, hdr []byte) (src, dst netip.Addr, ok bool) {
+	if len(hdr) < 1 {
+		return src, dst, false
+	}
 	switch hdr[0] >> 4 {
 	case 4:
 		if len(hdr) < 20 {
-			return h, false
+			return src, dst, false
 		}
 		ihl := int(hdr[0]&0x0f) * 4
 		if ihl < 20 || len(hdr) < ihl || hdr[9] != protoTCP {
-			return h, false
+			return src, dst, false
 		}
 		// Only the first fragment carries the TCP header.
 		if binary.BigEndian.Uint16(hdr[6:8])&0x1fff != 0 {
-			return h, false
+			return src, dst, false
 		}
 		src = netip.AddrFrom4([4]byte(hdr[12:16]))
 		dst = netip.AddrFrom4([4]byte(hdr[16:20]))
@@ -122,22 +132,27 @@ func parseTCPHeaders(hdr []byte) (h tcpHeader, ok bool) {
 		h.total = int(binary.BigEndian.Uint16(hdr[2:4]))
 	case 6:
 		if len(hdr) < 40 || hdr[6] != protoTCP {
-			return h, false
+			return src, dst, false
 		}
 		src = netip.AddrFrom16([16]byte(hdr[8:24]))
 		dst = netip.AddrFrom16([16]byte(hdr[24:40]))
 		h.ipHdrLen = 40
 		h.total = 40 + int(binary.BigEndian.Uint16(hdr[4:6]))
 	default:
-		return h, false
+		return src, dst, false
 	}
-	t := hdr[h.ipHdrLen:]
+	return src, dst, true
+}
+
+// parseTCPHeader parses the TCP header at the start of t into h (options
+// alias t).
+func parseTCPHeader(h *tcpHeader, src, dst netip.Addr, t []byte) bool {
 	if len(t) < 20 {
-		return h, false
+		return false
 	}
 	doff := int(t[12]>>4) * 4
 	if doff < 20 || len(t) < doff {
-		return h, false
+		return false
 	}
 	h.src = netip.AddrPortFrom(src, binary.BigEndian.Uint16(t[0:2]))
 	h.dst = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(t[2:4]))
@@ -147,7 +162,7 @@ func parseTCPHeaders(hdr []byte) (h tcpHeader, ok bool) {
 	h.window = binary.BigEndian.Uint16(t[14:16])
 	h.tcpLen = doff
 	h.options = t[20:doff]
-	return h, true
+	return true
 }
 
 // tcpHeaderLenNeeded returns how many bytes from the start of the IP packet

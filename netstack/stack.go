@@ -181,7 +181,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 	}
 
 	st.ep = newHookEndpoint(link.ep, st, uint32(mtu))
-	if err := st.s.CreateNIC(nicID, st.ep); err != nil {
+	if err := st.s.CreateNICWithOptions(nicID, st.ep, stack.NICOptions{QDisc: &directQDisc{ep: st.ep}}); err != nil {
 		return fail("create NIC", err)
 	}
 	var routes []tcpip.Route
