@@ -28,6 +28,7 @@ type txState struct {
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
 	src  [MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
+	fp   fpduPayload // the FPDU being written
 }
 
 // txJob is what the TX goroutine does next.
@@ -319,27 +320,18 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 			h.MO = uint32(off)
 		}
 		h.Marshal(t.hdr[:hl])
-		t.mpa.Begin(t.buf[:0], hl+int(n))
-		t.mpa.Write(t.hdr[:hl])
-		for left := int(n); left > 0; {
-			c := t.src[si][so:]
-			if len(c) > left {
-				c = c[:left]
-			}
-			t.mpa.Write(c)
-			left -= len(c)
-			so += len(c)
-			if so == len(t.src[si]) {
-				si, so = si+1, 0
-			}
-		}
-		fpdu := t.mpa.Finish()
 		if readResponse && h.Last {
 			qp.releaseIRQ()
 		}
-		if err := qp.writeFPDU(fpdu); err != nil {
-			return err
+		// The FPDU is built inside gVisor's send buffer (one payload copy,
+		// from the registered memory).
+		t.fp = fpduPayload{t: t, hdr: t.hdr[:hl], n: int(n), si: si, so: so, total: t.mpa.WireLen(hl + int(n))}
+		if _, err := qp.conn.WriteAlignedPayload(&t.fp); err != nil {
+			return fmt.Errorf("write FPDU: %w", err)
 		}
+		qp.stats.FPDUsTx.Add(1)
+		qp.stats.BytesTx.Add(uint64(t.fp.total))
+		si, so = t.fp.si, t.fp.so
 		off += n
 		if qp.aborted() {
 			return errAborted
