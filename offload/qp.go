@@ -214,6 +214,7 @@ type QP struct {
 	sendMSN  uint32 // next MSN on QN 0 (TX)
 	readMSN  uint32 // next MSN on QN 1 (TX)
 	flushErr WCStatus
+	wc       WorkCompletion // scratch for pushing completions, guarded by mu
 }
 
 // Num is the queue pair number.
@@ -290,6 +291,7 @@ func (qp *QP) Modify(s QPState) error {
 		}
 		qp.state = QPReset
 		qp.inErr.Store(false)
+		qp.closing, qp.term, qp.termSent, qp.p2pRTR = false, nil, false, 0
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
@@ -308,6 +310,8 @@ func (qp *QP) Modify(s QPState) error {
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	// Whatever was queued before a bad request goes out too.
+	defer qp.txCond.Signal()
 	switch qp.state {
 	case QPRTR, QPRTS, QPErr:
 	default:
@@ -338,7 +342,6 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 			qp.flushLocked()
 		}
 	}
-	qp.txCond.Signal()
 	return len(wrs), nil
 }
 
@@ -403,7 +406,8 @@ func (qp *QP) retireLocked() {
 			return
 		}
 		if w.status != WCSuccess || w.flags&FlagSignaled != 0 || qp.sigAll {
-			wc := WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
+			wc := &qp.wc
+			*wc = WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
 			switch w.op {
 			case WRWrite:
 				wc.Opcode = WCWrite
@@ -412,7 +416,7 @@ func (qp *QP) retireLocked() {
 			default:
 				wc.Opcode = WCSend
 			}
-			qp.sendCQ.Push(&wc, false)
+			qp.sendCQ.Push(wc, false)
 		}
 		if w.status == WCSuccess {
 			qp.stats.SQCompleted.Add(1)
@@ -423,12 +427,17 @@ func (qp *QP) retireLocked() {
 	}
 }
 
-// completeRecvLocked completes the receive at the head of the RQ.
-func (qp *QP) completeRecvLocked(wc *WorkCompletion, solicited bool) {
-	wc.QPNum = qp.num
-	wc.Opcode = WCRecv
+// completeRecvLocked completes the receive at the head of the RQ with
+// status st (and, for a Send with Invalidate, the invalidated STag).
+func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solicited bool) {
+	wc := &qp.wc
+	*wc = WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	if inv != 0 {
+		wc.Flags = WCWithInv
+		wc.InvalidatedRKey = inv
+	}
 	qp.rqHead++
-	if wc.Status == WCSuccess {
+	if st == WCSuccess {
 		qp.stats.RQCompleted.Add(1)
 	} else {
 		qp.stats.RQErrors.Add(1)
@@ -455,8 +464,7 @@ func (qp *QP) flushLocked() {
 	qp.orq = qp.orq[:0]
 	qp.retireLocked()
 	for qp.rqHead < qp.rqTail {
-		r := &qp.rq[qp.rqHead%uint64(len(qp.rq))]
-		qp.completeRecvLocked(&WorkCompletion{ID: r.id, Status: WCFlushErr}, false)
+		qp.completeRecvLocked(WCFlushErr, 0, 0, false)
 	}
 	qp.irq = qp.irq[:0]
 }

@@ -51,7 +51,7 @@ type rxState struct {
 }
 
 func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR) {
-	r.qp = qp
+	*r = rxState{qp: qp}
 	r.mpa.Init(crc, markers, r)
 	r.sendMSN, r.readMSN, r.termMSN = 1, 1, 1
 	r.awaitRTR = awaitRTR
@@ -346,14 +346,13 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 		}
 		r.sendMSN++
 		r.sendActive = false
-		wc := WorkCompletion{Status: WCSuccess, ByteLen: uint32(r.sendPlaced)}
+		var inv uint32
 		if r.op.Invalidates() {
 			if err := qp.dev.regions.Invalidate(h.ULPData, qp.pd); err != nil {
 				r.sendActive = true // the receive completes with the error
 				return r.fail(rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
 			}
-			wc.Flags |= WCWithInv
-			wc.InvalidatedRKey = h.ULPData
+			inv = h.ULPData
 			qp.stats.Invalidations.Add(1)
 		}
 		qp.stats.SendsRx.Add(1)
@@ -362,8 +361,7 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 			qp.mu.Unlock()
 			return errAborted
 		}
-		wc.ID = qp.rq[qp.rqHead%uint64(len(qp.rq))].id
-		qp.completeRecvLocked(&wc, r.op.Solicited())
+		qp.completeRecvLocked(WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
 		qp.mu.Unlock()
 	case rdmap.OpReadRequest:
 		return r.readRequest()
@@ -494,8 +492,7 @@ func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
 		if local != WCSuccess {
 			switch {
 			case r.sendActive && qp.rqHead < qp.rqTail:
-				id := qp.rq[qp.rqHead%uint64(len(qp.rq))].id
-				qp.completeRecvLocked(&WorkCompletion{ID: id, Status: local, ByteLen: uint32(r.sendPlaced)}, false)
+				qp.completeRecvLocked(local, uint32(r.sendPlaced), 0, false)
 			case r.op == rdmap.OpReadResponse && len(qp.orq) > 0 && qp.orq[0].sq != rtrSlot:
 				w := &qp.sq[qp.orq[0].sq%uint64(len(qp.sq))]
 				w.state, w.status = wqeDone, local

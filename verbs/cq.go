@@ -25,6 +25,7 @@ type CQ struct {
 	solicited  bool // armed for solicited (and error) completions only
 	notify     chan struct{}
 	destroyed  bool
+	users      int // QPs completing into it, guarded by dev.mu
 }
 
 // CreateCQ creates a completion queue of depth entries.
@@ -49,9 +50,15 @@ const MaxCQE = 1 << 20
 func (cq *CQ) Depth() int { return len(cq.ring) }
 
 // Push adds a completion; the engine calls it (offload.CompletionQueue).
+// A completion that does not fit is lost and the queue is marked
+// overflowed; after Destroy completions are dropped.
 func (cq *CQ) Push(wc *WorkCompletion, solicited bool) {
 	cq.mu.Lock()
-	if cq.tail-cq.head == uint64(len(cq.ring)) || cq.destroyed {
+	if cq.destroyed {
+		cq.mu.Unlock()
+		return
+	}
+	if cq.tail-cq.head == uint64(len(cq.ring)) {
 		cq.overflow = true
 		cq.mu.Unlock()
 		return
@@ -72,10 +79,14 @@ func (cq *CQ) Push(wc *WorkCompletion, solicited bool) {
 }
 
 // Poll moves up to len(wcs) completions into wcs, oldest first, and returns
-// how many (ibv_poll_cq). It never blocks and never allocates.
+// how many (ibv_poll_cq). It never blocks and never allocates. On a
+// destroyed queue it returns ErrDestroyed.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
+	if cq.destroyed {
+		return 0, errPollDestroyed
+	}
 	n := 0
 	for n < len(wcs) && cq.head < cq.tail {
 		wcs[n] = cq.ring[cq.head%uint64(len(cq.ring))]
@@ -127,11 +138,32 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 	}
 }
 
-// Destroy releases the queue; completions pushed afterwards are dropped.
+// errPollDestroyed is Poll's error on a destroyed queue (preallocated: Poll
+// never allocates).
+var errPollDestroyed = fmt.Errorf("poll CQ: %w", ErrDestroyed)
+
+// Destroy releases the queue: completions pushed afterwards are dropped,
+// Poll and ReqNotify fail with ErrDestroyed, and a Wait in progress returns.
+// Destroying it again fails with ErrDestroyed.
 func (cq *CQ) Destroy() error {
+	cq.dev.mu.Lock()
+	users := cq.users
+	cq.dev.mu.Unlock()
+	if users > 0 {
+		return fmt.Errorf("destroy CQ: %w (%d QPs use it)", ErrBusy, users)
+	}
 	cq.mu.Lock()
+	if cq.destroyed {
+		cq.mu.Unlock()
+		return fmt.Errorf("destroy CQ: %w", ErrDestroyed)
+	}
 	cq.destroyed = true
 	cq.mu.Unlock()
+	// Wake a Wait blocked on the notification: its next Poll fails.
+	select {
+	case cq.notify <- struct{}{}:
+	default:
+	}
 	cq.dev.mu.Lock()
 	delete(cq.dev.cqs, cq)
 	cq.dev.mu.Unlock()

@@ -123,6 +123,18 @@ type PD struct {
 	handle uint32
 	mrs    map[*MR]struct{}
 	qps    map[*QP]struct{}
+	freed  bool // guarded by dev.mu
+}
+
+// attach records an object of the PD, unless the PD was freed.
+func (pd *PD) attach(add func()) error {
+	pd.dev.mu.Lock()
+	defer pd.dev.mu.Unlock()
+	if pd.freed || pd.dev.closed {
+		return fmt.Errorf("PD %d: %w", pd.handle, ErrDestroyed)
+	}
+	add()
+	return nil
 }
 
 // AllocPD allocates a protection domain.
@@ -146,9 +158,13 @@ func (pd *PD) Dealloc() error {
 	d := pd.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if pd.freed {
+		return fmt.Errorf("dealloc PD %d: %w", pd.handle, ErrDestroyed)
+	}
 	if len(pd.mrs) > 0 || len(pd.qps) > 0 {
 		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps))
 	}
+	pd.freed = true
 	delete(d.pds, pd)
 	return nil
 }
@@ -193,17 +209,18 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 
 // RegMRAt registers buf with buf[0] at tagged offset iova (ibv_reg_mr_iova).
 func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
-	if err := pd.dev.check(); err != nil {
-		return nil, err
+	if err := pd.attach(func() {}); err != nil {
+		return nil, fmt.Errorf("reg MR: %w", err)
 	}
 	reg, err := pd.dev.eng.Regions().Register(pd.handle, buf, iova, access)
 	if err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
 	mr := &MR{pd: pd, reg: reg}
-	pd.dev.mu.Lock()
-	pd.mrs[mr] = struct{}{}
-	pd.dev.mu.Unlock()
+	if err := pd.attach(func() { pd.mrs[mr] = struct{}{} }); err != nil {
+		pd.dev.eng.Regions().Deregister(reg.STag())
+		return nil, fmt.Errorf("reg MR: %w", err)
+	}
 	return mr, nil
 }
 
@@ -250,15 +267,19 @@ type QPInitAttr struct {
 
 // QP is a reliable-connected queue pair (ibv_qp + its rdma_cm_id).
 type QP struct {
-	pd  *PD
-	eng *offload.QP
-	att QPInitAttr
+	pd        *PD
+	eng       *offload.QP
+	att       QPInitAttr
+	destroyed bool // guarded by pd.dev.mu
 }
 
 // CreateQP creates a queue pair in RESET.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("create QP: send and receive CQs are required")
+	}
+	if err := pd.attach(func() {}); err != nil {
+		return nil, fmt.Errorf("create QP: %w", err)
 	}
 	eng, err := pd.dev.eng.CreateQP(pd.handle, attr.SendCQ, attr.RecvCQ, offload.QPAttr{
 		MaxSendWR: attr.MaxSendWR, MaxRecvWR: attr.MaxRecvWR, SignalAll: attr.SignalAll,
@@ -267,9 +288,15 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	qp := &QP{pd: pd, eng: eng, att: attr}
-	pd.dev.mu.Lock()
-	pd.qps[qp] = struct{}{}
-	pd.dev.mu.Unlock()
+	err = pd.attach(func() {
+		pd.qps[qp] = struct{}{}
+		attr.SendCQ.users++
+		attr.RecvCQ.users++
+	})
+	if err != nil {
+		eng.Destroy()
+		return nil, fmt.Errorf("create QP: %w", err)
+	}
 	return qp, nil
 }
 
@@ -307,10 +334,20 @@ func (qp *QP) Info() offload.Info { return qp.eng.Info() }
 
 // Destroy disconnects and destroys the queue pair (ibv_destroy_qp).
 func (qp *QP) Destroy() error {
+	d := qp.pd.dev
+	d.mu.Lock()
+	if qp.destroyed {
+		d.mu.Unlock()
+		return fmt.Errorf("destroy QP %d: %w", qp.Num(), ErrDestroyed)
+	}
+	qp.destroyed = true
+	d.mu.Unlock()
 	err := qp.eng.Destroy()
-	qp.pd.dev.mu.Lock()
+	d.mu.Lock()
 	delete(qp.pd.qps, qp)
-	qp.pd.dev.mu.Unlock()
+	qp.att.SendCQ.users--
+	qp.att.RecvCQ.users--
+	d.mu.Unlock()
 	return err
 }
 

@@ -1,0 +1,119 @@
+package verbs
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/rdmap"
+)
+
+// TestIRDEqualsORD: a requester at ORD 1 against a responder at IRD 1 sends
+// each Read as soon as the previous one completes; the responder must have
+// freed the slot by then (no spurious IRD overflow).
+func TestIRDEqualsORD(t *testing.T) {
+	cli, srv := newPair(t, pairOpts{depth: 64,
+		srv:      func(c *offload.Config) { c.IRD = 1 },
+		cliParam: ConnParam{InitiatorDepth: 1}, srvParam: ConnParam{ResponderResources: 1}})
+	remote := srv.region(256, AccessRemoteRead)
+	fill(remote.buf(), 3)
+	sink := cli.region(256, AccessLocalWrite)
+	for batch := 0; batch < 4; batch++ {
+		wrs := make([]SendWR, 50)
+		for i := range wrs {
+			wrs[i] = SendWR{ID: uint64(i), Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, 256)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()}
+		}
+		cli.post(wrs...)
+		for i, wc := range poll(t, cli.scq, len(wrs)) {
+			wantWC(t, wc, uint64(i), WCRead, WCSuccess, 256)
+		}
+	}
+	if n := stats(srv).IRDOverflows.Load(); n != 0 {
+		t.Fatalf("%d IRD overflows", n)
+	}
+	sameBytes(t, "read", sink.buf(), remote.buf())
+}
+
+// TestQPReuseAfterOwnDisconnect: a QP that disconnected itself, or that
+// sent a Terminate, is reset and connects again, Terminate included.
+func TestQPReuseAfterOwnDisconnect(t *testing.T) {
+	cli, srv := newPair(t, pairOpts{depth: 8})
+	// srv detects an error and terminates; then both reset and reconnect.
+	cli.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled | FlagInline, Inline: []byte("x"), RemoteAddr: 0, RKey: 0x12345678})
+	terminated(t, srv, cli, rdmap.TermDDPTaggedInvalidSTag)
+	poll(t, cli.scq, 1)
+	for _, s := range []*side{cli, srv} {
+		for _, to := range []QPState{QPReset, QPInit} {
+			if err := s.qp.Modify(to); err != nil {
+				t.Fatalf("%s: Modify(%v): %v", s.dev.Name(), to, err)
+			}
+		}
+		s.events = nil
+	}
+	connectOn(t, cli, srv, srvPort+1, ConnParam{}, ConnParam{})
+	exercise(t, cli, srv, 3000, 4)
+	// The same error again: the reused QP terminates again.
+	cli.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled | FlagInline, Inline: []byte("x"), RemoteAddr: 0, RKey: 0x12345678})
+	terminated(t, srv, cli, rdmap.TermDDPTaggedInvalidSTag)
+	poll(t, cli.scq, 1)
+	// And a QP that disconnected itself.
+	for _, s := range []*side{cli, srv} {
+		s.qp.Disconnect()
+		for _, to := range []QPState{QPReset, QPInit} {
+			if err := s.qp.Modify(to); err != nil {
+				t.Fatalf("%s: Modify(%v): %v", s.dev.Name(), to, err)
+			}
+		}
+		s.events = nil
+	}
+	connectOn(t, cli, srv, srvPort+2, ConnParam{}, ConnParam{})
+	exercise(t, cli, srv, 3000, 5)
+}
+
+// TestPartialPostSendStillSends: the requests before a bad one go out.
+func TestPartialPostSendStillSends(t *testing.T) {
+	cli, srv := newPair(t, pairOpts{depth: 8})
+	dst := srv.region(64, AccessLocalWrite|AccessRemoteWrite)
+	n, err := cli.qp.PostSend([]SendWR{
+		{ID: 1, Opcode: WRWrite, Flags: FlagSignaled | FlagInline, Inline: []byte("ok"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
+		{ID: 2, Opcode: WROpcode(3)},
+	})
+	if n != 1 || !errors.Is(err, offload.ErrInvalidWR) {
+		t.Fatalf("PostSend = %d, %v; want 1, ErrInvalidWR", n, err)
+	}
+	wantWC(t, poll(t, cli.scq, 1)[0], 1, WCWrite, WCSuccess, 2)
+}
+
+// TestFreedObjects: a freed PD takes no new objects; a CQ in use is busy;
+// a destroyed QP cannot be destroyed twice.
+func TestFreedObjects(t *testing.T) {
+	s := loneSide(t, 4)
+	pd, err := s.dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pd.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.RegMR(make([]byte, 8), AccessLocalWrite); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("RegMR on a freed PD: %v, want ErrDestroyed", err)
+	}
+	if _, err := pd.CreateQP(QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, MaxSendWR: 1, MaxRecvWR: 1}); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("CreateQP on a freed PD: %v, want ErrDestroyed", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("second Dealloc: %v, want ErrDestroyed", err)
+	}
+	if err := s.scq.Destroy(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Destroy of a CQ in use: %v, want ErrBusy", err)
+	}
+	if err := s.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.qp.Destroy(); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("second QP Destroy: %v, want ErrDestroyed", err)
+	}
+	if err := s.scq.Destroy(); err != nil {
+		t.Fatalf("Destroy of a CQ no longer used: %v", err)
+	}
+}
