@@ -138,20 +138,21 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 	if f != nil && h.flags&FlagACK != 0 {
 		f.ackSeen(h.ack)
 	}
-	fh := f.getHook()
+	fh, fhPayload := f.getHook()
 	if s.hook == nil && fh == nil {
 		return
 	}
 	var payload []byte
 	plen := min(h.total, size) - hlen
-	if plen > 0 {
+	h.plen = max(plen, 0)
+	if plen > 0 && (fhPayload || s.hookPayload) {
 		full, ok := d.PullUp(hlen + plen)
 		if !ok {
 			return
 		}
 		payload = full[hlen:]
 	}
-	s.callHooks(fh, Inbound, &h, payload)
+	s.callHooks(fh, fhPayload, Inbound, &h, payload)
 }
 
 // outbound inspects a packet TCP and IP have built.
@@ -177,22 +178,23 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
-	fh := f.getHook()
+	fh, fhPayload := f.getHook()
 	if s.hook == nil && fh == nil {
 		return
 	}
 	var payload []byte
-	if n := pkt.Data().Size(); n > 0 {
+	h.plen = pkt.Data().Size()
+	if n := h.plen; n > 0 && (fhPayload || s.hookPayload) {
 		p, ok := pkt.Data().PullUp(n)
 		if !ok {
 			return
 		}
 		payload = p
 	}
-	s.callHooks(fh, Outbound, &h, payload)
+	s.callHooks(fh, fhPayload, Outbound, &h, payload)
 }
 
-func (s *Stack) callHooks(fh SegmentHook, dir Direction, h *tcpHeader, payload []byte) {
+func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
@@ -205,6 +207,7 @@ func (s *Stack) callHooks(fh SegmentHook, dir Direction, h *tcpHeader, payload [
 		Ack:     h.ack,
 		Flags:   h.flags,
 		Window:  h.window,
+		Len:     h.plen,
 		Payload: payload,
 	}
 	if h.flags&FlagSYN != 0 {
@@ -216,7 +219,10 @@ func (s *Stack) callHooks(fh SegmentHook, dir Direction, h *tcpHeader, payload [
 	if fh != nil {
 		// The stack-wide hook may have scribbled on seg.
 		seg.Dir, seg.Src, seg.Dst, seg.Seq, seg.Ack = dir, h.src, h.dst, h.seq, h.ack
-		seg.Flags, seg.Window, seg.Payload = h.flags, h.window, payload
+		seg.Flags, seg.Window, seg.Len, seg.Payload = h.flags, h.window, h.plen, payload
+		if !fhPayload {
+			seg.Payload = nil
+		}
 		fh.Segment(seg)
 	}
 	*seg = Segment{}
@@ -269,7 +275,10 @@ type flow struct {
 }
 
 // hookBox lets an interface value live in an atomic.Pointer.
-type hookBox struct{ h SegmentHook }
+type hookBox struct {
+	h       SegmentHook
+	payload bool // h reads payloads
+}
 
 func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 	f.mu.Lock()
@@ -323,14 +332,14 @@ func (f *flow) peerAck() (uint32, bool) {
 	return uint32(v), v != 0
 }
 
-func (f *flow) getHook() SegmentHook {
+func (f *flow) getHook() (SegmentHook, bool) {
 	if f == nil {
-		return nil
+		return nil, false
 	}
 	if b := f.hook.Load(); b != nil {
-		return b.h
+		return b.h, b.payload
 	}
-	return nil
+	return nil, false
 }
 
 // flowTable maps connections to their flow state.
@@ -404,7 +413,7 @@ func (t *flowTable) remove(k flowKey, f *flow) {
 func (t *flowTable) setHook(f *flow, h SegmentHook) {
 	var b *hookBox
 	if h != nil {
-		b = &hookBox{h: h}
+		b = &hookBox{h: h, payload: wantsPayload(h)}
 	}
 	old := f.hook.Swap(b)
 	switch {

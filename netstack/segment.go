@@ -58,12 +58,41 @@ type Segment struct {
 	Window uint16
 	// MSS is the MSS option of a SYN segment, 0 otherwise or if absent.
 	MSS uint16
-	// Payload is the TCP payload, valid only during the hook call. It is
-	// always contiguous: when the packet's payload spans several buffer
-	// views it is pulled up into one, which costs one copy of the packet
-	// (and leaves the packet with a single view). This only happens when a
-	// hook wants the segment.
+	// Len is the TCP payload length.
+	Len int
+	// Payload is the TCP payload, valid only during the hook call; nil for
+	// a HeaderHook. It is always contiguous: when the packet's payload spans
+	// several buffer views it is pulled up into one, which costs one copy of
+	// the packet (and leaves the packet with a single view). This only
+	// happens when a hook that reads payloads wants the segment.
 	Payload []byte
+}
+
+// HeaderHook is a SegmentHook that never reads Segment.Payload (counters,
+// sequence tracking): the stack passes Payload nil and never pulls a
+// packet's payload together for it, so it costs a header parse per packet.
+type HeaderHook interface {
+	SegmentHook
+	// HeadersOnly marks the hook; it is never called.
+	HeadersOnly()
+}
+
+// HeaderHookFunc adapts a function to HeaderHook.
+type HeaderHookFunc func(s *Segment)
+
+// Segment calls f(s).
+func (f HeaderHookFunc) Segment(s *Segment) { f(s) }
+
+// HeadersOnly implements HeaderHook.
+func (HeaderHookFunc) HeadersOnly() {}
+
+// wantsPayload reports whether h reads payloads.
+func wantsPayload(h SegmentHook) bool {
+	if h == nil {
+		return false
+	}
+	_, headersOnly := h.(HeaderHook)
+	return !headersOnly
 }
 
 // SegmentHook observes TCP segments at the link. Segment must not retain s or
@@ -86,6 +115,7 @@ type tcpHeader struct {
 	seq, ack uint32
 	flags    uint8
 	window   uint16
+	plen     int // TCP payload length
 	ipHdrLen int // length of the IP header
 	tcpLen   int // length of the TCP header including options
 	total    int // total IP packet length as declared by the IP header

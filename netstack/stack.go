@@ -69,7 +69,9 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
-	flows flowTable
+	// hookPayload: the stack-wide hook reads payloads.
+	hookPayload bool
+	flows       flowTable
 	// segPool recycles the Segment values handed to hooks.
 	segPool sync.Pool
 
@@ -121,12 +123,13 @@ func New(link *Link, opts Options) (*Stack, error) {
 	}
 
 	st := &Stack{
-		link:      link,
-		mtu:       mtu,
-		addrs:     slices.Clone(opts.Addrs),
-		hook:      opts.Hook,
-		conns:     make(map[*Conn]struct{}),
-		listeners: make(map[*Listener]struct{}),
+		link:        link,
+		mtu:         mtu,
+		addrs:       slices.Clone(opts.Addrs),
+		hook:        opts.Hook,
+		hookPayload: wantsPayload(opts.Hook),
+		conns:       make(map[*Conn]struct{}),
+		listeners:   make(map[*Listener]struct{}),
 	}
 	st.flows.init()
 	st.s = stack.New(stack.Options{

@@ -36,6 +36,10 @@ type Config struct {
 	// MaxFPDU caps the FPDU size below the effective MSS: large FPDUs on
 	// jumbo links risk window-edge splits (netstack-probe.md §1e).
 	MaxFPDU int
+	// FPDUsPerWrite caps how many whole FPDUs one TCP write carries (see
+	// QP.sendMessage); 0 means as many as fit in 64 KiB, 1 is one FPDU per
+	// write. Either way each segment starts with an FPDU.
+	FPDUsPerWrite int
 	// MaxQP and MaxMR bound the device's objects.
 	MaxQP, MaxMR int
 	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
@@ -425,7 +429,7 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.mu.Lock()
 	qp.conn = conn
-	conn.SetSegmentHook(netstack.SegmentHookFunc(qp.stats.countSegment))
+	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.stats.countSegment))
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
@@ -437,8 +441,15 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 		emss = qp.dev.cfg.MaxFPDU
 	}
 	qp.tx.emss = emss
-	qp.tx.buf = make([]byte, 0, emss)
 	qp.tx.mpa.Init(p.CRC, p.MarkersTx)
+	// Several FPDUs per write only where TCP's own cuts (every MSS) fall
+	// between them: markers off (every full FPDU then has the same length),
+	// FPDUs filling the MSS exactly (a multiple of 4) and not capped below it.
+	qp.tx.perWrite = qp.dev.cfg.FPDUsPerWrite
+	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
+		qp.tx.perWrite = 1
+	}
+	qp.tx.buf = make([]byte, 0, max(emss, maxBatch))
 	var await mpa.RTR
 	established := true
 	switch {

@@ -121,13 +121,13 @@ func (s *QPStats) Counters() []Counter {
 func (s *QPStats) countSegment(seg *netstack.Segment) {
 	if seg.Dir == netstack.Outbound {
 		s.SegmentsTx.Add(1)
-		if len(seg.Payload) > 0 {
+		if seg.Len > 0 {
 			s.DataSegmentsTx.Add(1)
 		}
 		return
 	}
 	s.SegmentsRx.Add(1)
-	if len(seg.Payload) > 0 {
+	if seg.Len > 0 {
 		s.DataSegmentsRx.Add(1)
 	}
 }

@@ -28,7 +28,9 @@ type txState struct {
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
 	src  [MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
-	fp   fpduPayload // the FPDU being written
+	fp   fpduPayload // the FPDUs being written
+	// perWrite caps the FPDUs of one TCP write (1: one FPDU per write).
+	perWrite int
 }
 
 // txJob is what the TX goroutine does next.
@@ -295,44 +297,59 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 	return WCSuccess, err
 }
 
+// maxBatch bounds the bytes of one TCP write: one gVisor buffer chunk
+// (buffer.MaxChunkSize), so gVisor hands the whole batch to a single Read
+// and the FPDUs are built in place.
+const maxBatch = 64 << 10
+
 // sendMessage sends the payload gathered in qp.tx.src (total bytes) as one
 // DDP message of FPDUs, each at most one effective MSS: tagged messages
 // advance TO from base, untagged ones MO from 0.
+//
+// FPDUs go to TCP in writes of whole FPDUs. When every FPDU but a write's
+// last is exactly one MSS long (markers off towards the peer, EMSS a
+// multiple of 4 and not capped), a write carries up to maxBatch bytes of
+// FPDUs: TCP cuts it at MSS boundaries, which are FPDU boundaries, so each
+// segment still starts with an FPDU and holds whole FPDUs, at a fraction of
+// the per-write cost. Otherwise (or with Config.FPDUsPerWrite = 1) each
+// write carries one FPDU.
 func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse bool) error {
 	t := &qp.tx
 	hl := h.Len()
-	var off uint64
-	si, so := 0, 0 // source chunk and offset in it
-	for first := true; first || off < total; first = false {
-		room := t.mpa.MaxULPDULen(t.emss) - hl
-		if room < 4 {
-			return fmt.Errorf("effective MSS %d leaves no room for payload", t.emss)
+	room := t.mpa.MaxULPDULen(t.emss) - hl
+	if room < 4 {
+		return fmt.Errorf("effective MSS %d leaves no room for payload", t.emss)
+	}
+	full := uint64(room) &^ 3 // payload of a full FPDU: 4-aligned, so no pad inside a message
+	b := &t.fp
+	*b = fpduPayload{t: t, h: h, hl: hl, base: base, msgLen: total, full: full}
+	for first := true; first || b.off < total; first = false {
+		// Plan the next write: FPDUs from b.off on.
+		b.count, b.total, b.done, b.built = 0, 0, 0, nil
+		last := false
+		for off := b.off; ; {
+			n := min(total-off, full)
+			last = off+n == total
+			wire := t.mpa.WireLen(hl + int(n))
+			if b.count > 0 && b.total+wire > maxBatch {
+				last = false
+				break
+			}
+			b.count++
+			b.total += wire
+			off += n
+			if last || b.count == t.perWrite || wire != t.emss {
+				break
+			}
 		}
-		n := total - off
-		h.Last = true
-		if n > uint64(room) {
-			n = uint64(room) &^ 3 // 4-aligned: no pad inside a message
-			h.Last = false
-		}
-		if h.Tagged {
-			h.TO = base + off
-		} else {
-			h.MO = uint32(off)
-		}
-		h.Marshal(t.hdr[:hl])
-		if readResponse && h.Last {
+		if readResponse && last {
 			qp.releaseIRQ()
 		}
-		// The FPDU is built inside gVisor's send buffer (one payload copy,
-		// from the registered memory).
-		t.fp = fpduPayload{t: t, hdr: t.hdr[:hl], n: int(n), si: si, so: so, total: t.mpa.WireLen(hl + int(n))}
-		if _, err := qp.conn.WriteAlignedPayload(&t.fp); err != nil {
+		if _, err := qp.conn.WriteAlignedPayload(b); err != nil {
 			return fmt.Errorf("write FPDU: %w", err)
 		}
-		qp.stats.FPDUsTx.Add(1)
-		qp.stats.BytesTx.Add(uint64(t.fp.total))
-		si, so = t.fp.si, t.fp.so
-		off += n
+		qp.stats.FPDUsTx.Add(uint64(b.count))
+		qp.stats.BytesTx.Add(uint64(b.total))
 		if qp.aborted() {
 			return errAborted
 		}
@@ -425,63 +442,83 @@ func (qp *QP) sendTerminate(t *rdmap.Terminate) error {
 	return err
 }
 
-// fpduPayload is one FPDU as a netstack.Payload: gVisor reads it straight
-// into its send buffer, and the FPDU is built there in place (header,
-// payload from the registered memory, markers, pad, CRC), so transmit copies
-// the payload once. If gVisor offers a smaller slice than the FPDU (a short
-// write), the FPDU is built in the QP's own buffer and copied from there.
+// fpduPayload is one write's FPDUs of a message as a netstack.Payload:
+// gVisor reads them straight into its send buffer, and each FPDU is built
+// there in place (header, payload from the registered memory, markers, pad,
+// CRC), so transmit copies the payload once. If gVisor offers a smaller
+// slice than the write (a short write), the FPDUs are built in the QP's own
+// buffer and copied from there.
 type fpduPayload struct {
-	t     *txState
-	hdr   []byte
-	n     int // ULPDU payload bytes to take from t.src at (si, so)
-	si    int
-	so    int
-	total int    // FPDU wire length
-	off   int    // bytes handed to gVisor
-	built []byte // the fallback copy, if used
+	t      *txState
+	h      *ddp.Header
+	hl     int
+	base   uint64 // TO of the message's first byte (tagged)
+	msgLen uint64
+	full   uint64 // payload bytes of a full FPDU
+	off    uint64 // message offset of the next FPDU to build
+	si, so int    // source chunk and offset of that FPDU's payload
+	count  int    // FPDUs in this write
+	total  int    // wire bytes of this write
+	done   int    // bytes handed to gVisor
+	built  []byte // the fallback copy, if used
 }
 
 // Len implements netstack.Payload.
-func (f *fpduPayload) Len() int { return f.total - f.off }
+func (f *fpduPayload) Len() int { return f.total - f.done }
 
 // Read implements netstack.Payload.
 func (f *fpduPayload) Read(p []byte) (int, error) {
-	if f.off == f.total {
+	if f.done == f.total {
 		return 0, io.EOF
 	}
-	if f.off == 0 && f.built == nil && len(p) >= f.total {
+	if f.done == 0 && f.built == nil && len(p) >= f.total {
 		out := f.build(p[:0:len(p)])
 		if &out[0] != &p[0] {
 			copy(p, out) // cannot happen: p has room; kept for safety
 		}
-		f.off = f.total
+		f.done = f.total
 		return f.total, nil
 	}
 	if f.built == nil {
 		f.built = f.build(f.t.buf[:0])
 	}
-	n := copy(p, f.built[f.off:])
-	f.off += n
+	n := copy(p, f.built[f.done:])
+	f.done += n
+	if f.done == f.total {
+		f.built = nil
+	}
 	return n, nil
 }
 
-// build writes the FPDU into dst (append semantics) and advances the
-// source cursor; it runs once per FPDU.
+// build appends this write's FPDUs to dst and advances the message cursor;
+// it runs once per write.
 func (f *fpduPayload) build(dst []byte) []byte {
-	t := f.t
-	t.mpa.Begin(dst, len(f.hdr)+f.n)
-	t.mpa.Write(f.hdr)
-	for left := f.n; left > 0; {
-		c := t.src[f.si][f.so:]
-		if len(c) > left {
-			c = c[:left]
+	t, h := f.t, f.h
+	for i := 0; i < f.count; i++ {
+		n := min(f.msgLen-f.off, f.full)
+		h.Last = f.off+n == f.msgLen
+		if h.Tagged {
+			h.TO = f.base + f.off
+		} else {
+			h.MO = uint32(f.off)
 		}
-		t.mpa.Write(c)
-		left -= len(c)
-		f.so += len(c)
-		if f.so == len(t.src[f.si]) {
-			f.si, f.so = f.si+1, 0
+		h.Marshal(t.hdr[:f.hl])
+		t.mpa.Begin(dst, f.hl+int(n))
+		t.mpa.Write(t.hdr[:f.hl])
+		for left := int(n); left > 0; {
+			c := t.src[f.si][f.so:]
+			if len(c) > left {
+				c = c[:left]
+			}
+			t.mpa.Write(c)
+			left -= len(c)
+			f.so += len(c)
+			if f.so == len(t.src[f.si]) {
+				f.si, f.so = f.si+1, 0
+			}
 		}
+		dst = t.mpa.Finish()
+		f.off += n
 	}
-	return t.mpa.Finish()
+	return dst
 }

@@ -21,14 +21,18 @@ func BenchmarkWriteVsTCP(b *testing.B) {
 			name := fmt.Sprintf("mtu%d/%dKiB", mtu, size>>10)
 			b.Run(name+"/rdma-write", func(b *testing.B) { benchWrite(b, mtu, size, true) })
 			b.Run(name+"/rdma-write-nocrc", func(b *testing.B) { benchWrite(b, mtu, size, false) })
+			b.Run(name+"/rdma-write-1fpdu", func(b *testing.B) { benchWriteOpts(b, mtu, size, true, 1) })
 			b.Run(name+"/tcp", func(b *testing.B) { benchTCP(b, mtu, size) })
 		}
 	}
 }
 
-func benchWrite(b *testing.B, mtu, size int, crc bool) {
+func benchWrite(b *testing.B, mtu, size int, crc bool) { benchWriteOpts(b, mtu, size, crc, 0) }
+
+// benchWriteOpts is benchWrite with FPDUsPerWrite set on the sender.
+func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 	cli, srv := newPair(b, pairOpts{mtu: mtu, depth: 256,
-		cli: func(c *offload.Config) { c.CRC = crc },
+		cli: func(c *offload.Config) { c.CRC, c.FPDUsPerWrite = crc, perWrite },
 		srv: func(c *offload.Config) { c.CRC = crc }})
 	src := cli.region(size, AccessLocalWrite)
 	fill(src.buf(), 1)
