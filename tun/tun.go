@@ -1,0 +1,108 @@
+// Package tun is siwtun's TUN device: the kernel side of the RNIC's private
+// TCP/IP stack.
+//
+// Device is wireguard-go's tun.Device contract (batched Read and Write with
+// headroom at a caller-chosen offset, BatchSize fixed for the device's
+// life, an Events channel). Create opens a Linux TUN through
+// github.com/songgao/water with IFF_TUN|IFF_NO_PI, one packet per read and
+// write (BatchSize 1): the path the netstack probe measured fastest for
+// gVisor's per-packet receive. Configure, Delete and Exists manage the link
+// with netlink (never by running ip). NewPacketDevice adapts any Device to
+// the one-packet-at-a-time interface of netstack.NewDeviceLink, and
+// tun/tuntest provides an in-memory Device so nothing above this package
+// needs root to test.
+//
+// Namespaces: Create, Configure, Delete and Exists act in the network
+// namespace of the calling OS thread. A Device stays bound to the namespace
+// it was created in: its Read, Write, MTU and Events work from any goroutine
+// afterwards.
+package tun
+
+import (
+	"os"
+	"strconv"
+)
+
+// Device is a TUN device: a source and sink of raw IP packets (no link
+// header). It is wireguard-go's tun.Device contract.
+type Device interface {
+	// File returns the file descriptor of the device, or nil for a device
+	// without one (such as tuntest.ChannelTUN).
+	File() *os.File
+
+	// Read reads one or more packets from the device (without any added
+	// header). Packet i is placed at bufs[i][offset:] and its length stored
+	// in sizes[i]; it returns the number of packets read. len(sizes) must
+	// be >= len(bufs), and at most BatchSize packets are read per call. A
+	// nonzero offset leaves headroom at the front of each buffer. Once the
+	// device is closed (or its link removed) Read returns an error that
+	// satisfies errors.Is(err, os.ErrClosed).
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+
+	// Write writes one or more packets to the device (without any added
+	// header); packet i is bufs[i][offset:]. It returns the number of
+	// packets written. A failure of one packet does not stop the others:
+	// the errors are joined. bufs is only used during the call.
+	Write(bufs [][]byte, offset int) (int, error)
+
+	// MTU returns the MTU of the device as the kernel has it now.
+	MTU() (int, error)
+
+	// Name returns the interface name of the device.
+	Name() (string, error)
+
+	// Events returns a channel of link state changes (EventUp, EventDown,
+	// EventMTUUpdate). It is closed when the device is closed.
+	Events() <-chan Event
+
+	// Close stops the device, unblocks Read and closes the Events channel.
+	// It is safe to call more than once.
+	Close() error
+
+	// BatchSize returns the preferred and maximum number of packets per
+	// Read or Write. It does not change over the lifetime of a Device.
+	BatchSize() int
+}
+
+// Event is a change of a Device's link state, as in wireguard-go.
+type Event int
+
+// The events a Device reports on its Events channel; their values are
+// wireguard-go's.
+const (
+	// EventUp: the link became operational (IFF_RUNNING set).
+	EventUp Event = 1 << iota
+	// EventDown: the link stopped being operational (IFF_RUNNING cleared,
+	// or the link was deleted).
+	EventDown
+	// EventMTUUpdate: the link's MTU changed; MTU returns the new value.
+	EventMTUUpdate
+)
+
+// String returns the event's name.
+func (e Event) String() string {
+	switch e {
+	case EventUp:
+		return "up"
+	case EventDown:
+		return "down"
+	case EventMTUUpdate:
+		return "mtu-update"
+	}
+	return "Event(" + strconv.Itoa(int(e)) + ")"
+}
+
+// Bounds on the MTU that Create and Configure accept.
+const (
+	// MinMTU is the smallest MTU IPv4 allows (RFC 791).
+	MinMTU = 68
+	// MinMTUIPv6 is the smallest MTU that keeps IPv6 on a link (RFC 8200);
+	// Configure refuses IPv6 addresses below it.
+	MinMTUIPv6 = 1280
+	// MaxMTU is the largest MTU the Linux TUN driver accepts.
+	MaxMTU = 65535
+)
+
+// maxPacketSize is the largest IP packet a Device can carry (the IPv4
+// total-length limit; also the TUN driver's MTU limit).
+const maxPacketSize = 65535
