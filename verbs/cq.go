@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 )
+
+// waitSpin is how long Wait polls a CQ reached over the verbs socket before
+// it arms the CQ and sleeps.
+const waitSpin = 20 * time.Microsecond
 
 // ErrCQOverflow is returned by Poll once the completions that fitted have
 // been polled, after the queue overflowed (IBV_EVENT_CQ_ERR): completions
@@ -13,19 +19,14 @@ import (
 var ErrCQOverflow = errors.New("verbs: completion queue overflow")
 
 // CQ is a completion queue: a fixed ring of completions that the engine
-// fills and the application polls.
+// fills and the application polls. Over the verbs socket the ring is shared
+// memory the daemon writes and Poll reads, without a message.
 type CQ struct {
-	dev *Device
-	mu  sync.Mutex
-	// ring holds [head, tail) completions.
-	ring       []WorkCompletion
-	head, tail uint64
-	overflow   bool
-	armed      bool
-	solicited  bool // armed for solicited (and error) completions only
-	notify     chan struct{}
-	destroyed  bool
-	users      int // QPs completing into it, guarded by dev.mu
+	dev   *Device
+	be    cqBackend
+	local *localCQ // the in-process ring; nil over the socket
+	depth int
+	users int // QPs completing into it, guarded by dev.mu
 }
 
 // CreateCQ creates a completion queue of depth entries.
@@ -36,7 +37,12 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	cq := &CQ{dev: d, ring: make([]WorkCompletion, depth), notify: make(chan struct{}, 1)}
+	be, err := d.be.createCQ(depth)
+	if err != nil {
+		return nil, fmt.Errorf("create CQ: %w", err)
+	}
+	cq := &CQ{dev: d, be: be, depth: depth}
+	cq.local, _ = be.(*localCQ)
 	d.mu.Lock()
 	d.cqs[cq] = struct{}{}
 	d.mu.Unlock()
@@ -47,12 +53,111 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 const MaxCQE = 1 << 20
 
 // Depth is the number of entries.
-func (cq *CQ) Depth() int { return len(cq.ring) }
+func (cq *CQ) Depth() int { return cq.depth }
 
-// Push adds a completion; the engine calls it (offload.CompletionQueue).
-// A completion that does not fit is lost and the queue is marked
-// overflowed; after Destroy completions are dropped.
+// Push adds a completion; the in-process engine calls it
+// (offload.CompletionQueue). A completion that does not fit is lost and the
+// queue is marked overflowed; after Destroy completions are dropped. On a
+// CQ reached over the verbs socket it does nothing (the daemon fills the
+// shared ring).
 func (cq *CQ) Push(wc *WorkCompletion, solicited bool) {
+	if cq.local != nil {
+		cq.local.Push(wc, solicited)
+	}
+}
+
+// Poll moves up to len(wcs) completions into wcs, oldest first, and returns
+// how many (ibv_poll_cq). It never blocks and never allocates. On a
+// destroyed queue it returns ErrDestroyed.
+func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) { return cq.be.poll(wcs) }
+
+// ReqNotify arms the queue (ibv_req_notify_cq): the next completion, or with
+// solicitedOnly the next solicited receive or error completion, sends one
+// notification on Notify.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error { return cq.be.reqNotify(solicitedOnly) }
+
+// Notify delivers the notifications requested with ReqNotify (the
+// completion channel's ibv_get_cq_event).
+func (cq *CQ) Notify() <-chan struct{} { return cq.be.notifyChan() }
+
+// Wait polls into wcs, blocking until at least one completion arrives or
+// ctx ends: poll, arm, poll again, wait for the notification.
+func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
+	notify := cq.be.notifyChan()
+	if cq.local == nil {
+		// Over the verbs socket a notification is an eventfd write and a
+		// wake-up on each side: poll a little first.
+		start := time.Now()
+		for i := 0; ; i++ {
+			if n, err := cq.be.poll(wcs); n > 0 || err != nil {
+				return n, err
+			}
+			if i%16 == 15 && time.Since(start) > waitSpin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	for {
+		if n, err := cq.be.poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.be.reqNotify(false); err != nil {
+			return 0, err
+		}
+		if n, err := cq.be.poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// errPollDestroyed is Poll's error on a destroyed queue (preallocated: Poll
+// never allocates).
+var errPollDestroyed = fmt.Errorf("poll CQ: %w", ErrDestroyed)
+
+// Destroy releases the queue: completions pushed afterwards are dropped,
+// Poll and ReqNotify fail with ErrDestroyed, and a Wait in progress returns.
+// Destroying it again fails with ErrDestroyed.
+func (cq *CQ) Destroy() error {
+	cq.dev.mu.Lock()
+	users := cq.users
+	cq.dev.mu.Unlock()
+	if users > 0 {
+		return fmt.Errorf("destroy CQ: %w (%d QPs use it)", ErrBusy, users)
+	}
+	if err := cq.be.destroy(); err != nil {
+		return err
+	}
+	cq.dev.mu.Lock()
+	delete(cq.dev.cqs, cq)
+	cq.dev.mu.Unlock()
+	return nil
+}
+
+// localCQ is the in-process completion ring.
+type localCQ struct {
+	mu sync.Mutex
+	// ring holds [head, tail) completions.
+	ring       []WorkCompletion
+	head, tail uint64
+	overflow   bool
+	armed      bool
+	solicited  bool // armed for solicited (and error) completions only
+	notify     chan struct{}
+	destroyed  bool
+}
+
+func newLocalCQ(depth int) *localCQ {
+	return &localCQ{ring: make([]WorkCompletion, depth), notify: make(chan struct{}, 1)}
+}
+
+// Push implements offload.CompletionQueue.
+func (cq *localCQ) Push(wc *WorkCompletion, solicited bool) {
 	cq.mu.Lock()
 	if cq.destroyed {
 		cq.mu.Unlock()
@@ -78,10 +183,7 @@ func (cq *CQ) Push(wc *WorkCompletion, solicited bool) {
 	}
 }
 
-// Poll moves up to len(wcs) completions into wcs, oldest first, and returns
-// how many (ibv_poll_cq). It never blocks and never allocates. On a
-// destroyed queue it returns ErrDestroyed.
-func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
+func (cq *localCQ) poll(wcs []WorkCompletion) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.destroyed {
@@ -99,10 +201,7 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	return n, nil
 }
 
-// ReqNotify arms the queue (ibv_req_notify_cq): the next completion, or with
-// solicitedOnly the next solicited receive or error completion, sends one
-// notification on Notify.
-func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+func (cq *localCQ) reqNotify(solicitedOnly bool) error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.destroyed {
@@ -113,45 +212,9 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Notify delivers the notifications requested with ReqNotify (the
-// completion channel's ibv_get_cq_event).
-func (cq *CQ) Notify() <-chan struct{} { return cq.notify }
+func (cq *localCQ) notifyChan() <-chan struct{} { return cq.notify }
 
-// Wait polls into wcs, blocking until at least one completion arrives or
-// ctx ends: poll, arm, poll again, wait for the notification.
-func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
-	for {
-		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			return n, err
-		}
-		if err := cq.ReqNotify(false); err != nil {
-			return 0, err
-		}
-		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-cq.notify:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// errPollDestroyed is Poll's error on a destroyed queue (preallocated: Poll
-// never allocates).
-var errPollDestroyed = fmt.Errorf("poll CQ: %w", ErrDestroyed)
-
-// Destroy releases the queue: completions pushed afterwards are dropped,
-// Poll and ReqNotify fail with ErrDestroyed, and a Wait in progress returns.
-// Destroying it again fails with ErrDestroyed.
-func (cq *CQ) Destroy() error {
-	cq.dev.mu.Lock()
-	users := cq.users
-	cq.dev.mu.Unlock()
-	if users > 0 {
-		return fmt.Errorf("destroy CQ: %w (%d QPs use it)", ErrBusy, users)
-	}
+func (cq *localCQ) destroy() error {
 	cq.mu.Lock()
 	if cq.destroyed {
 		cq.mu.Unlock()
@@ -164,8 +227,5 @@ func (cq *CQ) Destroy() error {
 	case cq.notify <- struct{}{}:
 	default:
 	}
-	cq.dev.mu.Lock()
-	delete(cq.dev.cqs, cq)
-	cq.dev.mu.Unlock()
 	return nil
 }

@@ -17,14 +17,23 @@ var (
 	ErrDestroyed = errors.New("verbs: object destroyed")
 	// ErrBusy is returned when destroying an object still in use (EBUSY).
 	ErrBusy = errors.New("verbs: object in use")
+	// ErrDeviceRemoved is returned by every call on a device reached over
+	// the verbs socket once the daemon has gone (it exited, crashed or
+	// removed the device): IBV_EVENT_DEVICE_FATAL.
+	ErrDeviceRemoved = errors.New("verbs: device removed")
+	// ErrNotShared is returned by RegMR over the verbs socket for memory
+	// that did not come from Device.AllocBuffer.
+	ErrNotShared = errors.New("verbs: memory not allocated with Device.AllocBuffer")
 )
 
-// Device is an open RNIC (ibv_context).
+// Device is an open RNIC (ibv_context). It is either in-process (Open: the
+// application embeds the engine) or reached over the daemon's verbs socket
+// (Dial, DialPath); both have the same API.
 type Device struct {
-	eng *offload.Device
+	be  deviceBackend
+	eng *offload.Device // nil over the verbs socket
 
 	mu     sync.Mutex
-	nextPD uint32
 	pds    map[*PD]struct{}
 	cqs    map[*CQ]struct{}
 	closed bool
@@ -32,14 +41,22 @@ type Device struct {
 
 // Open opens an in-process RNIC: the application embeds the engine.
 func Open(eng *offload.Device) *Device {
-	return &Device{eng: eng, nextPD: 1, pds: make(map[*PD]struct{}), cqs: make(map[*CQ]struct{})}
+	return newDevice(&localDevice{eng: eng, nextPD: 1}, eng)
+}
+
+func newDevice(be deviceBackend, eng *offload.Device) *Device {
+	return &Device{be: be, eng: eng, pds: make(map[*PD]struct{}), cqs: make(map[*CQ]struct{})}
 }
 
 // Name is the device name (siwtun0).
-func (d *Device) Name() string { return d.eng.Config().Name }
+func (d *Device) Name() string { return d.be.name() }
 
-// Engine is the offload engine behind the device.
+// Engine is the offload engine behind an in-process device; nil for a
+// device reached over the verbs socket.
 func (d *Device) Engine() *offload.Device { return d.eng }
+
+// Remote reports whether the device is reached over the verbs socket.
+func (d *Device) Remote() bool { return d.eng == nil }
 
 func (d *Device) check() error {
 	d.mu.Lock()
@@ -75,15 +92,20 @@ type DeviceAttr struct {
 // RNIC, kept apart from Linux siw's 0x626d74).
 const VendorID = 0x736977
 
-// Query returns the device's capabilities (ibv_query_device).
-func (d *Device) Query() DeviceAttr {
-	cfg := d.eng.Config()
+// Query returns the device's capabilities (ibv_query_device). Over the
+// verbs socket they are the daemon's, fetched once at Dial.
+func (d *Device) Query() DeviceAttr { return d.be.query() }
+
+// QueryEngine returns the capabilities of an in-process engine (what the
+// daemon reports over the verbs socket).
+func QueryEngine(eng *offload.Device) DeviceAttr {
+	cfg := eng.Config()
 	return DeviceAttr{
 		FWVersion: "0.1.0", NodeGUID: nodeGUID(cfg.Name), VendorID: VendorID, VendorPartID: 1,
 		MaxQP: cfg.MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxSGERead: MaxSGERead,
 		MaxCQ: cfg.MaxQP * 2, MaxCQE: MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
 		MaxQPRdAtom: MaxIRDORD, MaxQPInitRdAtom: MaxIRDORD, MaxInline: MaxInline,
-		MTU: d.eng.Stack().MTU(),
+		MTU: eng.Stack().MTU(),
 	}
 }
 
@@ -97,7 +119,24 @@ func nodeGUID(name string) uint64 {
 	return h
 }
 
-// Close destroys every object of the device and closes it.
+// AllocBuffer returns n bytes of memory to register with RegMR. In-process
+// it is ordinary Go memory. Over the verbs socket it is shared with the
+// daemon (a sealed memfd mapped by both, its size rounded up to whole
+// pages), so the engine places incoming data straight into it and reads
+// outgoing data from it; over the socket RegMR accepts only such memory.
+// The memory lives until the device is closed.
+func (d *Device) AllocBuffer(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("alloc buffer: size %d", n)
+	}
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return d.be.allocBuffer(n)
+}
+
+// Close destroys every object of the device and closes it. Over the verbs
+// socket it ends the session: the daemon destroys whatever is left.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -113,13 +152,14 @@ func (d *Device) Close() error {
 	for _, pd := range pds {
 		pd.destroyAll()
 	}
-	return nil
+	return d.be.close()
 }
 
 // PD is a protection domain (ibv_pd): memory regions and queue pairs of one
 // PD only work together.
 type PD struct {
 	dev    *Device
+	be     pdBackend
 	handle uint32
 	mrs    map[*MR]struct{}
 	qps    map[*QP]struct{}
@@ -139,13 +179,20 @@ func (pd *PD) attach(add func()) error {
 
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
+	if err := d.check(); err != nil {
+		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
+	}
+	be, handle, err := d.be.allocPD()
+	if err != nil {
+		return nil, fmt.Errorf("alloc PD: %w", err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
+		be.dealloc()
 		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
 	}
-	pd := &PD{dev: d, handle: d.nextPD, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{})}
-	d.nextPD++
+	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{})}
 	d.pds[pd] = struct{}{}
 	return pd, nil
 }
@@ -157,15 +204,20 @@ func (pd *PD) Handle() uint32 { return pd.handle }
 func (pd *PD) Dealloc() error {
 	d := pd.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if pd.freed {
+		d.mu.Unlock()
 		return fmt.Errorf("dealloc PD %d: %w", pd.handle, ErrDestroyed)
 	}
 	if len(pd.mrs) > 0 || len(pd.qps) > 0 {
+		d.mu.Unlock()
 		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps))
 	}
 	pd.freed = true
 	delete(d.pds, pd)
+	d.mu.Unlock()
+	if err := pd.be.dealloc(); err != nil {
+		return fmt.Errorf("dealloc PD %d: %w", pd.handle, err)
+	}
 	return nil
 }
 
@@ -193,13 +245,17 @@ func (pd *PD) destroyAll() {
 // MR is a registered memory region (ibv_mr). The engine places incoming
 // RDMA data straight into its bytes and reads outgoing data from them.
 type MR struct {
-	pd  *PD
-	reg *offload.Region
+	pd   *PD
+	be   mrBackend
+	stag uint32
+	addr uint64
+	buf  []byte
 }
 
 // RegMR registers buf with the given access rights. The region's address
 // (the tagged offset of buf[0], what a peer uses with the rkey) is buf's
-// address in memory, as with ibv_reg_mr.
+// address in memory, as with ibv_reg_mr. Over the verbs socket buf must lie
+// in memory from Device.AllocBuffer (ErrNotShared otherwise).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("reg MR: empty buffer")
@@ -212,42 +268,42 @@ func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err := pd.attach(func() {}); err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
-	reg, err := pd.dev.eng.Regions().Register(pd.handle, buf, iova, access)
+	be, stag, err := pd.be.regMR(buf, iova, access)
 	if err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
-	mr := &MR{pd: pd, reg: reg}
+	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf}
 	if err := pd.attach(func() { pd.mrs[mr] = struct{}{} }); err != nil {
-		pd.dev.eng.Regions().Deregister(reg.STag())
+		be.dereg()
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
 	return mr, nil
 }
 
 // LKey is the key local work requests name the region by.
-func (mr *MR) LKey() uint32 { return mr.reg.STag() }
+func (mr *MR) LKey() uint32 { return mr.stag }
 
 // RKey is the STag a peer names the region by.
-func (mr *MR) RKey() uint32 { return mr.reg.STag() }
+func (mr *MR) RKey() uint32 { return mr.stag }
 
 // Addr is the tagged offset of the region's first byte.
-func (mr *MR) Addr() uint64 { return mr.reg.Addr() }
+func (mr *MR) Addr() uint64 { return mr.addr }
 
 // Len is the region's length.
-func (mr *MR) Len() int { return mr.reg.Len() }
+func (mr *MR) Len() int { return len(mr.buf) }
 
 // Bytes is the registered memory.
-func (mr *MR) Bytes() []byte { return mr.reg.Bytes() }
+func (mr *MR) Bytes() []byte { return mr.buf }
 
 // SGE returns the element for n bytes at offset off of the region.
 func (mr *MR) SGE(off, n int) SGE {
-	return SGE{Addr: mr.reg.Addr() + uint64(off), Length: uint32(n), LKey: mr.reg.STag()}
+	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.stag}
 }
 
 // Dereg deregisters the region (ibv_dereg_mr): its STag is invalid from now
 // on, for local requests and for peers.
 func (mr *MR) Dereg() error {
-	if err := mr.pd.dev.eng.Regions().Deregister(mr.reg.STag()); err != nil {
+	if err := mr.be.dereg(); err != nil {
 		return fmt.Errorf("dereg MR: %w", err)
 	}
 	mr.pd.dev.mu.Lock()
@@ -268,7 +324,8 @@ type QPInitAttr struct {
 // QP is a reliable-connected queue pair (ibv_qp + its rdma_cm_id).
 type QP struct {
 	pd        *PD
-	eng       *offload.QP
+	be        qpBackend
+	eng       *offload.QP // the engine's QP in-process; nil over the socket
 	att       QPInitAttr
 	destroyed bool // guarded by pd.dev.mu
 }
@@ -278,59 +335,62 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("create QP: send and receive CQs are required")
 	}
+	if attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
+		return nil, fmt.Errorf("create QP: completion queue of another device")
+	}
 	if err := pd.attach(func() {}); err != nil {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
-	eng, err := pd.dev.eng.CreateQP(pd.handle, attr.SendCQ, attr.RecvCQ, offload.QPAttr{
-		MaxSendWR: attr.MaxSendWR, MaxRecvWR: attr.MaxRecvWR, SignalAll: attr.SignalAll,
-	})
+	be, eng, err := pd.be.createQP(attr.SendCQ.be, attr.RecvCQ.be, attr)
 	if err != nil {
 		return nil, err
 	}
-	qp := &QP{pd: pd, eng: eng, att: attr}
+	qp := &QP{pd: pd, be: be, eng: eng, att: attr}
 	err = pd.attach(func() {
 		pd.qps[qp] = struct{}{}
 		attr.SendCQ.users++
 		attr.RecvCQ.users++
 	})
 	if err != nil {
-		eng.Destroy()
+		be.Destroy()
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
 	return qp, nil
 }
 
 // Num is the queue pair number.
-func (qp *QP) Num() uint32 { return qp.eng.Num() }
+func (qp *QP) Num() uint32 { return qp.be.Num() }
 
 // State is the current state.
-func (qp *QP) State() QPState { return qp.eng.State() }
+func (qp *QP) State() QPState { return qp.be.State() }
 
 // Modify changes the state by hand (ibv_modify_qp): RESET→INIT, →ERR,
 // ERR→RESET. Connection management moves it to RTR and RTS.
-func (qp *QP) Modify(s QPState) error { return qp.eng.Modify(s) }
+func (qp *QP) Modify(s QPState) error { return qp.be.Modify(s) }
 
 // PostSend posts send requests (ibv_post_send); see offload.QP.PostSend.
-func (qp *QP) PostSend(wrs []SendWR) (int, error) { return qp.eng.PostSend(wrs) }
+// Over the verbs socket the requests are written into the send queue ring
+// shared with the daemon (no message per request).
+func (qp *QP) PostSend(wrs []SendWR) (int, error) { return qp.be.PostSend(wrs) }
 
 // PostRecv posts receive requests (ibv_post_recv).
-func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return qp.eng.PostRecv(wrs) }
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return qp.be.PostRecv(wrs) }
 
 // Events delivers the queue pair's connection events.
-func (qp *QP) Events() <-chan Event { return qp.eng.Events() }
+func (qp *QP) Events() <-chan Event { return qp.be.Events() }
 
 // Connect connects to a listening peer (rdma_connect); on return the QP is
 // in RTS.
 func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
-	return qp.eng.Connect(ctx, remote, p)
+	return qp.be.Connect(ctx, remote, p)
 }
 
 // Disconnect ends the connection (rdma_disconnect): outstanding work is
 // flushed and the TCP connection closed.
-func (qp *QP) Disconnect() { qp.eng.Disconnect() }
+func (qp *QP) Disconnect() { qp.be.Disconnect() }
 
 // Info is a snapshot for the control plane.
-func (qp *QP) Info() offload.Info { return qp.eng.Info() }
+func (qp *QP) Info() offload.Info { return qp.be.Info() }
 
 // Destroy disconnects and destroys the queue pair (ibv_destroy_qp).
 func (qp *QP) Destroy() error {
@@ -342,7 +402,7 @@ func (qp *QP) Destroy() error {
 	}
 	qp.destroyed = true
 	d.mu.Unlock()
-	err := qp.eng.Destroy()
+	err := qp.be.Destroy()
 	d.mu.Lock()
 	delete(qp.pd.qps, qp)
 	qp.att.SendCQ.users--
@@ -352,7 +412,7 @@ func (qp *QP) Destroy() error {
 }
 
 // Listener accepts connections (rdma_listen on an rdma_cm_id).
-type Listener struct{ l *offload.Listener }
+type Listener struct{ be listenerBackend }
 
 // Listen listens on addr (port 0: ephemeral); backlog bounds the requests
 // waiting for Accept.
@@ -360,31 +420,27 @@ func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	l, err := d.eng.Listen(addr, backlog)
+	be, err := d.be.listen(addr, backlog)
 	if err != nil {
 		return nil, err
 	}
-	return &Listener{l: l}, nil
+	return &Listener{be: be}, nil
 }
 
 // Addr is the listening address.
-func (l *Listener) Addr() netip.AddrPort { return l.l.Addr() }
+func (l *Listener) Addr() netip.AddrPort { return l.be.addr() }
 
 // Accept waits for a connection request (rdma_get_request).
 func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
-	r, err := l.l.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &ConnRequest{r: r, Remote: r.Remote, PrivateData: r.PrivateData, IRD: r.IRD, ORD: r.ORD}, nil
+	return l.be.accept(ctx)
 }
 
 // Close stops listening.
-func (l *Listener) Close() error { return l.l.Close() }
+func (l *Listener) Close() error { return l.be.close() }
 
 // ConnRequest is a peer's connection request (a CONNECT_REQUEST event).
 type ConnRequest struct {
-	r *offload.ConnRequest
+	be connReqBackend
 	// Remote is the peer's address.
 	Remote netip.AddrPort
 	// PrivateData is the peer's private data.
@@ -394,7 +450,7 @@ type ConnRequest struct {
 }
 
 // Accept connects qp to the peer (rdma_accept).
-func (r *ConnRequest) Accept(qp *QP, p ConnParam) error { return r.r.Accept(qp.eng, p) }
+func (r *ConnRequest) Accept(qp *QP, p ConnParam) error { return r.be.accept(qp, p) }
 
 // Reject refuses the request with private data (rdma_reject).
-func (r *ConnRequest) Reject(privateData []byte) error { return r.r.Reject(privateData) }
+func (r *ConnRequest) Reject(privateData []byte) error { return r.be.reject(privateData) }

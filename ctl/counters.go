@@ -1,0 +1,153 @@
+package ctl
+
+import (
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload"
+)
+
+// Layer names of Stats.
+const (
+	layerTCP   = "tcp"
+	layerMPA   = "mpa"
+	layerDDP   = "ddp"
+	layerRDMAP = "rdmap"
+	layerVerbs = "verbs"
+	layerOther = "other"
+)
+
+// counterInfo places an engine counter in a layer and documents it.
+type counterInfo struct {
+	layer string
+	doc   string
+}
+
+// qpCounters maps every offload.QPStats counter (by its stat tag) to its
+// layer and documentation. A test checks that it covers the struct. (A
+// function, not a package variable: the package keeps no global state.)
+func qpCounters() map[string]counterInfo {
+	return map[string]counterInfo{
+		"mpaFpduTx":            {layerMPA, "FPDUs handed to TCP."},
+		"mpaFpduRx":            {layerMPA, "FPDUs received with a good CRC (or without CRC)."},
+		"mpaOctetsTx":          {layerMPA, "FPDU octets handed to TCP, MPA headers, markers, padding and CRC included."},
+		"mpaOctetsRx":          {layerMPA, "ULPDU octets received (DDP headers and payload)."},
+		"mpaCrcErrors":         {layerMPA, "FPDUs whose MPA CRC did not match."},
+		"mpaErrors":            {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
+		"tcpOutSegs":           {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},
+		"tcpInSegs":            {layerTCP, "TCP segments received on the queue pairs' connections, before TCP accepted them (retransmissions and duplicates included)."},
+		"tcpOutDataSegs":       {layerTCP, "TCP segments carrying payload sent on the queue pairs' connections, retransmissions included."},
+		"tcpInDataSegs":        {layerTCP, "TCP segments carrying payload received on the queue pairs' connections, retransmissions and duplicates included."},
+		"ddpPlacedOctets":      {layerDDP, "Payload octets placed directly into memory regions."},
+		"ddpUntaggedNoBuffer":  {layerDDP, "Sends that found no posted receive (DDP untagged error 0x02)."},
+		"ddpUntaggedTooLong":   {layerDDP, "Sends longer than the posted receive (DDP untagged error 0x05)."},
+		"ddpErrors":            {layerDDP, "Errors found in the DDP layer (DDP Terminates sent)."},
+		"OutRdmaWrites":        {layerRDMAP, "RDMA Write messages sent."},
+		"OutRdmaWriteOctets":   {layerRDMAP, "RDMA Write payload octets sent."},
+		"InRdmaWrites":         {layerRDMAP, "RDMA Write messages received and placed."},
+		"OutRdmaSends":         {layerRDMAP, "Send messages sent (all four kinds)."},
+		"OutRdmaSendOctets":    {layerRDMAP, "Send payload octets sent."},
+		"InRdmaSends":          {layerRDMAP, "Send messages received into posted receives."},
+		"OutRdmaReads":         {layerRDMAP, "RDMA Read Requests sent."},
+		"rdmaReadsCompleted":   {layerRDMAP, "RDMA Reads whose response was fully placed."},
+		"InRdmaReads":          {layerRDMAP, "RDMA Read Requests accepted for an answer."},
+		"OutRdmaReadResponses": {layerRDMAP, "RDMA Read Responses sent."},
+		"OutRdmaReadOctets":    {layerRDMAP, "RDMA Read Response payload octets sent."},
+		"rdmapIrdExceeded":     {layerRDMAP, "RDMA Read Requests beyond the negotiated IRD (RDMAP remote operation error 0x07)."},
+		"RdmaInv":              {layerRDMAP, "STags invalidated by Send with Invalidate."},
+		"rdmapTerminateTx":     {layerRDMAP, "Terminate messages sent."},
+		"rdmapTerminateRx":     {layerRDMAP, "Terminate messages received."},
+		"rdmapErrors":          {layerRDMAP, "Errors found in the RDMAP layer (RDMAP Terminates sent)."},
+		"sqPosted":             {layerVerbs, "Send work requests posted."},
+		"sqCompleted":          {layerVerbs, "Send work requests completed successfully."},
+		"sqErrors":             {layerVerbs, "Send work requests completed with an error status (flushes included)."},
+		"rqPosted":             {layerVerbs, "Receive work requests posted."},
+		"rqCompleted":          {layerVerbs, "Receive work requests completed successfully."},
+		"rqErrors":             {layerVerbs, "Receive work requests completed with an error status (flushes included)."},
+	}
+}
+
+// Object counts of the verbs layer, which are not engine counters.
+const (
+	nameQPActive = "qpActive"
+	nameMRActive = "mrActive"
+)
+
+// Documentation of the verbs layer's object counts.
+const (
+	docQPActive = "Queue pairs that exist now."
+	docMRActive = "Memory regions registered now."
+)
+
+// tcpCounter names and documents one netstack.TCPStats field.
+type tcpCounter struct {
+	field string // the TCPStats field, for the coverage test
+	name  string // the TCP-MIB name (RFC 4022) or Linux's TcpExt name
+	doc   string
+	get   func(*netstack.TCPStats) uint64
+}
+
+// tcpCounters lists every netstack.TCPStats field in struct order. A test
+// checks that it covers the struct and that each get reads its field.
+func tcpCounters() []tcpCounter {
+	return []tcpCounter{
+		{"ActiveOpens", "tcpActiveOpens", "Connections opened actively (Dial) that completed the handshake.", func(s *netstack.TCPStats) uint64 { return s.ActiveOpens }},
+		{"PassiveOpens", "tcpPassiveOpens", "Connections opened passively (accepted from a listener).", func(s *netstack.TCPStats) uint64 { return s.PassiveOpens }},
+		{"AttemptFails", "tcpAttemptFails", "Dial or Listen calls that failed.", func(s *netstack.TCPStats) uint64 { return s.AttemptFails }},
+		{"EstabResets", "tcpEstabResets", "Direct transitions to CLOSED from ESTABLISHED or CLOSE-WAIT.", func(s *netstack.TCPStats) uint64 { return s.EstabResets }},
+		{"CurrEstab", "tcpCurrEstab", "Connections currently in ESTABLISHED (a gauge, not cumulative).", func(s *netstack.TCPStats) uint64 { return s.CurrEstab }},
+		{"InSegs", "tcpInSegs", "Segments received by the stack, including those received in error.", func(s *netstack.TCPStats) uint64 { return s.InSegs }},
+		{"OutSegs", "tcpOutSegs", "Segments sent by the stack, excluding retransmissions.", func(s *netstack.TCPStats) uint64 { return s.OutSegs }},
+		{"RetransSegs", "tcpRetransSegs", "Segments retransmitted.", func(s *netstack.TCPStats) uint64 { return s.RetransSegs }},
+		{"InErrs", "tcpInErrs", "Segments received in error (malformed or with a bad checksum).", func(s *netstack.TCPStats) uint64 { return s.InErrs }},
+		{"OutRsts", "tcpOutRsts", "Segments sent with RST.", func(s *netstack.TCPStats) uint64 { return s.OutRsts }},
+		{"InCsumErrors", "tcpInCsumErrors", "Segments dropped for a bad checksum (included in tcpInErrs).", func(s *netstack.TCPStats) uint64 { return s.InCsumErrors }},
+		{"InRsts", "tcpInRsts", "Segments received with RST (not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.InRsts }},
+		{"Timeouts", "tcpTimeouts", "Retransmission timer expiries (Linux TcpExtTCPTimeouts).", func(s *netstack.TCPStats) uint64 { return s.Timeouts }},
+		{"FastRetrans", "tcpFastRetrans", "Segments retransmitted by fast retransmit (Linux TcpExtTCPFastRetrans).", func(s *netstack.TCPStats) uint64 { return s.FastRetrans }},
+		{"SACKRecovery", "tcpSackRecovery", "Times SACK-based loss recovery was entered (Linux TcpExtTCPSackRecovery).", func(s *netstack.TCPStats) uint64 { return s.SACKRecovery }},
+	}
+}
+
+// buildStats arranges a device's counters by layer. The tcp layer starts
+// with the stack-wide TCP-MIB counters; the queue pairs' own tcp* counters
+// follow, except where a stack-wide counter has the same name (tcpInSegs,
+// tcpOutSegs: the stack's count is the MIB object; the per-QP ones stay
+// visible per queue pair).
+func buildStats(link string, tcp netstack.TCPStats, qp []offload.Counter, qps, mrs int) Stats {
+	s := Stats{Link: link}
+	tcpTable, qpTable := tcpCounters(), qpCounters()
+	seen := make(map[string]bool, len(tcpTable)+len(qp))
+	for _, c := range tcpTable {
+		s.TCP = append(s.TCP, Counter{Name: c.name, Value: c.get(&tcp), Doc: c.doc})
+		seen[c.name] = true
+	}
+	for _, c := range qp {
+		if seen[c.Name] {
+			continue
+		}
+		seen[c.Name] = true
+		info, ok := qpTable[c.Name]
+		if !ok {
+			info = counterInfo{layer: layerOther}
+		}
+		out := Counter{Name: c.Name, Value: c.Value, Doc: info.doc}
+		switch info.layer {
+		case layerTCP:
+			s.TCP = append(s.TCP, out)
+		case layerMPA:
+			s.MPA = append(s.MPA, out)
+		case layerDDP:
+			s.DDP = append(s.DDP, out)
+		case layerRDMAP:
+			s.RDMAP = append(s.RDMAP, out)
+		case layerVerbs:
+			s.Verbs = append(s.Verbs, out)
+		default:
+			s.Other = append(s.Other, out)
+		}
+	}
+	s.Verbs = append(s.Verbs,
+		Counter{Name: nameQPActive, Value: uint64(qps), Doc: docQPActive},
+		Counter{Name: nameMRActive, Value: uint64(mrs), Doc: docMRActive},
+	)
+	return s
+}

@@ -1,0 +1,104 @@
+package ctl
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload"
+)
+
+// TestQPCountersDocumented checks that every offload.QPStats counter has a
+// layer and a doc, and that the table names no counter the engine lacks.
+func TestQPCountersDocumented(t *testing.T) {
+	table := qpCounters()
+	seen := map[string]bool{}
+	for _, c := range new(offload.QPStats).Counters() {
+		if c.Name == "" {
+			t.Errorf("a QPStats field has no stat tag")
+			continue
+		}
+		if seen[c.Name] {
+			t.Errorf("QPStats counter %s appears twice", c.Name)
+		}
+		seen[c.Name] = true
+		info, ok := table[c.Name]
+		switch {
+		case !ok:
+			t.Errorf("QPStats counter %s: no entry in qpCounters (layer and doc)", c.Name)
+		case info.doc == "":
+			t.Errorf("QPStats counter %s: empty doc", c.Name)
+		case info.layer != layerTCP && info.layer != layerMPA && info.layer != layerDDP &&
+			info.layer != layerRDMAP && info.layer != layerVerbs:
+			t.Errorf("QPStats counter %s: unknown layer %q", c.Name, info.layer)
+		}
+	}
+	for name := range table {
+		if !seen[name] {
+			t.Errorf("qpCounters names %s, which QPStats does not have", name)
+		}
+	}
+}
+
+// TestTCPCountersDocumented checks that tcpCounters lists every
+// netstack.TCPStats field, in order, documented, and reading that field.
+func TestTCPCountersDocumented(t *testing.T) {
+	table := tcpCounters()
+	st := reflect.TypeFor[netstack.TCPStats]()
+	if len(table) != st.NumField() {
+		t.Errorf("tcpCounters has %d entries, netstack.TCPStats %d fields", len(table), st.NumField())
+	}
+	for i := 0; i < min(len(table), st.NumField()); i++ {
+		c, f := table[i], st.Field(i)
+		if c.field != f.Name {
+			t.Errorf("tcpCounters[%d] is %s, TCPStats field %d is %s", i, c.field, i, f.Name)
+			continue
+		}
+		if c.doc == "" || c.name == "" {
+			t.Errorf("TCPStats.%s: name %q doc %q", f.Name, c.name, c.doc)
+		}
+		var s netstack.TCPStats
+		reflect.ValueOf(&s).Elem().Field(i).SetUint(uint64(1000 + i))
+		if got := c.get(&s); got != uint64(1000+i) {
+			t.Errorf("tcpCounters[%d] (%s) reads %d, want field %s = %d", i, c.name, got, f.Name, 1000+i)
+		}
+	}
+}
+
+// TestStatsLayers checks that every counter of a device's Stats has a
+// name, a doc and a unique name, and that no engine counter is lost except
+// the per-QP tcpInSegs/tcpOutSegs the stack-wide MIB counters replace.
+func TestStatsLayers(t *testing.T) {
+	s := fixtureStats()
+	names := map[string]bool{}
+	for _, l := range s.Layers() {
+		if l.Name == layerOther {
+			t.Errorf("counters in layer other: %+v", l.Counters)
+		}
+		for _, c := range l.Counters {
+			if c.Doc == "" {
+				t.Errorf("%s/%s: no doc", l.Name, c.Name)
+			}
+			if names[c.Name] {
+				t.Errorf("%s appears twice", c.Name)
+			}
+			names[c.Name] = true
+		}
+	}
+	for _, c := range new(offload.QPStats).Counters() {
+		if !names[c.Name] {
+			t.Errorf("QPStats counter %s missing from Stats", c.Name)
+		}
+	}
+	for _, c := range tcpCounters() {
+		if !names[c.name] {
+			t.Errorf("TCP counter %s missing from Stats", c.name)
+		}
+	}
+	if got := s.TCP[5]; got.Name != "tcpInSegs" || got.Value != 120 {
+		t.Errorf("tcp[5] = %+v, want the stack's tcpInSegs 120", got)
+	}
+	if n := len(s.Verbs); n < 2 || s.Verbs[n-2].Name != nameQPActive || s.Verbs[n-2].Value != 2 || s.Verbs[n-1].Value != 3 {
+		t.Errorf("verbs object counts = %+v", s.Verbs)
+	}
+}

@@ -1,0 +1,32 @@
+// Package ctl is siwtun's control plane: what `siwtun ctl` asks a running
+// daemon (`siwtun up`) about its RNIC, and how the answers are printed.
+//
+// # Wire protocol
+//
+// Each device's daemon listens on a Unix stream socket, by default
+// /run/siwtun/<dev>.ctl (SocketPath), mode 0660. A client sends one JSON
+// request per line and reads one JSON response per line, in order, on the
+// same connection:
+//
+//	{"op":"devinfo"}            → {"ok":true,"devinfo":{...}}
+//	{"op":"link"}               → {"ok":true,"link":{...}}
+//	{"op":"qp"}                 → {"ok":true,"qps":[...]}
+//	{"op":"qp","qp":3}          → {"ok":true,"qps":[{...}]}
+//	{"op":"stats"}              → {"ok":true,"stats":{...}}
+//	anything else               → {"ok":false,"error":"..."}
+//
+// A request is at most MaxRequestSize bytes including its newline; a longer
+// line, malformed JSON, an unknown field or an unknown op gets an error
+// response and the connection stays usable. A connection that does not
+// complete a request within the server's ReadTimeout is closed. The JSON
+// field names equal the keys of the text output (ibv_devinfo's and the rdma
+// tool's), so `siwtun ctl ... -j` and the text agree.
+//
+// # Text output
+//
+// WriteDevInfo prints ibv_devinfo's layout (rdma-core
+// libibverbs/examples/devinfo.c), WriteLinks `rdma link show`'s,
+// WriteQPs `rdma resource show qp`'s and WriteStats `rdma statistic show`'s,
+// so what users already grep keeps working; siwtun's own fields come after
+// the standard ones.
+package ctl

@@ -1,0 +1,217 @@
+package ctl
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
+)
+
+// Provider answers the control plane's queries about one device. The
+// daemon gives its Server a Provider over the device's engine (NewProvider);
+// tests may give a fake one.
+type Provider interface {
+	// DevInfo returns the device's attributes (ibv_devinfo).
+	DevInfo() DevInfo
+	// Link returns the device's link (rdma link show).
+	Link() Link
+	// QPs returns every queue pair, by number (rdma resource show qp).
+	QPs() []QP
+	// Stats returns the device's counters (rdma statistic show).
+	Stats() Stats
+}
+
+// Constant attributes of a siwtun device as ibv_devinfo prints them.
+const (
+	transportIWARP    = "iWARP"
+	transportIWARPNum = 1 // IBV_TRANSPORT_IWARP
+	portActive        = "PORT_ACTIVE"
+	portActiveNum     = 4 // IBV_PORT_ACTIVE
+	linkLayerEthernet = "Ethernet"
+	linkActive        = "ACTIVE"
+	physLinkUp        = "LINK_UP"
+	qpTypeRC          = "RC"
+	// portNum is the number of the device's only port.
+	portNum = 1
+	// maxMRSize is the largest region: a Go slice's length limit.
+	maxMRSize = uint64(math.MaxInt)
+	// tcpHeaderLen and tcpOptionsReserved are the TCP header and the
+	// option bytes gVisor reserves in every segment when timestamps and
+	// SACK are on (netstack/mss.go: maxOptionSize(true, true) = 40).
+	tcpHeaderLen       = 20
+	tcpOptionsReserved = 40
+	ipv4HeaderLen      = 20
+	ipv6HeaderLen      = 40
+)
+
+// engineProvider is the Provider over an in-process engine.
+type engineProvider struct {
+	netdev string
+	eng    *offload.Device
+	host   []netip.Prefix
+}
+
+// NewProvider returns a Provider over the engine eng. netdev is the name of
+// the network interface the RNIC sits on (the TUN device; empty: the
+// device's own name) and hostAddrs are the host's addresses on it.
+//
+// The device attributes come from verbs.QueryEngine, what applications get
+// from verbs.Device.Query (in process or over the verbs socket), so
+// `siwtun ctl devinfo` and ibv_query_device cannot disagree.
+func NewProvider(netdev string, eng *offload.Device, hostAddrs []netip.Prefix) Provider {
+	if netdev == "" {
+		netdev = eng.Config().Name
+	}
+	return &engineProvider{netdev: netdev, eng: eng, host: append([]netip.Prefix(nil), hostAddrs...)}
+}
+
+func (p *engineProvider) link() string { return LinkName(p.eng.Config().Name) }
+
+// LinkName is the rdma tool's name of a device's port: "<dev>/1".
+func LinkName(dev string) string { return fmt.Sprintf("%s/%d", dev, portNum) }
+
+// DevInfo implements Provider.DevInfo.
+func (p *engineProvider) DevInfo() DevInfo {
+	cfg := p.eng.Config()
+	attr := verbs.QueryEngine(p.eng)
+	mtu := p.eng.Stack().MTU()
+	guid := FormatGUID(attr.NodeGUID)
+	return DevInfo{
+		HCAID: cfg.Name, Transport: transportIWARP, TransportNum: transportIWARPNum,
+		FWVer: attr.FWVersion, NodeGUID: guid, SysImageGUID: guid,
+		VendorID: attr.VendorID, VendorPartID: attr.VendorPartID, HWVer: 0,
+		PhysPortCnt: 1, MaxMRSize: maxMRSize,
+		MaxQP: attr.MaxQP, MaxQPWR: attr.MaxQPWR, MaxSGE: attr.MaxSGE, MaxSGERd: attr.MaxSGERead,
+		MaxCQ: attr.MaxCQ, MaxCQE: attr.MaxCQE, MaxMR: attr.MaxMR, MaxPD: attr.MaxPD,
+		MaxQPRdAtom: attr.MaxQPRdAtom, MaxQPInitRdAtom: attr.MaxQPInitRdAtom, MaxInline: attr.MaxInline,
+		Port: Port{
+			Port: portNum, State: portActive, StateNum: portActiveNum,
+			MaxMTU: MTUEnum(mtu), ActiveMTU: MTUEnum(mtu), LinkLayer: linkLayerEthernet,
+			NetdevMTU: mtu, EMSS: DefaultEMSS(mtu, hasIPv4(p.eng.Stack().Addrs()), cfg.MaxFPDU),
+			MPARev: int(cfg.MPARev), CRC: cfg.CRC, Markers: cfg.Markers, P2P: cfg.P2P.String(),
+			IRD: int(cfg.IRD), ORD: int(cfg.ORD),
+		},
+	}
+}
+
+// Link implements Provider.Link.
+func (p *engineProvider) Link() Link {
+	return Link{
+		Link: p.link(), State: linkActive, PhysicalState: physLinkUp, Netdev: p.netdev,
+		Addrs: prefixStrings(p.eng.Stack().Addrs()), HostAddrs: prefixStrings(p.host),
+	}
+}
+
+// QPs implements Provider.QPs.
+func (p *engineProvider) QPs() []QP {
+	infos := p.eng.QPs()
+	out := make([]QP, 0, len(infos))
+	for _, in := range infos {
+		q := QP{
+			Link: p.link(), LQPN: in.Num, Type: qpTypeRC, State: in.State.String(),
+			MPARev: int(in.Params.Rev), CRC: in.Params.CRC,
+			MarkersTx: in.Params.MarkersTx, MarkersRx: in.Params.MarkersRx, P2P: "none",
+			IRD: in.IRD, ORD: in.ORD,
+			SQDepth: in.SQDepth, SQUsed: in.SQUse, RQDepth: in.RQDepth, RQUsed: in.RQUse,
+			EMSS: in.EMSS,
+		}
+		if in.Params.P2P {
+			q.P2P = in.Params.RTR.String()
+		}
+		if in.Local.IsValid() {
+			q.Src = in.Local.String()
+		}
+		if in.Remote.IsValid() {
+			q.Dst = in.Remote.String()
+		}
+		// The QP may be destroyed between the snapshot and here: it is then
+		// listed without its PD and counters.
+		if qp, ok := p.eng.QP(in.Num); ok {
+			q.PDN = qp.PD()
+			for _, c := range qp.Stats().Counters() {
+				q.Counters = append(q.Counters, Counter{Name: c.Name, Value: c.Value})
+				switch c.Name {
+				case "mpaOctetsTx":
+					q.BytesTx = c.Value
+				case "mpaOctetsRx":
+					q.BytesRx = c.Value
+				case "mpaFpduTx":
+					q.FPDUsTx = c.Value
+				case "mpaFpduRx":
+					q.FPDUsRx = c.Value
+				}
+			}
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+// Stats implements Provider.Stats.
+func (p *engineProvider) Stats() Stats {
+	return buildStats(p.link(), p.eng.Stack().Stats(), p.eng.Stats().Counters(),
+		len(p.eng.QPs()), p.eng.Regions().Len())
+}
+
+// MTUEnum converts a link MTU in bytes to the verbs MTU enum (enum ibv_mtu:
+// 1..5 for 256..4096 bytes) as the kernel's ib_mtu_int_to_enum does: the
+// largest enum not above the MTU, at least 256 (1).
+func MTUEnum(mtu int) int {
+	switch {
+	case mtu >= 4096:
+		return 5
+	case mtu >= 2048:
+		return 4
+	case mtu >= 1024:
+		return 3
+	case mtu >= 512:
+		return 2
+	}
+	return 1
+}
+
+// MTUEnumBytes is the size in bytes of a verbs MTU enum (1 → 256).
+func MTUEnumBytes(e int) int { return 128 << e }
+
+// DefaultEMSS is the effective MSS a connection on a link of MTU mtu starts
+// from: the MTU minus the IP header (20 bytes IPv4, 40 IPv6), the TCP
+// header (20) and the 40 option bytes gVisor reserves in every segment of a
+// connection with timestamps and SACK (netstack's effectiveMSS), capped at
+// maxFPDU (when positive). The peer's SYN MSS can only lower it; a QP's
+// actual value is QP.EMSS.
+func DefaultEMSS(mtu int, ipv4 bool, maxFPDU int) int {
+	ip := ipv6HeaderLen
+	if ipv4 {
+		ip = ipv4HeaderLen
+	}
+	e := max(mtu-ip-tcpHeaderLen-tcpOptionsReserved, 1)
+	if maxFPDU > 0 {
+		e = min(e, maxFPDU)
+	}
+	return e
+}
+
+// FormatGUID formats a GUID as ibv_devinfo does: four groups of four hex
+// digits, most significant first ("0123:4567:89ab:cdef").
+func FormatGUID(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+func hasIPv4(ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			return true
+		}
+	}
+	return len(ps) == 0
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}

@@ -1,0 +1,263 @@
+package uabi
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/siwtun/siwtun/offload"
+)
+
+func newTestRing(t testing.TB, n int, esz int) *Ring {
+	t.Helper()
+	count := RingCount(n)
+	fd, mem, err := NewShared("test", RingBytes(count, esz), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Unmap(mem); Close(fd) })
+	r, err := InitRing(mem, count, esz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other side maps the same memfd.
+	mapping, b, err := MapShared(fd, 0, uint64(len(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Unmap(mapping) })
+	if _, err := OpenRing(b, count, esz); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRingCount(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{{0, 1}, {1, 1}, {2, 2}, {3, 4}, {64, 64}, {65, 128}, {16384, 16384}} {
+		if got := RingCount(tt.n); int(got) != tt.want {
+			t.Errorf("RingCount(%d) = %d, want %d", tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestOpenRingRejects(t *testing.T) {
+	r := newTestRing(t, 4, CQESize)
+	tests := []struct {
+		name  string
+		mem   []byte
+		count uint32
+		esz   int
+	}{
+		{"short", r.mem[:10], 4, CQESize},
+		{"count", r.mem, 8, CQESize},
+		{"entry size", r.mem, 4, SQESize},
+		{"truncated", r.mem[:HeaderSize+CQESize], 4, CQESize},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := OpenRing(tt.mem, tt.count, tt.esz); !errors.Is(err, ErrRing) {
+				t.Fatalf("OpenRing = %v, want ErrRing", err)
+			}
+		})
+	}
+}
+
+func TestSQERoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		wr   offload.SendWR
+	}{
+		{"write-sgl", offload.SendWR{ID: 7, Opcode: offload.WRWrite, Flags: offload.FlagSignaled | offload.FlagFence,
+			SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 1 << 60, Length: 5, LKey: 6}}, RemoteAddr: 0xdead0000, RKey: 0x200}},
+		{"send-inline", offload.SendWR{ID: 1<<64 - 1, Opcode: offload.WRSend, Flags: offload.FlagInline | offload.FlagSolicited, Inline: []byte("hello")}},
+		{"send-inv", offload.SendWR{ID: 9, Opcode: offload.WRSendWithInv, InvalidateRKey: 0x301, SGL: make([]offload.SGE, offload.MaxSGE)}},
+		{"read", offload.SendWR{ID: 3, Opcode: offload.WRRead, SGL: []offload.SGE{{Addr: 8, Length: 4096, LKey: 0x100}}, RemoteAddr: 4, RKey: 5}},
+		{"inline-max", offload.SendWR{Opcode: offload.WRWrite, Flags: offload.FlagInline, Inline: make([]byte, offload.MaxInline)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := make([]byte, SQESize)
+			EncodeSQE(e, &tt.wr)
+			var got offload.SendWR
+			var buf SQEBuf
+			if err := DecodeSQE(e, &got, &buf); err != nil {
+				t.Fatal(err)
+			}
+			w := tt.wr
+			if got.ID != w.ID || got.Opcode != w.Opcode || got.Flags != w.Flags || got.RemoteAddr != w.RemoteAddr ||
+				got.RKey != w.RKey || got.InvalidateRKey != w.InvalidateRKey || string(got.Inline) != string(w.Inline) ||
+				len(got.SGL) != len(w.SGL) && w.Flags&offload.FlagInline == 0 {
+				t.Fatalf("got %+v, want %+v", got, w)
+			}
+			for i := range got.SGL {
+				if got.SGL[i] != w.SGL[i] {
+					t.Fatalf("SGE %d = %+v, want %+v", i, got.SGL[i], w.SGL[i])
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeSQERejects(t *testing.T) {
+	var wr offload.SendWR
+	var buf SQEBuf
+	e := make([]byte, SQESize)
+	e[5] = offload.MaxSGE + 1
+	if err := DecodeSQE(e, &wr, &buf); !errors.Is(err, ErrEntry) {
+		t.Fatalf("7 SGEs: %v", err)
+	}
+	e[5] = 0
+	e[6], e[7] = 0x01, 0x01 // 257 inline bytes
+	if err := DecodeSQE(e, &wr, &buf); !errors.Is(err, ErrEntry) {
+		t.Fatalf("257 inline: %v", err)
+	}
+	e[6], e[7] = 0, 0
+	e[8] = 0x80
+	if err := DecodeSQE(e, &wr, &buf); !errors.Is(err, ErrEntry) {
+		t.Fatalf("bad flags: %v", err)
+	}
+	if err := DecodeSQE(e[:10], &wr, &buf); !errors.Is(err, ErrEntry) {
+		t.Fatalf("short: %v", err)
+	}
+}
+
+func TestRQEAndCQERoundTrip(t *testing.T) {
+	rq := offload.RecvWR{ID: 42, SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}}}
+	e := make([]byte, RQESize)
+	EncodeRQE(e, &rq)
+	var got offload.RecvWR
+	var sgl [offload.MaxSGE]offload.SGE
+	if err := DecodeRQE(e, &got, &sgl); err != nil || got.ID != 42 || len(got.SGL) != 1 || got.SGL[0] != rq.SGL[0] {
+		t.Fatalf("RQE: %+v %v", got, err)
+	}
+	wc := offload.WorkCompletion{ID: 1, Status: offload.WCRemAccessErr, Opcode: offload.WCRecv, VendorErr: 2, ByteLen: 3, QPNum: 4, Flags: offload.WCWithInv, InvalidatedRKey: 5}
+	c := make([]byte, CQESize)
+	EncodeCQE(c, &wc)
+	var gwc offload.WorkCompletion
+	if err := DecodeCQE(c, &gwc); err != nil || gwc != wc {
+		t.Fatalf("CQE: %+v %v", gwc, err)
+	}
+}
+
+func TestRingOwnership(t *testing.T) {
+	r := newTestRing(t, 4, CQESize)
+	var prod, cons uint32
+	for i := 0; i < 10; i++ {
+		for k := 0; k < 4; k++ {
+			if !r.Free(prod) {
+				t.Fatalf("slot %d not free", prod)
+			}
+			EncodeCQE(r.Entry(prod), &offload.WorkCompletion{ID: uint64(prod)})
+			r.Publish(prod, Solicited)
+			prod++
+		}
+		if r.Free(prod) {
+			t.Fatal("full ring has a free slot")
+		}
+		for k := 0; k < 4; k++ {
+			bits, ok := r.Ready(cons)
+			if !ok || bits&Solicited == 0 {
+				t.Fatalf("slot %d not ready: %x", cons, bits)
+			}
+			var wc offload.WorkCompletion
+			DecodeCQE(r.Entry(cons), &wc)
+			if wc.ID != uint64(cons) {
+				t.Fatalf("slot %d has id %d", cons, wc.ID)
+			}
+			r.Release(cons)
+			cons++
+		}
+		if _, ok := r.Ready(cons); ok {
+			t.Fatal("empty ring has a ready slot")
+		}
+	}
+}
+
+func TestMapSharedRejectsUnsealed(t *testing.T) {
+	fd, err := NewEventfd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(fd)
+	if _, _, err := MapShared(fd, 0, 4096); err == nil {
+		t.Fatal("mapped an eventfd")
+	}
+	sfd, mem, err := NewShared("x", 4096, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(sfd)
+	defer Unmap(mem)
+	if _, _, err := MapShared(sfd, 4000, 200); err == nil {
+		t.Fatal("mapped past the end")
+	}
+	if _, _, err := MapShared(sfd, 1<<63, 1<<63); err == nil {
+		t.Fatal("mapped a wrapping range")
+	}
+}
+
+func FuzzDecodeEntries(f *testing.F) {
+	e := make([]byte, SQESize)
+	EncodeSQE(e, &offload.SendWR{ID: 1, Opcode: offload.WRWrite, SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+	f.Add(e)
+	EncodeSQE(e, &offload.SendWR{ID: 1, Opcode: offload.WRSend, Flags: offload.FlagInline, Inline: []byte("x")})
+	f.Add(e)
+	f.Add(make([]byte, 3))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var wr offload.SendWR
+		var buf SQEBuf
+		if DecodeSQE(b, &wr, &buf) == nil {
+			if len(wr.SGL) > offload.MaxSGE || len(wr.Inline) > offload.MaxInline {
+				t.Fatalf("decoded %d SGEs, %d inline", len(wr.SGL), len(wr.Inline))
+			}
+		}
+		var rwr offload.RecvWR
+		var sgl [offload.MaxSGE]offload.SGE
+		if DecodeRQE(b, &rwr, &sgl) == nil && len(rwr.SGL) > offload.MaxSGE {
+			t.Fatal("too many SGEs")
+		}
+		var wc offload.WorkCompletion
+		DecodeCQE(b, &wc)
+	})
+}
+
+// BenchmarkRingSQE is one send request through a ring: encode and publish
+// (client), then decode and release (daemon).
+func BenchmarkRingSQE(b *testing.B) {
+	r := newTestRing(b, 64, SQESize)
+	wr := offload.SendWR{ID: 1, Opcode: offload.WRWrite, Flags: offload.FlagInline | offload.FlagSignaled, Inline: make([]byte, 64), RKey: 2}
+	var out offload.SendWR
+	var buf SQEBuf
+	var pos uint32
+	b.ReportAllocs()
+	for b.Loop() {
+		EncodeSQE(r.Entry(pos), &wr)
+		r.Publish(pos, 0)
+		if _, ok := r.Ready(pos); !ok {
+			b.Fatal("not ready")
+		}
+		if err := DecodeSQE(r.Entry(pos), &out, &buf); err != nil {
+			b.Fatal(err)
+		}
+		r.Release(pos)
+		pos++
+	}
+}
+
+// BenchmarkRingCQE is one completion through a ring.
+func BenchmarkRingCQE(b *testing.B) {
+	r := newTestRing(b, 64, CQESize)
+	wc := offload.WorkCompletion{ID: 1, Opcode: offload.WCWrite, ByteLen: 64, QPNum: 1}
+	var out offload.WorkCompletion
+	var pos uint32
+	b.ReportAllocs()
+	for b.Loop() {
+		EncodeCQE(r.Entry(pos), &wc)
+		r.Publish(pos, 0)
+		if _, ok := r.Ready(pos); !ok {
+			b.Fatal("not ready")
+		}
+		DecodeCQE(r.Entry(pos), &out)
+		r.Release(pos)
+		pos++
+	}
+}

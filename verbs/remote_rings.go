@@ -1,0 +1,579 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/internal/uabi"
+)
+
+func codeOf(c uint16) rdmap.Code { return rdmap.Code(c) }
+
+// remoteCQ polls the completion ring the daemon fills.
+type remoteCQ struct {
+	dev    *remoteDevice
+	h      uint32
+	mu     sync.Mutex
+	ring   *uabi.Ring
+	mem    []byte
+	cons   uint32
+	nfile  *os.File // the notification eventfd
+	notify chan struct{}
+	qps    map[uint32]*remoteQP // by QP number: whose shadow queues to pop
+	dead   error                // set when destroyed or the session ended
+}
+
+func (d *remoteDevice) createCQ(depth int) (cqBackend, error) {
+	r, err := d.call(context.Background(), uabi.OpCreateCQ, func(e *uabi.Enc) { e.U32(uint32(depth)) })
+	if err != nil {
+		return nil, err
+	}
+	dec := &uabi.Dec{B: r.body}
+	h, count, size := dec.U32(), dec.U32(), dec.U32()
+	if err := dec.End(); err != nil || len(r.fds) != 2 {
+		uabi.CloseFDs(r.fds)
+		return nil, fmt.Errorf("create CQ: bad reply (%v, %d fds)", err, len(r.fds))
+	}
+	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(size))
+	uabi.Close(r.fds[0])
+	var ring *uabi.Ring
+	if err == nil {
+		ring, err = uabi.OpenRing(mem, count, uabi.CQESize)
+	}
+	if err != nil {
+		uabi.Unmap(mapping)
+		uabi.Close(r.fds[1])
+		return nil, err
+	}
+	cq := &remoteCQ{dev: d, h: h, ring: ring, mem: mapping, nfile: os.NewFile(uintptr(r.fds[1]), "siwtun-cq-notify"),
+		notify: make(chan struct{}, 1), qps: make(map[uint32]*remoteQP)}
+	go cq.notifier()
+	d.mu.Lock()
+	d.cqs[cq] = struct{}{}
+	d.mu.Unlock()
+	return cq, nil
+}
+
+// notifier turns eventfd notifications into Notify channel sends.
+func (cq *remoteCQ) notifier() {
+	var b [8]byte
+	for {
+		if _, err := cq.nfile.Read(b[:]); err != nil {
+			return
+		}
+		cq.wake()
+	}
+}
+
+func (cq *remoteCQ) wake() {
+	select {
+	case cq.notify <- struct{}{}:
+	default:
+	}
+}
+
+var errPollRemoved = fmt.Errorf("poll CQ: %w", ErrDeviceRemoved)
+
+func (cq *remoteCQ) poll(wcs []WorkCompletion) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.dead != nil {
+		return 0, cq.dead
+	}
+	n := 0
+	for n < len(wcs) {
+		if _, ok := cq.ring.Ready(cq.cons); !ok {
+			break
+		}
+		wc := &wcs[n]
+		uabi.DecodeCQE(cq.ring.Entry(cq.cons), wc)
+		cq.ring.Release(cq.cons)
+		cq.cons++
+		if q := cq.qps[wc.QPNum]; q != nil {
+			q.completed(wc)
+		}
+		n++
+	}
+	if n > 0 {
+		return n, nil
+	}
+	if cq.ring.Overflow().Load() != 0 {
+		return 0, ErrCQOverflow
+	}
+	select {
+	case <-cq.dev.removed:
+		// The daemon is gone: what it had not completed is flushed here.
+		for _, q := range cq.qps {
+			n += q.flush(cq, wcs[n:])
+			if n == len(wcs) {
+				break
+			}
+		}
+		if n == 0 {
+			return 0, errPollRemoved
+		}
+	default:
+	}
+	return n, nil
+}
+
+func (cq *remoteCQ) reqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.dead != nil {
+		return fmt.Errorf("req notify: %w", cq.dead)
+	}
+	v := uint32(uabi.NotifyNext)
+	if solicitedOnly {
+		v = uabi.NotifySolicited
+	}
+	cq.ring.Notify().Store(v)
+	select {
+	case <-cq.dev.removed:
+		cq.wake()
+	default:
+	}
+	return nil
+}
+
+func (cq *remoteCQ) notifyChan() <-chan struct{} { return cq.notify }
+
+func (cq *remoteCQ) destroy() error {
+	cq.mu.Lock()
+	dead := cq.dead
+	cq.mu.Unlock()
+	if dead != nil {
+		return fmt.Errorf("destroy CQ: %w", ErrDestroyed)
+	}
+	_, err := cq.dev.call(context.Background(), uabi.OpDestroyCQ, func(e *uabi.Enc) { e.U32(cq.h) })
+	if err != nil && !errors.Is(err, ErrDeviceRemoved) {
+		return fmt.Errorf("destroy CQ: %w", err)
+	}
+	cq.release(errPollDestroyed)
+	cq.dev.mu.Lock()
+	delete(cq.dev.cqs, cq)
+	cq.dev.mu.Unlock()
+	return nil
+}
+
+// release unmaps the ring; later calls fail with err.
+func (cq *remoteCQ) release(err error) {
+	cq.mu.Lock()
+	if cq.dead == nil {
+		cq.dead = err
+		uabi.Unmap(cq.mem)
+		cq.nfile.Close()
+	}
+	cq.mu.Unlock()
+	cq.wake()
+}
+
+// remoteQP posts into the SQ and RQ rings the daemon drains.
+type remoteQP struct {
+	dev      *remoteDevice
+	h, num   uint32
+	scq, rcq *remoteCQ
+	sigAll   bool
+	mem      []byte
+	doorbell int
+	postOK   atomic.Bool // connected (or in ERR): sends may be posted
+	inited   atomic.Bool // INIT or later: receives may be posted
+	events   chan Event
+
+	smu    sync.Mutex
+	sq     *uabi.Ring
+	sqProd uint32
+	// sent holds the posted send requests not known complete, in order: a
+	// completion retires its request and every unsignaled one before it.
+	sent         []shadowWR
+	sHead, sTail uint64
+	rmu          sync.Mutex
+	rq           *uabi.Ring
+	rqProd       uint32
+	recvd        []uint64
+	rHead, rTail uint64
+	dead         bool // guarded by smu and rmu
+}
+
+type shadowWR struct {
+	id uint64
+	op WROpcode
+}
+
+func (pd *remotePD) createQP(send, recv cqBackend, attr QPInitAttr) (qpBackend, *offload.QP, error) {
+	scq, ok1 := send.(*remoteCQ)
+	rcq, ok2 := recv.(*remoteCQ)
+	if !ok1 || !ok2 || scq.dev != pd.dev || rcq.dev != pd.dev {
+		return nil, nil, errors.New("create QP: completion queue of another device")
+	}
+	if attr.MaxSendWR <= 0 || attr.MaxSendWR > MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > MaxQPWR {
+		return nil, nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
+	}
+	d := pd.dev
+	r, err := d.call(context.Background(), uabi.OpCreateQP, func(e *uabi.Enc) {
+		e.U32(pd.h)
+		e.U32(scq.h)
+		e.U32(rcq.h)
+		e.U32(uint32(attr.MaxSendWR))
+		e.U32(uint32(attr.MaxRecvWR))
+		if attr.SignalAll {
+			e.U8(1)
+		} else {
+			e.U8(0)
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create QP: %w", err)
+	}
+	dec := &uabi.Dec{B: r.body}
+	h, num, sqCount, rqCount, sqBytes, total := dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32()
+	if err := dec.End(); err != nil || len(r.fds) != 2 || sqBytes > total {
+		uabi.CloseFDs(r.fds)
+		return nil, nil, fmt.Errorf("create QP: bad reply (%v, %d fds)", err, len(r.fds))
+	}
+	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(total))
+	uabi.Close(r.fds[0])
+	var sq, rq *uabi.Ring
+	if err == nil {
+		sq, err = uabi.OpenRing(mem[:sqBytes], sqCount, uabi.SQESize)
+	}
+	if err == nil {
+		rq, err = uabi.OpenRing(mem[sqBytes:], rqCount, uabi.RQESize)
+	}
+	if err != nil {
+		uabi.Unmap(mapping)
+		uabi.Close(r.fds[1])
+		d.call(context.Background(), uabi.OpDestroyQP, func(e *uabi.Enc) { e.U32(h) })
+		return nil, nil, fmt.Errorf("create QP: %w", err)
+	}
+	q := &remoteQP{dev: d, h: h, num: num, scq: scq, rcq: rcq, sigAll: attr.SignalAll, mem: mapping,
+		doorbell: r.fds[1], events: make(chan Event, 32), sq: sq, rq: rq,
+		sent: make([]shadowWR, attr.MaxSendWR), recvd: make([]uint64, attr.MaxRecvWR)}
+	d.mu.Lock()
+	d.qps[h] = q
+	d.mu.Unlock()
+	for _, c := range []*remoteCQ{scq, rcq} {
+		c.mu.Lock()
+		c.qps[num] = q
+		c.mu.Unlock()
+	}
+	return q, nil, nil
+}
+
+func (q *remoteQP) Num() uint32 { return q.num }
+
+func (q *remoteQP) emit(e Event) {
+	select {
+	case q.events <- e:
+	default:
+	}
+}
+
+func (q *remoteQP) Events() <-chan Event { return q.events }
+
+func (q *remoteQP) State() QPState {
+	in := q.Info()
+	return in.State
+}
+
+func (q *remoteQP) Info() offload.Info {
+	r, err := q.dev.call(context.Background(), uabi.OpQueryQP, func(e *uabi.Enc) { e.U32(q.h) })
+	if err != nil {
+		return offload.Info{Num: q.num, State: QPErr}
+	}
+	dec := &uabi.Dec{B: r.body}
+	in := offload.Info{Num: q.num, State: QPState(dec.U32()), Local: dec.AddrPort(), Remote: dec.AddrPort()}
+	in.Params.Rev = dec.U8()
+	in.Params.CRC = dec.U8() != 0
+	in.Params.MarkersTx = dec.U8() != 0
+	in.Params.MarkersRx = dec.U8() != 0
+	for _, p := range []*int{&in.IRD, &in.ORD, &in.SQDepth, &in.SQUse, &in.RQDepth, &in.RQUse, &in.EMSS} {
+		*p = int(dec.U32())
+	}
+	in.Params.IRD, in.Params.ORD = uint16(in.IRD), uint16(in.ORD)
+	return in
+}
+
+func (q *remoteQP) Modify(s QPState) error {
+	_, err := q.dev.call(context.Background(), uabi.OpModifyQP, func(e *uabi.Enc) { e.U32(q.h); e.U32(uint32(s)) })
+	if err != nil {
+		return err
+	}
+	switch s {
+	case QPInit:
+		q.inited.Store(true)
+	case QPReset:
+		q.postOK.Store(false)
+		q.inited.Store(false)
+		q.smu.Lock()
+		q.sHead = q.sTail
+		q.smu.Unlock()
+		q.rmu.Lock()
+		q.rHead = q.rTail
+		q.rmu.Unlock()
+	case QPErr:
+		q.postOK.Store(true)
+		q.inited.Store(true)
+	}
+	return nil
+}
+
+func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
+	_, err := q.dev.call(ctx, uabi.OpConnect, func(e *uabi.Enc) { e.U32(q.h); e.AddrPort(remote); encParam(e, p) })
+	if err != nil {
+		var rej *offload.RejectedError
+		if errors.As(err, &rej) {
+			return fmt.Errorf("connect to %v: %w", remote, err)
+		}
+		return err
+	}
+	q.postOK.Store(true)
+	q.inited.Store(true)
+	return nil
+}
+
+func (q *remoteQP) Disconnect() {
+	q.dev.call(context.Background(), uabi.OpDisconnect, func(e *uabi.Enc) { e.U32(q.h) })
+}
+
+func (q *remoteQP) Destroy() error {
+	_, err := q.dev.call(context.Background(), uabi.OpDestroyQP, func(e *uabi.Enc) { e.U32(q.h) })
+	if errors.Is(err, ErrDeviceRemoved) || errors.Is(err, ErrDestroyed) {
+		err = nil
+	}
+	q.dev.mu.Lock()
+	delete(q.dev.qps, q.h)
+	q.dev.mu.Unlock()
+	for _, c := range []*remoteCQ{q.scq, q.rcq} {
+		c.mu.Lock()
+		if c.qps[q.num] == q {
+			delete(c.qps, q.num)
+		}
+		c.mu.Unlock()
+	}
+	q.release()
+	return err
+}
+
+// release unmaps the rings and closes the doorbell.
+func (q *remoteQP) release() {
+	q.smu.Lock()
+	q.rmu.Lock()
+	if !q.dead {
+		q.dead = true
+		uabi.Unmap(q.mem)
+		uabi.Close(q.doorbell)
+	}
+	q.rmu.Unlock()
+	q.smu.Unlock()
+}
+
+var (
+	errPostDead   = fmt.Errorf("post: %w", ErrDestroyed)
+	errPostState  = fmt.Errorf("%w: post send before the QP is connected", offload.ErrQPState)
+	errRecvState  = fmt.Errorf("%w: post receive in RESET", offload.ErrQPState)
+	errQueueFull  = fmt.Errorf("post: %w", offload.ErrQueueFull)
+	errPostRemove = fmt.Errorf("post: %w", ErrDeviceRemoved)
+)
+
+func (q *remoteQP) check() error {
+	if q.dead {
+		return errPostDead
+	}
+	select {
+	case <-q.dev.removed:
+		return errPostRemove
+	default:
+	}
+	return nil
+}
+
+// PostSend writes the requests into the send ring and rings the doorbell
+// if the daemon sleeps. It never allocates.
+func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	if err := q.check(); err != nil {
+		return 0, err
+	}
+	if !q.postOK.Load() {
+		return 0, errPostState
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if err = checkSendWR(wr); err != nil {
+			break
+		}
+		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.Free(q.sqProd) {
+			err = errQueueFull
+			break
+		}
+		uabi.EncodeSQE(q.sq.Entry(q.sqProd), wr)
+		q.sq.Publish(q.sqProd, 0)
+		q.sqProd++
+		q.sent[q.sTail%uint64(len(q.sent))] = shadowWR{id: wr.ID, op: wr.Opcode}
+		q.sTail++
+		n++
+	}
+	if n > 0 && q.sq.Notify().Load() != 0 {
+		uabi.Signal(q.doorbell)
+	}
+	return n, err
+}
+
+// checkSendWR is the engine's check, made before the request enters the
+// ring so that the caller gets the error.
+func checkSendWR(wr *SendWR) error {
+	switch wr.Opcode {
+	case WRSend, WRSendWithInv, WRWrite:
+		if wr.Flags&FlagInline != 0 {
+			if len(wr.Inline) > MaxInline {
+				return fmt.Errorf("%w: %d inline bytes, at most %d", offload.ErrInvalidWR, len(wr.Inline), MaxInline)
+			}
+		} else if len(wr.SGL) > MaxSGE {
+			return fmt.Errorf("%w: %d SGEs, at most %d", offload.ErrInvalidWR, len(wr.SGL), MaxSGE)
+		}
+	case WRRead:
+		if wr.Flags&FlagInline != 0 {
+			return fmt.Errorf("%w: RDMA Read cannot be inline", offload.ErrInvalidWR)
+		}
+		if len(wr.SGL) > MaxSGERead {
+			return fmt.Errorf("%w: RDMA Read sink has %d SGEs", offload.ErrInvalidWR, len(wr.SGL))
+		}
+	default:
+		return fmt.Errorf("%w: opcode %v not supported", offload.ErrInvalidWR, wr.Opcode)
+	}
+	if wr.Flags&^(FlagFence|FlagSignaled|FlagSolicited|FlagInline) != 0 {
+		return fmt.Errorf("%w: send flags 0x%x", offload.ErrInvalidWR, uint32(wr.Flags))
+	}
+	return nil
+}
+
+// PostRecv writes the requests into the receive ring.
+func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	if err := q.check(); err != nil {
+		return 0, err
+	}
+	if !q.inited.Load() {
+		return 0, errRecvState
+	}
+	n := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(wr.SGL) > MaxSGE {
+			err = fmt.Errorf("%w: %d SGEs, at most %d", offload.ErrInvalidWR, len(wr.SGL), MaxSGE)
+			break
+		}
+		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.Free(q.rqProd) {
+			err = errQueueFull
+			break
+		}
+		uabi.EncodeRQE(q.rq.Entry(q.rqProd), wr)
+		q.rq.Publish(q.rqProd, 0)
+		q.rqProd++
+		q.recvd[q.rTail%uint64(len(q.recvd))] = wr.ID
+		q.rTail++
+		n++
+	}
+	if n > 0 {
+		if q.rq.Notify().Load() != 0 {
+			uabi.Signal(q.doorbell)
+		}
+		q.awaitTaken(q.rqProd - 1)
+	}
+	return n, err
+}
+
+// awaitTaken waits until the daemon has handed the receive at ring
+// position pos to the engine (it releases the entry then), so that a Send
+// the peer makes after PostRecv returns finds it, as with an RNIC whose
+// doorbell write makes the receive visible at once. The daemon's ring
+// goroutine polls the rings for a while after each request, so this is
+// short under load.
+func (q *remoteQP) awaitTaken(pos uint32) {
+	var deadline time.Time
+	for i := 0; !q.rq.Free(pos); i++ {
+		if i%64 == 63 {
+			select {
+			case <-q.dev.removed:
+				return
+			default:
+			}
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(time.Second)
+			} else if now.After(deadline) {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// completed retires the shadow entries a completion accounts for (called
+// by the CQ's poll with its lock held).
+func (q *remoteQP) completed(wc *WorkCompletion) {
+	if wc.Opcode == WCRecv {
+		q.rmu.Lock()
+		if q.rHead < q.rTail {
+			q.rHead++
+		}
+		q.rmu.Unlock()
+		return
+	}
+	q.smu.Lock()
+	for p := q.sHead; p < q.sTail; p++ {
+		if q.sent[p%uint64(len(q.sent))].id == wc.ID {
+			q.sHead = p + 1
+			break
+		}
+	}
+	q.smu.Unlock()
+}
+
+// flush completes, with flush errors, the requests the daemon never
+// completed (it is gone), into wcs for cq; it returns how many.
+func (q *remoteQP) flush(cq *remoteCQ, wcs []WorkCompletion) int {
+	n := 0
+	if q.scq == cq {
+		q.smu.Lock()
+		for n < len(wcs) && q.sHead < q.sTail {
+			w := q.sent[q.sHead%uint64(len(q.sent))]
+			op := WCSend
+			switch w.op {
+			case WRWrite:
+				op = WCWrite
+			case WRRead:
+				op = WCRead
+			}
+			wcs[n] = WorkCompletion{ID: w.id, Status: WCFlushErr, Opcode: op, QPNum: q.num}
+			q.sHead++
+			n++
+		}
+		q.smu.Unlock()
+	}
+	if q.rcq == cq {
+		q.rmu.Lock()
+		for n < len(wcs) && q.rHead < q.rTail {
+			wcs[n] = WorkCompletion{ID: q.recvd[q.rHead%uint64(len(q.recvd))], Status: WCFlushErr, Opcode: WCRecv, QPNum: q.num}
+			q.rHead++
+			n++
+		}
+		q.rmu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,296 @@
+package uverbs
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/internal/uabi"
+)
+
+// sCQ is the daemon side of a completion queue: the engine pushes into it,
+// it writes CQEs into the ring shared with the client.
+type sCQ struct {
+	mu       sync.Mutex
+	ring     *uabi.Ring
+	mem      []byte
+	notifyFD int
+	prod     uint32
+	users    int // guarded by the session's mu (create/destroy QP)
+	dead     bool
+}
+
+var _ offload.CompletionQueue = (*sCQ)(nil)
+
+// Push writes one completion into the shared ring (called by the engine
+// under its QP lock: never blocks). A full ring marks the overflow.
+func (c *sCQ) Push(wc *offload.WorkCompletion, solicited bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	fire := false
+	arm := c.ring.Notify().Load()
+	if !c.ring.Free(c.prod) {
+		c.ring.Overflow().Store(1)
+		fire = arm != uabi.NotifyNone
+	} else {
+		uabi.EncodeCQE(c.ring.Entry(c.prod), wc)
+		var bits uint32
+		if solicited {
+			bits = uabi.Solicited
+		}
+		c.ring.Publish(c.prod, bits)
+		c.prod++
+		// Reload after publishing: the client arms, then polls again.
+		arm = c.ring.Notify().Load()
+		fire = arm == uabi.NotifyNext || arm == uabi.NotifySolicited && (solicited || wc.Status != offload.WCSuccess)
+	}
+	if fire && c.ring.Notify().CompareAndSwap(arm, uabi.NotifyNone) {
+		uabi.Signal(c.notifyFD)
+	}
+}
+
+func (c *sCQ) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.dead = true
+	uabi.Close(c.notifyFD)
+	uabi.Unmap(c.mem)
+}
+
+// sQP is the daemon side of a queue pair: the engine's QP, the SQ and RQ
+// rings the client fills, and the goroutine that moves requests from the
+// rings to the engine when the doorbell rings.
+type sQP struct {
+	ss       *session
+	h        uint32
+	pd       *sPD
+	qp       *offload.QP
+	scq, rcq *sCQ
+	mem      []byte
+	sq, rq   *uabi.Ring
+	doorbell *os.File
+	stop     chan struct{}
+	done     sync.WaitGroup
+	once     sync.Once
+
+	sqCons, rqCons uint32
+	sbatch         [16]offload.SendWR
+	sbufs          [16]uabi.SQEBuf
+	rbatch         [16]offload.RecvWR
+	rsgl           [16][offload.MaxSGE]offload.SGE
+}
+
+// spinFor is how long the ring goroutine keeps polling the rings after the
+// last request before it sleeps on the doorbell: a client posting at once
+// again costs no system call and no wake-up.
+const spinFor = 50 * time.Microsecond
+
+func (q *sQP) run() {
+	defer q.done.Done()
+	var buf [8]byte
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-q.stop:
+			return
+		default:
+		}
+		progress, blocked := q.drain()
+		if blocked {
+			// The engine's queue is full: retry as it drains.
+			backoff = min(max(2*backoff, 20*time.Microsecond), time.Millisecond)
+			select {
+			case <-q.stop:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		if progress {
+			continue
+		}
+		if q.spin() {
+			continue
+		}
+		q.sq.Notify().Store(1)
+		q.rq.Notify().Store(1)
+		if q.pending() {
+			q.sq.Notify().Store(0)
+			q.rq.Notify().Store(0)
+			continue
+		}
+		_, err := q.doorbell.Read(buf[:])
+		q.sq.Notify().Store(0)
+		q.rq.Notify().Store(0)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+	}
+}
+
+func (q *sQP) pending() bool {
+	_, s := q.sq.Ready(q.sqCons)
+	_, r := q.rq.Ready(q.rqCons)
+	return s || r
+}
+
+func (q *sQP) spin() bool {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if q.pending() {
+			return true
+		}
+		if i%16 == 15 && time.Since(start) > spinFor {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// drain moves what the client published to the engine.
+func (q *sQP) drain() (progress, blocked bool) {
+	for {
+		// Receives first: one posted before a send is in the engine
+		// before that send goes out.
+		r, rb := q.drainRQ()
+		p, b := q.drainSQ()
+		progress = progress || p || r
+		if b || rb {
+			return progress, true
+		}
+		if !p && !r {
+			return progress, false
+		}
+	}
+}
+
+func (q *sQP) drainSQ() (progress, blocked bool) {
+	n := 0
+	bad := false
+	for n < len(q.sbatch) {
+		pos := q.sqCons + uint32(n)
+		if _, ok := q.sq.Ready(pos); !ok {
+			break
+		}
+		if err := uabi.DecodeSQE(q.sq.Entry(pos), &q.sbatch[n], &q.sbufs[n]); err != nil {
+			bad = true
+			break
+		}
+		n++
+	}
+	posted := 0
+	var err error
+	if n > 0 {
+		posted, err = q.qp.PostSend(q.sbatch[:n])
+		for i := 0; i < posted; i++ {
+			q.sq.Release(q.sqCons)
+			q.sqCons++
+		}
+	}
+	if errors.Is(err, offload.ErrQueueFull) {
+		return posted > 0, true
+	}
+	if err != nil || (bad && posted == n) {
+		// A request the engine refused (or could not decode): complete it
+		// with an error, in place of the call error a local post returns.
+		wc := offload.WorkCompletion{Status: offload.WCLocQPOpErr, Opcode: offload.WCSend, QPNum: q.qp.Num(), VendorErr: 1}
+		if err != nil {
+			wc.ID = q.sbatch[posted].ID
+			switch q.sbatch[posted].Opcode {
+			case offload.WRWrite:
+				wc.Opcode = offload.WCWrite
+			case offload.WRRead:
+				wc.Opcode = offload.WCRead
+			}
+		} else {
+			var wr offload.SendWR
+			uabi.DecodeSQE(q.sq.Entry(q.sqCons), &wr, &q.sbufs[0]) // the id, if readable
+			wc.ID = wr.ID
+		}
+		q.scq.Push(&wc, false)
+		q.sq.Release(q.sqCons)
+		q.sqCons++
+		return true, false
+	}
+	return posted > 0, false
+}
+
+func (q *sQP) drainRQ() (progress, blocked bool) {
+	n := 0
+	for n < len(q.rbatch) {
+		pos := q.rqCons + uint32(n)
+		if _, ok := q.rq.Ready(pos); !ok {
+			break
+		}
+		if err := uabi.DecodeRQE(q.rq.Entry(pos), &q.rbatch[n], &q.rsgl[n]); err != nil {
+			q.rbatch[n] = offload.RecvWR{ID: q.rbatch[n].ID}
+		}
+		n++
+	}
+	if n == 0 {
+		return false, false
+	}
+	posted, err := q.qp.PostRecv(q.rbatch[:n])
+	for i := 0; i < posted; i++ {
+		q.rq.Release(q.rqCons)
+		q.rqCons++
+	}
+	if err != nil && !errors.Is(err, offload.ErrQueueFull) {
+		wc := offload.WorkCompletion{ID: q.rbatch[posted].ID, Status: offload.WCLocQPOpErr, Opcode: offload.WCRecv, QPNum: q.qp.Num(), VendorErr: 1}
+		q.rcq.Push(&wc, false)
+		q.rq.Release(q.rqCons)
+		q.rqCons++
+		return true, false
+	}
+	return posted > 0, err != nil
+}
+
+// events forwards the engine's connection events to the client.
+func (q *sQP) events() {
+	defer q.done.Done()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case e := <-q.qp.Events():
+			q.ss.event(func(enc *uabi.Enc) {
+				enc.U32(uabi.EvQP)
+				enc.U32(q.h)
+				enc.U32(uint32(e.Type))
+				enc.U16(uint16(e.Code))
+				if e.Err != nil {
+					enc.String(e.Err.Error())
+				} else {
+					enc.String("")
+				}
+			})
+		}
+	}
+}
+
+// destroy disconnects the engine's QP, stops the ring goroutine and frees
+// the rings.
+func (q *sQP) destroy() {
+	q.once.Do(func() {
+		q.qp.Destroy()
+		close(q.stop)
+		q.doorbell.Close()
+		q.done.Wait()
+		uabi.Unmap(q.mem)
+		q.ss.mu.Lock()
+		q.scq.users--
+		q.rcq.users--
+		q.ss.mu.Unlock()
+		q.pd.qpGone()
+	})
+}

@@ -1,0 +1,261 @@
+// Package uverbs is the daemon side of the verbs socket: it serves a local
+// (in-process) verbs.Device to applications in other processes, which open
+// it with verbs.Dial. See package verbs/internal/uabi for the ABI.
+//
+// Each client connection is a session with its own objects; handles are
+// unique across the server, so a client that names another client's object
+// gets a clear error (StForeign), and a client that exits or crashes has
+// every object destroyed: its QPs disconnected towards their peers, its
+// regions deregistered and unmapped, its rings freed.
+package uverbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/internal/uabi"
+)
+
+// Server serves one device on any number of listeners.
+type Server struct {
+	dev *verbs.Device
+	eng *offload.Device
+	log *slog.Logger
+
+	mu         sync.Mutex
+	lns        map[net.Listener]struct{}
+	sessions   map[*session]struct{}
+	owners     map[uint32]*session
+	nextHandle uint32
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// NewServer returns a server of dev, which must be in-process (verbs.Open).
+func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
+	if dev.Engine() == nil {
+		return nil, errors.New("uverbs: the served device must be in-process")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{dev: dev, eng: dev.Engine(), log: log.With("dev", dev.Name()),
+		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
+		owners: make(map[uint32]*session), nextHandle: 1}, nil
+}
+
+// Serve serves dev on l until l is closed; see Server.Serve.
+func Serve(l net.Listener, dev *verbs.Device, log *slog.Logger) error {
+	s, err := NewServer(dev, log)
+	if err != nil {
+		return err
+	}
+	return s.Serve(l)
+}
+
+// Listen creates the verbs socket at path (a SOCK_SEQPACKET Unix socket),
+// replacing a stale one, with mode 0660 and, if gid >= 0, group gid.
+func Listen(path string, gid int) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("uverbs: server closed")
+
+// Serve accepts clients on l (a Unix listener of network "unixpacket")
+// until l fails or the server is closed; each client is served by its own
+// goroutines.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.lns[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, l)
+		s.mu.Unlock()
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			return err
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		s.start(uc)
+	}
+}
+
+// Close stops every listener, tells every client the device is removed
+// (they see ErrDeviceRemoved and flushed work), ends every session and
+// destroys its objects. It returns when all is cleaned up.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for l := range s.lns {
+		l.Close()
+	}
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.removed("daemon shutting down")
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// Sessions is the number of connected clients.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) start(c *net.UnixConn) {
+	ss := newSession(s, c)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		ss.serve()
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+	}()
+}
+
+// handle allocates a server-wide object handle for ss.
+func (s *Server) handle(ss *session) uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.owners[s.nextHandle] != nil || s.nextHandle == 0 {
+		s.nextHandle++
+	}
+	h := s.nextHandle
+	s.nextHandle++
+	s.owners[h] = ss
+	return h
+}
+
+func (s *Server) release(h uint32) {
+	s.mu.Lock()
+	delete(s.owners, h)
+	s.mu.Unlock()
+}
+
+func (s *Server) owner(h uint32) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owners[h]
+}
+
+// peerCred reads SO_PEERCRED of c.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// statusError is a failed request's reply.
+type statusError struct {
+	st   uint32
+	msg  string
+	body []byte // extra reply body (a rejection's private data)
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func fail(st uint32, format string, args ...any) error {
+	return &statusError{st: st, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an engine or verbs error to a reply status.
+func statusOf(err error) (uint32, string, []byte) {
+	var se *statusError
+	var rej *offload.RejectedError
+	switch {
+	case errors.As(err, &se):
+		return se.st, se.msg, se.body
+	case errors.As(err, &rej):
+		return uabi.StRejected, err.Error(), rej.PrivateData
+	case errors.Is(err, offload.ErrQPState):
+		return uabi.StQPState, err.Error(), nil
+	case errors.Is(err, verbs.ErrBusy):
+		return uabi.StBusy, err.Error(), nil
+	case errors.Is(err, context.Canceled):
+		return uabi.StCanceled, err.Error(), nil
+	case errors.Is(err, offload.ErrDeviceClosed), errors.Is(err, verbs.ErrDestroyed):
+		return uabi.StRemoved, err.Error(), nil
+	}
+	return uabi.StError, err.Error(), nil
+}
+
+func dupFD(fd int) (int, error) {
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}

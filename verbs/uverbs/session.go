@@ -1,0 +1,296 @@
+package uverbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/internal/uabi"
+)
+
+// maxInFlight bounds the requests of one session handled at once.
+const maxInFlight = 32
+
+type session struct {
+	srv  *Server
+	uc   *net.UnixConn
+	conn *uabi.Conn
+	log  *slog.Logger
+
+	wmu sync.Mutex // one writer at a time
+	enc uabi.Enc   // guarded by wmu
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	objs    map[uint32]any
+	calls   map[uint32]context.CancelFunc
+	closing bool
+}
+
+func newSession(s *Server, c *net.UnixConn) *session {
+	ctx, cancel := context.WithCancel(context.Background())
+	ss := &session{srv: s, uc: c, conn: uabi.NewConn(c), ctx: ctx, cancel: cancel,
+		sem: make(chan struct{}, maxInFlight), objs: make(map[uint32]any), calls: make(map[uint32]context.CancelFunc)}
+	ss.log = s.log
+	if cred, err := peerCred(c); err == nil {
+		ss.log = s.log.With("pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
+	} else {
+		ss.log = s.log.With("cred", err)
+	}
+	return ss
+}
+
+// serve reads requests until the client goes, then destroys its objects.
+func (ss *session) serve() {
+	ss.log.Info("verbs client connected")
+	defer ss.teardown()
+	for {
+		h, body, fds, err := ss.conn.Recv()
+		if err != nil && !errors.Is(err, uabi.ErrBadMessage) {
+			if !uabi.IsEOF(err) && ss.ctx.Err() == nil {
+				ss.log.Debug("verbs client read", "err", err)
+			}
+			return
+		}
+		if err != nil {
+			uabi.CloseFDs(fds)
+			ss.log.Warn("bad verbs message", "err", err)
+			ss.reply(h.Seq, h.Op, uabi.StBadMessage, err.Error(), nil)
+			continue
+		}
+		if h.Op == uabi.OpCancel {
+			uabi.CloseFDs(fds)
+			d := uabi.Dec{B: body}
+			seq := d.U32()
+			ss.mu.Lock()
+			if c := ss.calls[seq]; c != nil && d.End() == nil {
+				c()
+			}
+			ss.mu.Unlock()
+			continue
+		}
+		if h.Op == 0 || h.Op >= uabi.OpCancel {
+			uabi.CloseFDs(fds)
+			ss.reply(h.Seq, h.Op, uabi.StUnknownOp, fmt.Sprintf("unknown op %d", h.Op), nil)
+			continue
+		}
+		body = append([]byte(nil), body...) // the receive buffer is reused
+		select {
+		case ss.sem <- struct{}{}:
+		case <-ss.ctx.Done():
+			uabi.CloseFDs(fds)
+			return
+		}
+		ctx, cancel := context.WithCancel(ss.ctx)
+		ss.mu.Lock()
+		ss.calls[h.Seq] = cancel
+		ss.mu.Unlock()
+		ss.wg.Add(1)
+		go func() {
+			defer ss.wg.Done()
+			defer func() { <-ss.sem }()
+			ss.handle(ctx, h, body, fds)
+			cancel()
+			ss.mu.Lock()
+			delete(ss.calls, h.Seq)
+			ss.mu.Unlock()
+		}()
+	}
+}
+
+// removed tells the client the device is gone and ends the session.
+func (ss *session) removed(reason string) {
+	ss.wmu.Lock()
+	ss.enc.Begin(uabi.OpEvent, 0)
+	ss.enc.U32(uabi.EvDeviceRemoved)
+	ss.enc.String(reason)
+	ss.conn.Send(ss.enc.Finish(0))
+	ss.wmu.Unlock()
+	ss.cancel()
+	ss.uc.Close()
+}
+
+func (ss *session) reply(seq uint32, op uint16, st uint32, msg string, body func(*uabi.Enc), fds ...int) {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	e := &ss.enc
+	e.Begin(op|uabi.ReplyBit, seq)
+	e.U32(st)
+	if st != uabi.StOK {
+		e.String(msg)
+	}
+	if body != nil {
+		body(e)
+	}
+	if err := ss.conn.Send(e.Finish(len(fds)), fds...); err != nil {
+		ss.log.Debug("verbs reply", "err", err)
+		if len(fds) > 0 {
+			// Never leave the client waiting: reply with the failure.
+			e.Begin(op|uabi.ReplyBit, seq)
+			e.U32(uabi.StError)
+			e.String("sending the reply's descriptors: " + err.Error())
+			ss.conn.Send(e.Finish(0))
+		}
+	}
+}
+
+func (ss *session) event(body func(*uabi.Enc)) {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	ss.enc.Begin(uabi.OpEvent, 0)
+	body(&ss.enc)
+	ss.conn.Send(ss.enc.Finish(0))
+}
+
+// add records a new object under a fresh handle; after teardown began it
+// fails (the caller destroys the object).
+func (ss *session) add(obj any) (uint32, error) {
+	h := ss.srv.handle(ss)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closing {
+		ss.srv.release(h)
+		return 0, fail(uabi.StRemoved, "session closing")
+	}
+	ss.objs[h] = obj
+	return h, nil
+}
+
+func (ss *session) remove(h uint32) {
+	ss.mu.Lock()
+	delete(ss.objs, h)
+	ss.mu.Unlock()
+	ss.srv.release(h)
+}
+
+// get returns the session's object h of type T.
+func get[T any](ss *session, h uint32, what string) (T, error) {
+	var zero T
+	ss.mu.Lock()
+	o, ok := ss.objs[h]
+	ss.mu.Unlock()
+	if !ok {
+		if other := ss.srv.owner(h); other != nil && other != ss {
+			return zero, fail(uabi.StForeign, "%s handle %d belongs to another client", what, h)
+		}
+		return zero, fail(uabi.StBadHandle, "no %s with handle %d", what, h)
+	}
+	t, ok := o.(T)
+	if !ok {
+		return zero, fail(uabi.StBadHandle, "handle %d is not a %s", h, what)
+	}
+	return t, nil
+}
+
+// teardown destroys everything the client left: QPs first (their peers see
+// the disconnect), then listeners and requests, CQs, regions and PDs.
+func (ss *session) teardown() {
+	ss.mu.Lock()
+	ss.closing = true
+	ss.mu.Unlock()
+	ss.cancel()
+	ss.uc.Close()
+	ss.wg.Wait()
+	ss.mu.Lock()
+	objs := ss.objs
+	ss.objs = make(map[uint32]any)
+	ss.mu.Unlock()
+	var nqp, nmr int
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *sQP:
+			o.destroy()
+			nqp++
+		case *sListener:
+			o.l.Close()
+		case *sReq:
+			o.r.Reject(nil)
+		}
+	}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *sCQ:
+			o.close()
+		case *sMR:
+			o.dereg()
+			nmr++
+		}
+	}
+	for _, o := range objs {
+		if pd, ok := o.(*sPD); ok {
+			pd.unmapZombies()
+			pd.pd.Dealloc()
+		}
+	}
+	for h := range objs {
+		ss.srv.release(h)
+	}
+	ss.log.Info("verbs client gone", "qps", nqp, "mrs", nmr, "objects", len(objs))
+}
+
+// Objects of a session.
+
+type sPD struct {
+	pd      *verbs.PD
+	mu      sync.Mutex
+	qps     int
+	zombies [][]byte // mappings of deregistered regions, unmapped once no QP of the PD runs
+}
+
+func (pd *sPD) qpGone() {
+	pd.mu.Lock()
+	pd.qps--
+	var z [][]byte
+	if pd.qps == 0 {
+		z, pd.zombies = pd.zombies, nil
+	}
+	pd.mu.Unlock()
+	for _, m := range z {
+		uabi.Unmap(m)
+	}
+}
+
+func (pd *sPD) unmapZombies() {
+	pd.mu.Lock()
+	z := pd.zombies
+	pd.zombies = nil
+	pd.mu.Unlock()
+	for _, m := range z {
+		uabi.Unmap(m)
+	}
+}
+
+type sMR struct {
+	pd      *sPD
+	regions *offload.Regions
+	stag    uint32
+	mapping []byte
+}
+
+// dereg invalidates the STag at once; the memory is unmapped only when no
+// QP of the PD can be in the middle of a copy from or to it.
+func (mr *sMR) dereg() error {
+	err := mr.regions.Deregister(mr.stag)
+	mr.pd.mu.Lock()
+	if mr.pd.qps > 0 {
+		mr.pd.zombies = append(mr.pd.zombies, mr.mapping)
+		mr.pd.mu.Unlock()
+		return err
+	}
+	mr.pd.mu.Unlock()
+	uabi.Unmap(mr.mapping)
+	return err
+}
+
+type sListener struct{ l *offload.Listener }
+
+type sReq struct{ r *offload.ConnRequest }
