@@ -23,6 +23,7 @@ paths, and a verbs API for applications.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newDemoCmd())
+	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
 	return root
 }

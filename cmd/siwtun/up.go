@@ -1,0 +1,283 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/tun"
+	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/uverbs"
+)
+
+// upOptions are the flags of siwtun up.
+type upOptions struct {
+	dev         string
+	addrs       []string
+	hostAddrs   []string
+	mtu         int
+	mpaRev      uint8
+	crc         bool
+	markers     bool
+	p2p         string
+	ird, ord    uint16
+	socketDir   string
+	socketGroup string
+	logLevel    string
+	logFormat   string
+}
+
+func newUpCmd() *cobra.Command {
+	o := upOptions{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run an RNIC on a TUN device (in the foreground)",
+		Long: `up creates the TUN device (siwtun0), gives the host side its address
+(--host-addr) and the RNIC's own TCP/IP stack its address (--addr), and
+serves verbs applications on the verbs socket and ctl on the control
+socket, until SIGINT or SIGTERM. Then every connection is closed in order,
+clients are told, the sockets are removed and the TUN device deleted.
+
+  siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runUp(cmd.ErrOrStderr(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dev, "dev", "siwtun0", "TUN device name")
+	f.StringSliceVar(&o.addrs, "addr", nil, "the RNIC's address(es) in its own stack, CIDR (IPv4 and/or IPv6; required)")
+	f.StringSliceVar(&o.hostAddrs, "host-addr", nil, "the host side's address(es) on the TUN device, CIDR")
+	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
+	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
+	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
+	f.BoolVar(&o.markers, "markers", false, "ask peers to send MPA markers")
+	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
+	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
+	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
+	f.StringVar(&o.socketDir, "socket-dir", "/run/siwtun", "directory of the verbs and control sockets")
+	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// parseP2P maps the --p2p flag to RTR types.
+func parseP2P(s string) (mpa.RTR, error) {
+	switch s {
+	case "off", "":
+		return 0, nil
+	case "write":
+		return mpa.RTRWrite, nil
+	case "read":
+		return mpa.RTRRead, nil
+	case "send":
+		return mpa.RTRSend, nil
+	}
+	return 0, fmt.Errorf("--p2p %q: want write, read, send or off", s)
+}
+
+func parsePrefixes(flag string, in []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(in))
+	for _, s := range in {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: want an address with a prefix length, like 198.18.0.2/24", flag, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// lockDevice takes the per-device lock file, so a second siwtun up on the
+// same name fails with a clear message instead of fighting over the device.
+func lockDevice(dir, dev string) (*os.File, error) {
+	path := filepath.Join(dir, dev+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		pid, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, strings.TrimSpace(string(pid)))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	return f, nil
+}
+
+// socketOwnership applies --socket-group and mode 0660 to a socket file.
+func socketOwnership(path, group string) error {
+	if err := os.Chmod(path, 0o660); err != nil {
+		return err
+	}
+	if group == "" {
+		return nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return fmt.Errorf("--socket-group %q: %w", group, err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+	return os.Chown(path, -1, gid)
+}
+
+func runUp(stderr io.Writer, o upOptions) (err error) {
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	addrs, err := parsePrefixes("addr", o.addrs)
+	if err != nil {
+		return err
+	}
+	if len(addrs) == 0 {
+		return errors.New("--addr is required: the RNIC's own address, e.g. --addr 198.18.0.2/24")
+	}
+	hostAddrs, err := parsePrefixes("host-addr", o.hostAddrs)
+	if err != nil {
+		return err
+	}
+	p2p, err := parseP2P(o.p2p)
+	if err != nil {
+		return err
+	}
+	cfg := offload.DefaultConfig(o.dev)
+	cfg.MPARev, cfg.CRC, cfg.Markers, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, o.markers, p2p, o.ird, o.ord
+	cfg.Logger = log
+	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	lock, err := lockDevice(o.socketDir, o.dev)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		os.Remove(lock.Name())
+		lock.Close()
+	}()
+
+	dev, err := tun.Create(o.dev, o.mtu)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dev.Close()
+		tun.Delete(o.dev) // a non-persistent TUN goes with its fd; make sure
+	}()
+	if err := tun.Configure(o.dev, o.mtu, hostAddrs); err != nil {
+		return err
+	}
+	stack, err := netstack.New(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), netstack.Options{Addrs: addrs, MTU: o.mtu})
+	if err != nil {
+		return fmt.Errorf("RNIC stack: %w", err)
+	}
+	defer stack.Close()
+	eng, err := offload.NewDevice(stack, cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	vdev := verbs.Open(eng)
+	defer vdev.Close()
+
+	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
+	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs), log)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
+		return err
+	}
+	go cs.Serve()
+
+	stopVerbs, verbsPath, err := serveVerbs(vdev, o, log)
+	if err != nil {
+		return err
+	}
+	defer stopVerbs()
+
+	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
+		"mpa_rev", o.mpaRev, "crc", o.crc, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
+		"verbs_socket", verbsPath, "ctl_socket", ctlPath)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	s := <-sig
+	log.Info("shutting down", "signal", s.String())
+	// The deferred calls run in reverse: verbs clients are told and their
+	// QPs closed, every connection gets an orderly close, ctl and the
+	// sockets go, the stack stops and the TUN device is deleted.
+	return nil
+}
+
+// serveVerbs serves the device to applications on the verbs socket,
+// <socket-dir>/<dev>.sock. The returned stop tells every client the device
+// is gone, destroys their objects and removes the socket.
+func serveVerbs(vdev *verbs.Device, o upOptions, log *slog.Logger) (stop func(), path string, err error) {
+	path = filepath.Join(o.socketDir, o.dev+".sock")
+	gid := -1
+	if o.socketGroup != "" {
+		g, err := user.LookupGroup(o.socketGroup)
+		if err != nil {
+			return nil, "", fmt.Errorf("--socket-group %q: %w", o.socketGroup, err)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	l, err := uverbs.Listen(path, gid)
+	if err != nil {
+		return nil, "", fmt.Errorf("verbs socket: %w", err)
+	}
+	srv, err := uverbs.NewServer(vdev, log)
+	if err != nil {
+		l.Close()
+		return nil, "", fmt.Errorf("verbs socket: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, uverbs.ErrServerClosed) {
+			log.Error("verbs socket", "err", err)
+		}
+	}()
+	return func() {
+		srv.Close()
+		l.Close()
+		os.Remove(path)
+	}, path, nil
+}

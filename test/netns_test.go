@@ -1,0 +1,164 @@
+// Package test holds siwtun's integration tests: real TUN devices, daemons
+// as separate processes and clients in other processes, inside network
+// namespaces the tests create and remove. They need root and /dev/net/tun
+// and skip with the reason otherwise.
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireRoot skips a test that needs root, /dev/net/tun and ip(8).
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_NET_ADMIN) for network namespaces and TUN devices")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("needs /dev/net/tun (modprobe tun)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip(8) from iproute2 to create network namespaces")
+	}
+}
+
+// siwtunBin builds the siwtun binary once per test run.
+func siwtunBin(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("SIWTUN_TEST_BIN_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	bin := filepath.Join(dir, "siwtun")
+	if _, err := os.Stat(bin); err == nil && os.Getenv("SIWTUN_TEST_BIN_DIR") != "" {
+		return bin
+	}
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/siwtun")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// netns is a network namespace this test created.
+type netns struct {
+	t    testing.TB
+	name string
+}
+
+// newNetns creates a namespace with loopback up and forwarding on; it is
+// removed (with every process the test started in it) at cleanup.
+func newNetns(t testing.TB) *netns {
+	t.Helper()
+	name := fmt.Sprintf("siwtun-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	n := &netns{t: t, name: name}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	n.run("ip", "link", "set", "lo", "up")
+	n.run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	n.run("sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1")
+	return n
+}
+
+// run runs a command in the namespace and fails the test if it fails.
+func (n *netns) run(args ...string) string {
+	n.t.Helper()
+	out, err := n.command(args...).CombinedOutput()
+	if err != nil {
+		n.t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (n *netns) command(args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.name}, args...)...)
+}
+
+// daemon is a siwtun up process in a namespace.
+type daemon struct {
+	dev       string
+	cmd       *exec.Cmd
+	log       *bytes.Buffer
+	socketDir string
+	done      chan error
+}
+
+// startDaemon runs siwtun up in n and waits until its control socket answers.
+func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
+		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}, extra...)
+	d := &daemon{dev: dev, cmd: n.command(args...), log: &bytes.Buffer{}, socketDir: dir, done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("siwtun up: %v", err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("%s log:\n%s", dev, d.log)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(filepath.Join(dir, dev+".sock")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, dev+".ctl")); err == nil {
+				return d
+			}
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("siwtun up %s exited: %v\n%s", dev, err, d.log)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("siwtun up %s: sockets not ready after 20 s\n%s", dev, d.log)
+	return nil
+}
+
+// stop sends SIGTERM (once) and waits for the daemon to exit.
+func (d *daemon) stop() error {
+	if d.cmd.ProcessState != nil {
+		return nil
+	}
+	d.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(20 * time.Second):
+		d.cmd.Process.Kill()
+		return fmt.Errorf("%s did not stop within 20 s", d.dev)
+	}
+}
+
+// grepLog reports whether the daemon logged a line containing s.
+func (d *daemon) grepLog(s string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(d.log.Bytes()))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ctx is a test-bounded context.
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
