@@ -66,8 +66,8 @@ func newNetns(t testing.TB) *netns {
 	n := &netns{t: t, name: name}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
 	n.run("ip", "link", "set", "lo", "up")
-	n.run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-	n.run("sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1")
+	// The namespace's kernel routes between the RNICs' TUN devices.
+	n.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")
 	return n
 }
 

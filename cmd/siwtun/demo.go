@@ -29,20 +29,37 @@ type demoOptions struct {
 	markers bool
 	wire    bool
 	imp     string
+	inProc  bool
 }
 
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run two in-process RNICs and show a Send, an RDMA Write and an RDMA Read",
-		Long: `demo builds two RNICs in this process, each with its own TCP/IP stack,
-joined by an in-memory link (no root, no TUN device). It connects a queue
-pair across them, does a Send, an RDMA Write and an RDMA Read with every
-byte verified, and prints what crossed the wire, segment by segment.`,
+		Short: "Run two RNICs and show a Send, an RDMA Write and an RDMA Read",
+		Long: `demo runs two RNICs and a verbs application that connects a queue pair
+across them and does a Send, an RDMA Write and an RDMA Read with every byte
+verified.
+
+As root, it creates a private network namespace with two TUN devices
+(siwtun0, siwtun1), each served by its own siwtun up process, routed by the
+namespace's kernel; the application uses them through their verbs sockets.
+Everything is removed at the end.
+
+With --in-process (and whenever the namespace version cannot run), both
+RNICs live in this process, joined by an in-memory link (no root, no TUN),
+and demo prints what crossed the wire, segment by segment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.OutOrStdout(), o)
+			w := cmd.OutOrStdout()
+			if !o.inProc {
+				err := canRunNetnsDemo()
+				if err == nil {
+					return runNetnsDemo(w, o)
+				}
+				fmt.Fprintf(w, "(the two-daemon demo %v; running both RNICs in this process instead)\n\n", err)
+			}
+			return runDemo(w, o)
 		},
 	}
 	f := cmd.Flags()
@@ -52,7 +69,8 @@ byte verified, and prints what crossed the wire, segment by segment.`,
 	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
 	f.BoolVar(&o.markers, "markers", false, "ask for MPA markers in both directions")
 	f.BoolVar(&o.wire, "wire", true, "print every TCP segment that carries iWARP data")
-	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7")
+	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7 (in-process)")
+	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")
 	return cmd
 }
 
@@ -159,6 +177,31 @@ func runDemo(w io.Writer, o demoOptions) error {
 	}
 	fmt.Fprintf(w, ")\n  siwtun0 %v   <->   siwtun1 %v\n\n", cliAddr.Addr(), srvAddr.Addr())
 
+	log.start = time.Now()
+	c, err := runApp(w, cdev, sdev, srvAddr.Addr(), o.size)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "5. disconnect\n")
+	c.Disconnect()
+	log.mu.Lock()
+	log.on = false
+	log.mu.Unlock()
+	st := cdev.Engine().Stats()
+	ss := sdev.Engine().Stats()
+	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
+		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
+	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
+	return nil
+}
+
+// runApp is the demo's verbs application: it connects a QP on cdev to one
+// accepted on sdev at srv:7174 and does a Send, an RDMA Write and an RDMA
+// Read with every byte verified, telling what it does. It returns the
+// client QP, still connected.
+func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	type end struct {
 		pd       *verbs.PD
 		scq, rcq *verbs.CQ
@@ -188,32 +231,37 @@ func runDemo(w io.Writer, o demoOptions) error {
 	}
 	c, err := mk(cdev)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s, err := mk(sdev)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 
 	// Server memory: a receive buffer and a region the client may write and read.
-	recvBuf := make([]byte, 256)
+	recvBuf, err := sdev.AllocBuffer(256)
+	if err != nil {
+		return nil, err
+	}
 	recvMR, err := s.pd.RegMR(recvBuf, verbs.AccessLocalWrite)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	target := make([]byte, o.size)
+	target, err := sdev.AllocBuffer(size)
+	if err != nil {
+		return nil, err
+	}
+	target = target[:size]
 	targetMR, err := s.pd.RegMR(target, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
-		return err
+		return nil, err
 	}
-	l, err := sdev.Listen(netip.AddrPortFrom(srvAddr.Addr(), 7174), 1)
+	l, err := sdev.Listen(netip.AddrPortFrom(srv, 7174), 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer l.Close()
 	acc := make(chan error, 1)
@@ -226,14 +274,13 @@ func runDemo(w io.Writer, o demoOptions) error {
 		acc <- req.Accept(s.qp, verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
 	}()
 
-	log.start = time.Now()
-	fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srvAddr.Addr())
+	fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srv)
 	t0 := time.Now()
-	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srvAddr.Addr(), 7174), verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-		return err
+	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, 7174), verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4}); err != nil {
+		return nil, err
 	}
 	if err := <-acc; err != nil {
-		return err
+		return nil, err
 	}
 	p := c.qp.Info()
 	fmt.Fprintf(w, "   established in %v: MPA rev %d, CRC %v, markers tx/rx %v/%v, IRD %d ORD %d, EMSS %d\n\n",
@@ -252,55 +299,59 @@ func runDemo(w io.Writer, o demoOptions) error {
 	}
 
 	// 2. Send: the client tells the server where its buffer is, rping-style.
-	cbuf := make([]byte, o.size)
+	cbuf, err := cdev.AllocBuffer(size)
+	if err != nil {
+		return nil, err
+	}
+	cbuf = cbuf[:size]
 	for i := range cbuf {
 		cbuf[i] = byte('A' + i%58)
 	}
 	cmr, err := c.pd.RegMR(cbuf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msg := make([]byte, 16)
 	binary.BigEndian.PutUint64(msg, cmr.Addr())
 	binary.BigEndian.PutUint32(msg[8:], cmr.RKey())
-	binary.BigEndian.PutUint32(msg[12:], uint32(o.size))
-	fmt.Fprintf(w, "2. Send 16 bytes (address 0x%x, rkey 0x%08x, size %d)\n", cmr.Addr(), cmr.RKey(), o.size)
+	binary.BigEndian.PutUint32(msg[12:], uint32(size))
+	fmt.Fprintf(w, "2. Send 16 bytes (address 0x%x, rkey 0x%08x, size %d)\n", cmr.Addr(), cmr.RKey(), size)
 	t0 = time.Now()
 	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 10, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: msg}}); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := wait(c.scq, "send"); err != nil {
-		return err
+		return nil, err
 	}
 	rwc, err := wait(s.rcq, "receive")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !bytes.Equal(recvBuf[:rwc.ByteLen], msg) {
-		return fmt.Errorf("send: received bytes differ")
+		return nil, fmt.Errorf("send: received bytes differ")
 	}
 	fmt.Fprintf(w, "   received %d bytes in %v, verified\n\n", rwc.ByteLen, time.Since(t0).Round(time.Microsecond))
 
 	// 3. RDMA Write: client -> server's target region.
-	fmt.Fprintf(w, "3. RDMA Write %d bytes to rkey 0x%08x\n", o.size, targetMR.RKey())
+	fmt.Fprintf(w, "3. RDMA Write %d bytes to rkey 0x%08x\n", size, targetMR.RKey())
 	t0 = time.Now()
 	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 2, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := c.qp.PostSend([]verbs.SendWR{
-		{ID: 11, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{cmr.SGE(0, o.size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()},
+		{ID: 11, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{cmr.SGE(0, size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()},
 		{ID: 12, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("written")},
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := wait(c.scq, "write"); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := wait(s.rcq, "write notice"); err != nil {
-		return err
+		return nil, err
 	}
 	if !bytes.Equal(target, cbuf) {
-		return fmt.Errorf("RDMA Write: target bytes differ")
+		return nil, fmt.Errorf("RDMA Write: target bytes differ")
 	}
 	fmt.Fprintf(w, "   placed and verified in %v (the Send behind it arrived: RDMAP keeps order)\n\n", time.Since(t0).Round(time.Microsecond))
 
@@ -308,35 +359,29 @@ func runDemo(w io.Writer, o demoOptions) error {
 	for i := range target {
 		target[i] = byte('z' - i%26)
 	}
-	sink := make([]byte, o.size)
+	sink, err := cdev.AllocBuffer(size)
+	if err != nil {
+		return nil, err
+	}
+	sink = sink[:size]
 	smr, err := c.pd.RegMR(sink, verbs.AccessLocalWrite)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(w, "4. RDMA Read %d bytes from rkey 0x%08x\n", o.size, targetMR.RKey())
+	fmt.Fprintf(w, "4. RDMA Read %d bytes from rkey 0x%08x\n", size, targetMR.RKey())
 	t0 = time.Now()
-	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 13, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{smr.SGE(0, o.size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()}}); err != nil {
-		return err
+	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 13, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{smr.SGE(0, size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()}}); err != nil {
+		return nil, err
 	}
 	if _, err := wait(c.scq, "read"); err != nil {
-		return err
+		return nil, err
 	}
 	if !bytes.Equal(sink, target) {
-		return fmt.Errorf("RDMA Read: bytes differ")
+		return nil, fmt.Errorf("RDMA Read: bytes differ")
 	}
 	fmt.Fprintf(w, "   read and verified in %v\n\n", time.Since(t0).Round(time.Microsecond))
 
-	fmt.Fprintf(w, "5. disconnect\n")
-	c.qp.Disconnect()
-	log.mu.Lock()
-	log.on = false
-	log.mu.Unlock()
-	st := cdev.Engine().Stats()
-	ss := sdev.Engine().Stats()
-	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
-		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
-	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
-	return nil
+	return c.qp, nil
 }
 
 func onOff(b bool) string {
