@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/siwtun/siwtun/offload"
@@ -459,5 +458,3 @@ func (r *remoteConnReq) reject(pd []byte) error {
 	_, err := r.dev.call(context.Background(), uabi.OpReject, func(e *uabi.Enc) { e.U32(r.h); e.Bytes(pd) })
 	return err
 }
-
-var _ atomic.Bool

@@ -3,7 +3,6 @@ package uverbs
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 
 	"github.com/siwtun/siwtun/offload"
@@ -533,5 +532,3 @@ func (ss *session) reject(d *uabi.Dec) error {
 	ss.remove(rh)
 	return r.r.Reject(pdata)
 }
-
-var _ = netip.AddrPort{}

@@ -117,7 +117,14 @@ func TestHostileMessages(t *testing.T) {
 			return a.req(uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(foreign) })
 		}, uabi.StForeign},
 		{"another client's PD in create QP", func() (uint32, string, []byte) {
-			return a.req(uabi.OpCreateQP, func(e *uabi.Enc) { e.U32(foreign); e.U32(1); e.U32(1); e.U32(4); e.U32(4); e.U8(0) })
+			return a.req(uabi.OpCreateQP, func(e *uabi.Enc) {
+				e.U32(foreign)
+				e.U32(1)
+				e.U32(1)
+				e.U32(4)
+				e.U32(4)
+				e.U8(0)
+			})
 		}, uabi.StForeign},
 		{"descriptor where none is wanted", func() (uint32, string, []byte) {
 			return a.req(uabi.OpAllocPD, nil, efd)

@@ -115,8 +115,13 @@ func (ss *session) removed(reason string) {
 	ss.enc.String(reason)
 	ss.conn.Send(ss.enc.Finish(0))
 	ss.wmu.Unlock()
+	// Stop reading; the session's teardown destroys every object (so the
+	// flush completions are in the client's rings) before it closes the
+	// socket, which the client sees as the device's removal.
 	ss.cancel()
-	ss.uc.Close()
+	if err := ss.uc.CloseRead(); err != nil {
+		ss.uc.Close()
+	}
 }
 
 func (ss *session) reply(seq uint32, op uint16, st uint32, msg string, body func(*uabi.Enc), fds ...int) {
@@ -198,7 +203,7 @@ func (ss *session) teardown() {
 	ss.closing = true
 	ss.mu.Unlock()
 	ss.cancel()
-	ss.uc.Close()
+	defer ss.uc.Close()
 	ss.wg.Wait()
 	ss.mu.Lock()
 	objs := ss.objs
