@@ -120,6 +120,16 @@ type Conn struct {
 func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
 	// TCP_NODELAY: an FPDU must leave as soon as it is written.
 	ep.SocketOptions().SetDelayOption(false)
+	if t := s.peerTimeout; t > 0 {
+		ut := tcpip.TCPUserTimeoutOption(t)
+		idle := tcpip.KeepaliveIdleOption(t)
+		intv := tcpip.KeepaliveIntervalOption(t / 3)
+		ep.SetSockOpt(&ut)
+		ep.SetSockOpt(&idle)
+		ep.SetSockOpt(&intv)
+		ep.SetSockOptInt(tcpip.KeepaliveCountOption, 3)
+		ep.SocketOptions().SetKeepAlive(true)
+	}
 	la, terr := ep.GetLocalAddress()
 	if terr != nil {
 		ep.Close()

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -59,7 +60,17 @@ type Options struct {
 	SendBufferSize, ReceiveBufferSize int
 	// Hook, if non-nil, sees every TCP segment in both directions.
 	Hook SegmentHook
+	// PeerTimeout bounds how long a connection lives with a silent peer:
+	// data unacknowledged for that long ends it (TCP_USER_TIMEOUT), and an
+	// idle connection sends keepalives from then on and ends after 3
+	// unanswered ones a third of it apart. An RNIC must see a crashed peer
+	// in seconds, not after TCP's default retransmission limit (many
+	// minutes). 0 means DefaultPeerTimeout; negative disables both.
+	PeerTimeout time.Duration
 }
+
+// DefaultPeerTimeout is the default Options.PeerTimeout.
+const DefaultPeerTimeout = 15 * time.Second
 
 // Stack is a gVisor network stack with one NIC on one Link.
 type Stack struct {
@@ -69,6 +80,8 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
+	// peerTimeout is Options.PeerTimeout resolved.
+	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.
 	hookPayload bool
 	flows       flowTable
@@ -128,6 +141,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 		addrs:       slices.Clone(opts.Addrs),
 		hook:        opts.Hook,
 		hookPayload: wantsPayload(opts.Hook),
+		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
 		listeners:   make(map[*Listener]struct{}),
 	}
@@ -436,4 +450,15 @@ func header4Any() tcpip.Subnet {
 func header6Any() tcpip.Subnet {
 	sn, _ := tcpip.NewSubnet(tcpip.AddrFrom16([16]byte{}), tcpip.MaskFromBytes(make([]byte, 16)))
 	return sn
+}
+
+// peerTimeout resolves Options.PeerTimeout.
+func peerTimeout(t time.Duration) time.Duration {
+	switch {
+	case t == 0:
+		return DefaultPeerTimeout
+	case t < 0:
+		return 0
+	}
+	return t
 }

@@ -26,7 +26,7 @@ type twoRNICs struct {
 	mtu    int
 }
 
-func newTwoRNICs(t *testing.T, mtu int, extra ...string) *twoRNICs {
+func newTwoRNICs(t testing.TB, mtu int, extra ...string) *twoRNICs {
 	t.Helper()
 	requireRoot(t)
 	r := &twoRNICs{ns: newNetns(t), bin: siwtunBin(t), mtu: mtu,
@@ -53,7 +53,7 @@ type end struct {
 	qp       *verbs.QP
 }
 
-func newEnd(t *testing.T, dev *verbs.Device, depth int) *end {
+func newEnd(t testing.TB, dev *verbs.Device, depth int) *end {
 	t.Helper()
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -77,7 +77,7 @@ func newEnd(t *testing.T, dev *verbs.Device, depth int) *end {
 	return &end{dev, pd, scq, rcq, qp}
 }
 
-func (e *end) mr(t *testing.T, n int, access verbs.Access) (*verbs.MR, []byte) {
+func (e *end) mr(t testing.TB, n int, access verbs.Access) (*verbs.MR, []byte) {
 	t.Helper()
 	buf, err := e.dev.AllocBuffer(n)
 	if err != nil {
@@ -90,7 +90,7 @@ func (e *end) mr(t *testing.T, n int, access verbs.Access) (*verbs.MR, []byte) {
 	return mr, buf[:n]
 }
 
-func (e *end) wait(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
+func (e *end) wait(t testing.TB, cq *verbs.CQ) verbs.WorkCompletion {
 	t.Helper()
 	wcs := make([]verbs.WorkCompletion, 1)
 	if _, err := cq.Wait(ctx(t), wcs); err != nil {
@@ -100,7 +100,7 @@ func (e *end) wait(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
 }
 
 // connect connects a QP on dev0 to one accepted on dev1 at port.
-func (r *twoRNICs) connect(t *testing.T, port uint16, depth int) (cli, srv *end) {
+func (r *twoRNICs) connect(t testing.TB, port uint16, depth int) (cli, srv *end) {
 	t.Helper()
 	cli, srv = newEnd(t, r.dev0, depth), newEnd(t, r.dev1, depth)
 	l, err := r.dev1.Listen(netip.AddrPortFrom(r.a1, port), 4)
@@ -127,7 +127,7 @@ func (r *twoRNICs) connect(t *testing.T, port uint16, depth int) (cli, srv *end)
 	return cli, srv
 }
 
-func waitState(t *testing.T, qp *verbs.QP, want verbs.QPState) {
+func waitState(t testing.TB, qp *verbs.QP, want verbs.QPState) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for qp.State() != want {

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -89,10 +91,32 @@ func (n *netns) command(args ...string) *exec.Cmd {
 type daemon struct {
 	dev       string
 	cmd       *exec.Cmd
-	log       *bytes.Buffer
+	log       *syncBuffer
 	socketDir string
-	done      chan error
+	exited    chan struct{} // closed when the process has been waited for
+	err       error         // its exit status, set before exited closes
 }
+
+// syncBuffer is a bytes.Buffer safe for the process's output copier and
+// the test reading it at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.b.Bytes()...)
+}
+
+func (s *syncBuffer) String() string { return string(s.Bytes()) }
 
 // startDaemon runs siwtun up in n and waits until its control socket answers.
 func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
@@ -100,12 +124,15 @@ func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu in
 	dir := t.TempDir()
 	args := append([]string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
 		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}, extra...)
-	d := &daemon{dev: dev, cmd: n.command(args...), log: &bytes.Buffer{}, socketDir: dir, done: make(chan error, 1)}
+	d := &daemon{dev: dev, cmd: n.command(args...), log: &syncBuffer{}, socketDir: dir, exited: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("siwtun up: %v", err)
 	}
-	go func() { d.done <- d.cmd.Wait() }()
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.exited)
+	}()
 	t.Cleanup(func() {
 		d.stop()
 		if t.Failed() {
@@ -120,8 +147,8 @@ func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu in
 			}
 		}
 		select {
-		case err := <-d.done:
-			t.Fatalf("siwtun up %s exited: %v\n%s", dev, err, d.log)
+		case <-d.exited:
+			t.Fatalf("siwtun up %s exited: %v\n%s", dev, d.err, d.log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -129,19 +156,39 @@ func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu in
 	return nil
 }
 
-// stop sends SIGTERM (once) and waits for the daemon to exit.
+// stop sends SIGINT (unless the daemon has exited) and waits for it to exit.
 func (d *daemon) stop() error {
-	if d.cmd.ProcessState != nil {
-		return nil
+	select {
+	case <-d.exited:
+		return d.err
+	default:
 	}
 	d.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-d.done:
-		d.done <- err
-		return err
+	case <-d.exited:
+		return d.err
 	case <-time.After(20 * time.Second):
 		d.cmd.Process.Kill()
+		<-d.exited
 		return fmt.Errorf("%s did not stop within 20 s", d.dev)
+	}
+}
+
+// pid is the daemon's process id: ip netns exec execs siwtun in place, so
+// it is the siwtun process itself.
+func (d *daemon) pid() int { return d.cmd.Process.Pid }
+
+// kill sends SIGKILL to the daemon (by its PID) and waits until it has
+// been reaped.
+func (d *daemon) kill(t testing.TB) {
+	t.Helper()
+	if err := syscall.Kill(d.pid(), syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s (pid %d): %v", d.dev, d.pid(), err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s (pid %d) still running 10 s after SIGKILL", d.dev, d.pid())
 	}
 }
 

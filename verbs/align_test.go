@@ -49,8 +49,10 @@ func (a *alignCounter) Segment(s *netstack.Segment) {
 // TestSegmentAlignment sends 16 MiB of RDMA Writes and checks that the
 // sender's TCP segments start with an FPDU and hold whole FPDUs, with one
 // FPDU per write and with batched writes. The rare misaligned segment is a
-// window-edge split inside gVisor's sender (netstack-probe.md §1e); the
-// bound here is loose on purpose, the figures are logged.
+// window-edge split inside gVisor's sender (netstack-probe.md §1e), more
+// frequent on a loaded machine (under -race at MTU 9000: 96.5 %); the bound
+// here only catches a broken sender (a misaligned FPDU size gives ~0 %),
+// the figures are logged.
 func TestSegmentAlignment(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		for _, perWrite := range []int{0, 1} {
@@ -80,7 +82,7 @@ func TestSegmentAlignment(t *testing.T) {
 				total := ac.aligned + ac.misaligned
 				pct := 100 * float64(ac.aligned) / float64(total)
 				t.Logf("MTU %d, FPDUs per write %d: %d data segments, %d aligned (%.3f%%), %d misaligned", mtu, perWrite, total, ac.aligned, pct, ac.misaligned)
-				if total < 16*size/9000 || pct < 98 {
+				if total < 16*size/9000 || pct < 90 {
 					t.Fatalf("%d of %d segments aligned", ac.aligned, total)
 				}
 			})

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -37,6 +38,7 @@ type upOptions struct {
 	markers     bool
 	p2p         string
 	ird, ord    uint16
+	peerTimeout time.Duration
 	socketDir   string
 	socketGroup string
 	logLevel    string
@@ -71,11 +73,20 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
+	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.socketDir, "socket-dir", "/run/siwtun", "directory of the verbs and control sockets")
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
+}
+
+// peerTimeoutOption maps --peer-timeout (0: off) to netstack.Options.
+func peerTimeoutOption(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // parseP2P maps the --p2p flag to RTR types.
@@ -203,7 +214,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err := tun.Configure(o.dev, o.mtu, hostAddrs); err != nil {
 		return err
 	}
-	stack, err := netstack.New(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), netstack.Options{Addrs: addrs, MTU: o.mtu})
+	stack, err := netstack.New(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout)})
 	if err != nil {
 		return fmt.Errorf("RNIC stack: %w", err)
 	}
