@@ -38,7 +38,7 @@ fuzz:
 # Benchmarks: FPDU build/parse (0 allocs), CQ, RDMA WRITE next to raw TCP
 # between two in-process stacks.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./offload/... ./verbs/ ./netstack/
+	$(GO) test -run '^$$' -bench . -benchmem ./offload/... ./verbs/... ./netstack/ ./tun/...
 
 # The main job: two in-process RNICs, a Send, an RDMA Write and an RDMA
 # Read, with what crossed the wire.
