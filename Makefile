@@ -11,9 +11,12 @@ build:
 	$(GO) build -o bin/siwtun ./cmd/siwtun
 
 # The test suite: formatting, vet, every package with the race detector,
-# and a short run of every fuzz target.
+# then the integration tests (root; real TUN devices and daemons, run on
+# their own so the machine is not starved under them), and a short run of
+# every fuzz target.
 test: fmt-check vet
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test$$)
+	$(GO) test -count=1 -timeout 20m ./test/
 	$(MAKE) fuzz
 
 test-short:

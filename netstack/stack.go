@@ -64,13 +64,16 @@ type Options struct {
 	// data unacknowledged for that long ends it (TCP_USER_TIMEOUT), and an
 	// idle connection sends keepalives from then on and ends after 3
 	// unanswered ones a third of it apart. An RNIC must see a crashed peer
-	// in seconds, not after TCP's default retransmission limit (many
-	// minutes). 0 means DefaultPeerTimeout; negative disables both.
+	// within a minute, not after TCP's default retransmission limit (many
+	// minutes); too short a value ends healthy connections whose
+	// retransmissions back off on a starved machine. 0 means
+	// DefaultPeerTimeout; negative disables both.
 	PeerTimeout time.Duration
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
-const DefaultPeerTimeout = 15 * time.Second
+// (Chelsio's iw_cxgb4 uses the same 60 s for its endpoint timeout).
+const DefaultPeerTimeout = 60 * time.Second
 
 // Stack is a gVisor network stack with one NIC on one Link.
 type Stack struct {
