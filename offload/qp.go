@@ -215,6 +215,20 @@ type QP struct {
 	readMSN  uint32 // next MSN on QN 1 (TX)
 	flushErr WCStatus
 	wc       WorkCompletion // scratch for pushing completions, guarded by mu
+	// refill, if set, is asked for receives when a Send finds none (the
+	// verbs socket's daemon moves them from the client's ring).
+	refill func()
+}
+
+// SetRecvRefill sets f to be called from the receive path, with no QP lock
+// held, when an incoming Send finds the receive queue empty; f may post
+// receives (PostRecv), which the Send then takes. It lets receives posted
+// into a ring shared with another process be taken when data arrives, as
+// an RNIC reads its receive queue, instead of at post time.
+func (qp *QP) SetRecvRefill(f func()) {
+	qp.mu.Lock()
+	qp.refill = f
+	qp.mu.Unlock()
 }
 
 // Num is the queue pair number.

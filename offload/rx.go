@@ -262,6 +262,12 @@ func (r *rxState) headerDone() error {
 func (r *rxState) startSend() error {
 	qp := r.qp
 	qp.mu.Lock()
+	if qp.rqHead == qp.rqTail && qp.refill != nil {
+		refill := qp.refill
+		qp.mu.Unlock()
+		refill()
+		qp.mu.Lock()
+	}
 	if qp.rqHead == qp.rqTail {
 		qp.mu.Unlock()
 		qp.stats.RecvNoBuffer.Add(1)

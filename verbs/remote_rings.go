@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -493,35 +491,8 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 		if q.rq.Notify().Load() != 0 {
 			uabi.Signal(q.doorbell)
 		}
-		q.awaitTaken(q.rqProd - 1)
 	}
 	return n, err
-}
-
-// awaitTaken waits until the daemon has handed the receive at ring
-// position pos to the engine (it releases the entry then), so that a Send
-// the peer makes after PostRecv returns finds it, as with an RNIC whose
-// doorbell write makes the receive visible at once. The daemon's ring
-// goroutine polls the rings for a while after each request, so this is
-// short under load.
-func (q *remoteQP) awaitTaken(pos uint32) {
-	var deadline time.Time
-	for i := 0; !q.rq.Free(pos); i++ {
-		if i%64 == 63 {
-			select {
-			case <-q.dev.removed:
-				return
-			default:
-			}
-			now := time.Now()
-			if deadline.IsZero() {
-				deadline = now.Add(time.Second)
-			} else if now.After(deadline) {
-				return
-			}
-		}
-		runtime.Gosched()
-	}
 }
 
 // completed retires the shadow entries a completion accounts for (called

@@ -310,6 +310,14 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
 		doorbell: os.NewFile(uintptr(dbfd), "siwtun-doorbell"), stop: make(chan struct{})}
+	// A Send that finds no receive takes what the client has published in
+	// the RQ ring: receives are taken when data arrives, so the client's
+	// PostRecv never waits for the daemon.
+	eqp.SetRecvRefill(func() {
+		q.rqMu.Lock()
+		q.drainRQ()
+		q.rqMu.Unlock()
+	})
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()

@@ -77,16 +77,20 @@ type sQP struct {
 	scq, rcq *sCQ
 	mem      []byte
 	sq, rq   *uabi.Ring
+	// rqMu serialises draining the RQ ring: the ring goroutine and the
+	// engine's receive path (SetRecvRefill) both do it.
+	rqMu     sync.Mutex
 	doorbell *os.File
 	stop     chan struct{}
 	done     sync.WaitGroup
 	once     sync.Once
 
-	sqCons, rqCons uint32
-	sbatch         [16]offload.SendWR
-	sbufs          [16]uabi.SQEBuf
-	rbatch         [16]offload.RecvWR
-	rsgl           [16][offload.MaxSGE]offload.SGE
+	sqCons uint32
+	rqCons uint32 // guarded by rqMu
+	sbatch [16]offload.SendWR
+	sbufs  [16]uabi.SQEBuf
+	rbatch [16]offload.RecvWR
+	rsgl   [16][offload.MaxSGE]offload.SGE
 }
 
 // spinFor is how long the ring goroutine keeps polling the rings after the
@@ -140,7 +144,9 @@ func (q *sQP) run() {
 
 func (q *sQP) pending() bool {
 	_, s := q.sq.Ready(q.sqCons)
+	q.rqMu.Lock()
 	_, r := q.rq.Ready(q.rqCons)
+	q.rqMu.Unlock()
 	return s || r
 }
 
@@ -162,7 +168,9 @@ func (q *sQP) drain() (progress, blocked bool) {
 	for {
 		// Receives first: one posted before a send is in the engine
 		// before that send goes out.
+		q.rqMu.Lock()
 		r, rb := q.drainRQ()
+		q.rqMu.Unlock()
 		p, b := q.drainSQ()
 		progress = progress || p || r
 		if b || rb {
