@@ -1,12 +1,15 @@
 package offload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -174,20 +177,13 @@ func (d *Device) QP(num uint32) (*QP, bool) {
 // QPs returns snapshots of every queue pair, by number.
 func (d *Device) QPs() []Info {
 	d.mu.Lock()
-	list := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		list = append(list, qp)
-	}
+	list := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
 	out := make([]Info, 0, len(list))
 	for _, qp := range list {
 		out = append(out, qp.Info())
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Num < out[j-1].Num; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.Num, b.Num) })
 	return out
 }
 
@@ -212,14 +208,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
-	ls := make([]*Listener, 0, len(d.listeners))
-	for l := range d.listeners {
-		ls = append(ls, l)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
+	ls := slices.Collect(maps.Keys(d.listeners))
 	d.mu.Unlock()
 	for _, l := range ls {
 		l.Close()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -144,10 +146,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	pds := make([]*PD, 0, len(d.pds))
-	for pd := range d.pds {
-		pds = append(pds, pd)
-	}
+	pds := slices.Collect(maps.Keys(d.pds))
 	d.mu.Unlock()
 	for _, pd := range pds {
 		pd.destroyAll()
@@ -224,14 +223,8 @@ func (pd *PD) Dealloc() error {
 func (pd *PD) destroyAll() {
 	d := pd.dev
 	d.mu.Lock()
-	qps := make([]*QP, 0, len(pd.qps))
-	for qp := range pd.qps {
-		qps = append(qps, qp)
-	}
-	mrs := make([]*MR, 0, len(pd.mrs))
-	for mr := range pd.mrs {
-		mrs = append(mrs, mr)
-	}
+	qps := slices.Collect(maps.Keys(pd.qps))
+	mrs := slices.Collect(maps.Keys(pd.mrs))
 	d.mu.Unlock()
 	for _, qp := range qps {
 		qp.Destroy()

@@ -102,32 +102,10 @@ func newPair(t testing.TB, o pairOpts) (cli, srv *side) {
 	return cli, srv
 }
 
+// connect connects cli's QP to srv's on the default port.
 func connect(t testing.TB, cli, srv *side, cp, sp ConnParam) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	l, err := srv.dev.Listen(netip.AddrPortFrom(srvAddr.Addr(), srvPort), 4)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	defer l.Close()
-	accepted := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			accepted <- err
-			return
-		}
-		accepted <- req.Accept(srv.qp, sp)
-	}()
-	if err := cli.qp.Connect(ctx, netip.AddrPortFrom(srvAddr.Addr(), srvPort), cp); err != nil {
-		t.Fatalf("Connect: %v", err)
-	}
-	if err := <-accepted; err != nil {
-		t.Fatalf("Accept: %v", err)
-	}
-	cli.waitEvent(EventEstablished)
-	srv.waitEvent(EventEstablished)
+	connectOn(t, cli, srv, srvPort, cp, sp)
 }
 
 // waitEvent waits for an event of type want and returns it.
