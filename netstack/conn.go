@@ -110,6 +110,14 @@ type Conn struct {
 	// partialWrites counts WriteAligned calls that gVisor accepted only in
 	// part (the rest was written immediately after).
 	partialWrites atomic.Uint64
+	// recentEnds holds the stream offset (c.written) after each of the last
+	// coalesceAfter aligned writes, a ring indexed by recentIdx; coalescing
+	// says whether Nagle is on. All guarded by writeMu. See coalesce.
+	recentEnds [coalesceAfter]uint64
+	recentIdx  int
+	coalescing bool
+	// coalescedWrites counts aligned writes queued while coalescing.
+	coalescedWrites atomic.Uint64
 
 	dlMu    sync.Mutex
 	dlCh    chan struct{} // guarded by dlMu; closed when the read deadline passes
@@ -410,7 +418,10 @@ func (c *Conn) WriteAligned(p []byte) (int, error) {
 		return 0, err
 	}
 	defer c.pl.reset()
-	return c.writeLocked(p, len(p), true)
+	c.coalesce()
+	n, err := c.writeLocked(p, len(p), true)
+	c.recordWrite()
+	return n, err
 }
 
 // Payload is the source of an aligned write: Len bytes, produced by Read
@@ -456,8 +467,58 @@ func (c *Conn) WriteAlignedPayload(p Payload) (int, error) {
 	}
 	c.pl = payloadReader{src: p, left: n}
 	defer c.pl.reset()
-	return c.writeLocked(nil, n, true)
+	c.coalesce()
+	written, err := c.writeLocked(nil, n, true)
+	c.recordWrite()
+	return written, err
 }
+
+// coalesceAfter is how many aligned writes may be unacknowledged before
+// coalesce turns Nagle on.
+const coalesceAfter = 64
+
+// coalesce decides, before an aligned write, whether gVisor should hold
+// small segments back (Nagle) while data is unacknowledged.
+//
+// With TCP_NODELAY every aligned write leaves as its own segment. A stream of
+// tiny FPDUs (a 32-byte inline RDMA Write is a 52-byte FPDU) then puts
+// hundreds of tiny segments in flight. The receiving gVisor charges each
+// queued segment its whole buffer memory (hundreds of bytes for 52 bytes of
+// payload), and when its receive processing falls behind (a starved CPU) it
+// drops segments at its queue although they are inside the window it
+// advertised. Recovering hundreds of lost tiny segments takes gVisor one
+// retransmission timeout per one or two segments, long enough for the peer
+// timeout to end a healthy connection.
+//
+// So, like Linux's autocorking, writes are coalesced while the sender is
+// far ahead of the peer's ACKs: when the write coalesceAfter writes ago is
+// still unacknowledged, Nagle is on. gVisor then keeps a small segment until
+// the ACKs catch up and merges later writes into it whole (it never splits
+// a write to merge it), so segments still carry whole FPDUs only and a
+// segment of full size is never held. When the ACKs catch up Nagle is turned
+// off again, which sends whatever is held. c.writeMu is held.
+func (c *Conn) coalesce() {
+	oldest := c.recentEnds[c.recentIdx]
+	on := oldest != 0 && uint64(c.inFlight()) > c.written-oldest
+	if on != c.coalescing {
+		c.coalescing = on
+		c.ep.SocketOptions().SetDelayOption(on)
+	}
+	if on {
+		c.coalescedWrites.Add(1)
+	}
+}
+
+// recordWrite notes the end of an aligned write for coalesce. c.writeMu is
+// held.
+func (c *Conn) recordWrite() {
+	c.recentEnds[c.recentIdx] = c.written
+	c.recentIdx = (c.recentIdx + 1) % coalesceAfter
+}
+
+// CoalescedWrites returns how many aligned writes were queued while small
+// segments were being coalesced (see WriteAligned).
+func (c *Conn) CoalescedWrites() uint64 { return c.coalescedWrites.Load() }
 
 // payloadReader is the tcpip.Payloader gVisor reads a write from: either a
 // byte slice (buf, when src is nil) or a caller's Payload, limited to the
