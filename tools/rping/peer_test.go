@@ -14,13 +14,13 @@ import (
 // rawPeer is a hand-driven rping peer written with plain verbs, to check
 // the package against a second reading of the protocol and to misbehave.
 type rawPeer struct {
-	t    testing.TB
-	ctx  context.Context
-	cq   *verbs.CQ
-	qp   *verbs.QP
-	msg  []byte // receive buffer
-	out  []byte // send buffer
-	data []byte
+	t                    testing.TB
+	ctx                  context.Context
+	cq                   *verbs.CQ
+	qp                   *verbs.QP
+	msg                  []byte // receive buffer
+	out                  []byte // send buffer
+	data                 []byte
 	msgMR, outMR, dataMR *verbs.MR
 }
 
