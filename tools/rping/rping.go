@@ -75,9 +75,12 @@ type Options struct {
 	Stdout, Stderr io.Writer
 }
 
-// check fills in defaults and rejects what rping rejects, with its lines
-// ("Invalid size 8 (valid range is 26 to 65535)"; rping says 65536 there
-// although it refuses 65536).
+// Check fills in the defaults and rejects what rping rejects, printing
+// rping's line to Stderr ("Invalid size 8 (valid range is 26 to 65535)";
+// rping says 65536 there although it refuses 65536). The error is an
+// *ExitError with StatusInvalid. Listen and Ping check their options too.
+func (o *Options) Check() error { return o.check(newOutput(o)) }
+
 func (o *Options) check(out *output) error {
 	if o.Size == 0 {
 		o.Size = DefaultSize
