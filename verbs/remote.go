@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/siwtun/siwtun/offload"
@@ -274,7 +276,13 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 		dec := &uabi.Dec{B: r.body}
 		return &offload.RejectedError{PrivateData: dec.Bytes(), Err: errors.New(r.msg)}
 	}
-	return &RemoteError{Status: r.st, Msg: r.msg}
+	re := &RemoteError{Status: r.st, Msg: r.msg}
+	if r.st == uabi.StError {
+		if b := (&uabi.Dec{B: r.body}).Bytes(); len(b) == 4 {
+			re.Errno = syscall.Errno(binary.BigEndian.Uint32(b))
+		}
+	}
+	return re
 }
 
 // RemoteError is a request the daemon refused; Status is the verbs
@@ -282,9 +290,21 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 type RemoteError struct {
 	Status uint32
 	Msg    string
+	// Errno is the system error behind a failure (ECONNREFUSED,
+	// ETIMEDOUT, ...), or 0.
+	Errno syscall.Errno
 }
 
 func (e *RemoteError) Error() string { return "verbs daemon: " + e.Msg }
+
+// Unwrap returns Errno, so errors.Is(err, syscall.ECONNREFUSED) holds for a
+// refused Connect over the verbs socket as it does in-process.
+func (e *RemoteError) Unwrap() error {
+	if e.Errno == 0 {
+		return nil
+	}
+	return e.Errno
+}
 
 func (d *remoteDevice) allocBuffer(n int) ([]byte, error) {
 	fd, mem, err := uabi.NewShared("siwtun-mr", n, false)

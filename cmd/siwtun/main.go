@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -25,11 +26,16 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newDemoCmd())
 	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
+	root.AddCommand(newPingCmd())
 	return root
 }
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
+		var st interface{ ExitStatus() int }
+		if errors.As(err, &st) {
+			os.Exit(st.ExitStatus()) // the command has said why
+		}
 		fmt.Fprintln(os.Stderr, "siwtun:", err)
 		os.Exit(1)
 	}

@@ -11,6 +11,7 @@ package uverbs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -252,6 +254,12 @@ func statusOf(err error) (uint32, string, []byte) {
 		return uabi.StCanceled, err.Error(), nil
 	case errors.Is(err, offload.ErrDeviceClosed), errors.Is(err, verbs.ErrDestroyed):
 		return uabi.StRemoved, err.Error(), nil
+	}
+	// A system error (connection refused, timed out, ...) travels as its
+	// errno, so the client's error still matches it with errors.Is.
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return uabi.StError, err.Error(), binary.BigEndian.AppendUint32(nil, uint32(errno))
 	}
 	return uabi.StError, err.Error(), nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
+	"syscall"
 	"testing"
 
 	"github.com/siwtun/siwtun/verbs"
@@ -151,5 +153,26 @@ func TestSocketDaemonShutdown(t *testing.T) {
 	waitEvent(t, srv.qp, verbs.EventDisconnected)
 	if n := len(r.daemon.QPs()); n != 0 {
 		t.Fatalf("%d engine QPs left", n)
+	}
+}
+
+// TestSocketConnectRefused: a Connect refused by the peer's TCP fails over
+// the verbs socket with an error that still matches ECONNREFUSED, as it
+// does in-process (tools report it like rdma_connect's errno).
+func TestSocketConnectRefused(t *testing.T) {
+	r := newRig(t)
+	e := newEnd(t, r.dial(), 4)
+	if err := e.qp.Modify(verbs.QPInit); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	err := e.qp.Connect(ctx, netip.AddrPortFrom(peerAddr.Addr(), 7999), verbs.ConnParam{})
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Connect to a closed port = %v, want an error matching ECONNREFUSED", err)
+	}
+	var re *verbs.RemoteError
+	if !errors.As(err, &re) || re.Errno != syscall.ECONNREFUSED {
+		t.Fatalf("Connect error %#v, want a *verbs.RemoteError with Errno ECONNREFUSED", err)
 	}
 }
