@@ -164,3 +164,8 @@ func (i Impairments) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Active reports whether i impairs anything (the seed alone does not).
+func (i Impairments) Active() bool {
+	return i.Loss > 0 || i.Reorder > 0 || i.Duplicate > 0 || i.Corrupt > 0 || i.Delay > 0 || i.Jitter > 0
+}

@@ -309,6 +309,18 @@ func (f *forwarder) flush() {
 	}
 }
 
+// discard releases everything held without delivering it.
+func (f *forwarder) discard() {
+	for _, p := range f.pending {
+		p.buf.Release()
+	}
+	f.pending = nil
+	if f.isHeld {
+		p := f.takeHeld()
+		p.buf.Release()
+	}
+}
+
 // takeHeld returns the held-back packet and clears the slot.
 func (f *forwarder) takeHeld() pipePacket {
 	h := f.held

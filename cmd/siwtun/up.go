@@ -39,6 +39,7 @@ type upOptions struct {
 	p2p         string
 	ird, ord    uint16
 	peerTimeout time.Duration
+	impair      string
 	socketDir   string
 	socketGroup string
 	logLevel    string
@@ -74,6 +75,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
+	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
 	f.StringVar(&o.socketDir, "socket-dir", "/run/siwtun", "directory of the verbs and control sockets")
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -188,6 +190,13 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	imp, err := netstack.ParseImpairments(o.impair)
+	if err != nil {
+		return fmt.Errorf("--impair: %w", err)
+	}
+	if imp.Corrupt > 0 && !o.crc {
+		log.Warn("--impair corrupt with --crc=false: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
+	}
 	cfg := offload.DefaultConfig(o.dev)
 	cfg.MPARev, cfg.CRC, cfg.Markers, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, o.markers, p2p, o.ird, o.ord
 	cfg.Logger = log
@@ -214,7 +223,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err := tun.Configure(o.dev, o.mtu, hostAddrs); err != nil {
 		return err
 	}
-	stack, err := netstack.New(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout)})
+	link := netstack.Impair(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), imp)
+	if imp.Active() {
+		log.Warn("link impaired", "impairments", imp.String())
+	}
+	stack, err := netstack.New(link, netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout)})
 	if err != nil {
 		return fmt.Errorf("RNIC stack: %w", err)
 	}
