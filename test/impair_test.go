@@ -150,7 +150,6 @@ func TestCorruptedLinkDaemons(t *testing.T) {
 	waitState(t, srv.qp, verbs.QPErr)
 }
 
-
 func expectOK(t testing.TB, what string, wc verbs.WorkCompletion) {
 	t.Helper()
 	if wc.Status != verbs.WCSuccess {
