@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"gvisor.dev/gvisor/pkg/buffer"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -152,7 +153,8 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		}
 		payload = full[hlen:]
 	}
-	s.callHooks(fh, fhPayload, Inbound, &h, payload)
+	vl, voff := pkt.AsViewList()
+	s.callHooks(fh, fhPayload, Inbound, &h, payload, vl.Front(), voff+hlen)
 }
 
 // outbound inspects a packet TCP and IP have built.
@@ -191,10 +193,11 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		}
 		payload = p
 	}
-	s.callHooks(fh, fhPayload, Outbound, &h, payload)
+	vl, voff := pkt.AsViewList()
+	s.callHooks(fh, fhPayload, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
 }
 
-func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte) {
+func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
@@ -209,6 +212,8 @@ func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpH
 		Window:  h.window,
 		Len:     h.plen,
 		Payload: payload,
+		views:   views,
+		viewOff: viewOff,
 	}
 	if h.flags&FlagSYN != 0 {
 		seg.MSS = mssOption(h.options)
@@ -220,6 +225,7 @@ func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpH
 		// The stack-wide hook may have scribbled on seg.
 		seg.Dir, seg.Src, seg.Dst, seg.Seq, seg.Ack = dir, h.src, h.dst, h.seq, h.ack
 		seg.Flags, seg.Window, seg.Len, seg.Payload = h.flags, h.window, h.plen, payload
+		seg.views, seg.viewOff = views, viewOff
 		if !fhPayload {
 			seg.Payload = nil
 		}

@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"encoding/binary"
+	"gvisor.dev/gvisor/pkg/buffer"
 	"net/netip"
 	"strconv"
 )
@@ -66,6 +67,39 @@ type Segment struct {
 	// the packet (and leaves the packet with a single view). This only
 	// happens when a hook that reads payloads wants the segment.
 	Payload []byte
+
+	// views and viewOff locate the payload in the packet's buffer views
+	// for ReadPayload (views nil: no payload).
+	views   *buffer.View
+	viewOff int
+}
+
+// ReadPayload copies payload bytes starting at offset off into p and returns
+// how many it copied (fewer than len(p) at the end of the payload). It works
+// for every hook, a HeaderHook included, and never restructures or copies the
+// packet: it reads the packet's buffer views in place, so reading the few
+// header bytes of each FPDU costs no more than those bytes. Valid only during
+// the hook call.
+func (s *Segment) ReadPayload(p []byte, off int) int {
+	if off < 0 || off >= s.Len {
+		return 0
+	}
+	if s.Payload != nil {
+		return copy(p, s.Payload[off:])
+	}
+	n := min(len(p), s.Len-off)
+	skip := s.viewOff + off
+	done := 0
+	for v := s.views; v != nil && done < n; v = v.Next() {
+		b := v.AsSlice()
+		if skip >= len(b) {
+			skip -= len(b)
+			continue
+		}
+		done += copy(p[done:n], b[skip:])
+		skip = 0
+	}
+	return done
 }
 
 // HeaderHook is a SegmentHook that never reads Segment.Payload (counters,
