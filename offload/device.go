@@ -29,6 +29,12 @@ type Config struct {
 	CRC bool
 	// Markers asks the peer to insert MPA markers towards us.
 	Markers bool
+	// MarkersPrefer (with Markers) makes markers a preference rather than a
+	// demand, for peers without markers such as Linux siw: an initiator
+	// whose Request the peer rejects for its M flag (a Reply with R set and
+	// M clear) connects again without asking for markers, and a responder
+	// asks for them only when the initiator asked for markers too.
+	MarkersPrefer bool
 	// P2P is the set of RTR types offered as initiator and accepted as
 	// responder (0: no peer-to-peer mode as initiator; as responder any
 	// type a peer offers is accepted).
@@ -299,6 +305,23 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (
 		}
 	}()
 	cfg := d.mpaConfig(p)
+	err = qp.connect(ctx, remote, cfg)
+	if errors.Is(err, ErrMarkersRejected) && cfg.Markers && d.cfg.MarkersPrefer {
+		d.log.Info("peer rejected markers; connecting again without them", "dev", d.cfg.Name, "qp", qp.num, "remote", remote)
+		cfg.Markers = false
+		err = qp.connect(ctx, remote, cfg)
+	}
+	return err
+}
+
+// ErrMarkersRejected is the reason of a *RejectedError when the peer
+// rejected a Request that asked for MPA markers and cleared the M flag in
+// its Reply (Linux siw, which has no markers, does so).
+var ErrMarkersRejected = errors.New("peer rejected markers (MPA Reply with R set and M clear to a Request with M)")
+
+// connect is one connection attempt of Connect with MPA configuration cfg.
+func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config) error {
+	d := qp.dev
 	req, err := cfg.Request()
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
@@ -335,7 +358,7 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (
 		if errors.As(err, &rej) {
 			reason := error(nil)
 			if req.Markers && rep.Reject && !rep.Markers {
-				reason = errors.New("peer rejected markers (MPA M flag)")
+				reason = ErrMarkersRejected
 			}
 			return fail(&RejectedError{PrivateData: append([]byte(nil), rej.PrivateData...), Err: reason})
 		}
@@ -677,6 +700,9 @@ func (r *ConnRequest) Accept(qp *QP, p ConnParam) error {
 		return fmt.Errorf("accept %v: %w", r.Remote, err)
 	}
 	cfg := d.mpaConfig(p)
+	if d.cfg.MarkersPrefer && !r.req.Markers {
+		cfg.Markers = false
+	}
 	if cfg.P2P == 0 {
 		// A responder takes whichever RTR the initiator offers.
 		cfg.P2P = mpa.RTRWrite | mpa.RTRRead | mpa.RTRSend

@@ -35,7 +35,7 @@ type upOptions struct {
 	mtu         int
 	mpaRev      uint8
 	crc         bool
-	markers     bool
+	markers     string
 	p2p         string
 	ird, ord    uint16
 	peerTimeout time.Duration
@@ -70,7 +70,8 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
-	f.BoolVar(&o.markers, "markers", false, "ask peers to send MPA markers")
+	f.StringVar(&o.markers, "markers", "off", "ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
+	f.Lookup("markers").NoOptDefVal = "on"
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
@@ -104,6 +105,20 @@ func parseP2P(s string) (mpa.RTR, error) {
 		return mpa.RTRSend, nil
 	}
 	return 0, fmt.Errorf("--p2p %q: want write, read, send or off", s)
+}
+
+// parseMarkers maps the --markers flag to the engine's Markers and
+// MarkersPrefer.
+func parseMarkers(s string) (markers, prefer bool, err error) {
+	switch s {
+	case "off", "false":
+		return false, false, nil
+	case "on", "true":
+		return true, false, nil
+	case "prefer":
+		return true, true, nil
+	}
+	return false, false, fmt.Errorf("--markers %q: want on, off or prefer", s)
 }
 
 func parsePrefixes(flag string, in []string) ([]netip.Prefix, error) {
@@ -197,8 +212,13 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if imp.Corrupt > 0 && !o.crc {
 		log.Warn("--impair corrupt with --crc=false: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
 	}
+	markers, markersPrefer, err := parseMarkers(o.markers)
+	if err != nil {
+		return err
+	}
 	cfg := offload.DefaultConfig(o.dev)
-	cfg.MPARev, cfg.CRC, cfg.Markers, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, o.markers, p2p, o.ird, o.ord
+	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
+	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.Logger = log
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
