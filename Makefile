@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-short vet fmt-check fuzz bench demo clean
+.PHONY: all build test test-short vet fmt-check fuzz bench demo interop clean
 
 all: build
 
@@ -47,6 +47,15 @@ bench:
 # Read, with what crossed the wire.
 demo:
 	$(GO) run ./cmd/siwtun demo
+
+# Interop with Linux's kernel siw (root): builds and boots the peer VM of
+# ../shared/peer (SIWPEER_SCRIPTS), runs rping both ways in every MPA mode,
+# the markers and hostile-peer scenarios, captures and checks each with
+# tshark, prints the table and stops the VM. Captures and the table go to
+# SIWTUN_INTEROP_OUT (default: a new directory under $$TMPDIR).
+SIWPEER_SCRIPTS ?= $(abspath ../shared/peer)
+interop:
+	SIWTUN_INTEROP=1 SIWPEER_SCRIPTS=$(SIWPEER_SCRIPTS) $(GO) test -count=1 -v -timeout 30m -run '^TestInterop$$' ./test/interop/
 
 clean:
 	rm -rf bin

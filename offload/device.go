@@ -51,6 +51,14 @@ type Config struct {
 	FPDUsPerWrite int
 	// MaxQP and MaxMR bound the device's objects.
 	MaxQP, MaxMR int
+	// FirstFPDUDelay is how long an initiator waits after the MPA Reply
+	// before it lets its first FPDU (or RTR) go. Linux siw sends its
+	// Reply before it hands the socket to its receive path (or, in
+	// peer-to-peer mode, to its RTR handler); an FPDU arriving in that gap
+	// sits unread in siw's socket until more data comes, which a
+	// request/response protocol (rping) never sends: the connection
+	// stalls. 0 sends at once.
+	FirstFPDUDelay time.Duration
 	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
 	// AcceptTimeout the wait for the MPA Request after TCP accept (5 s).
 	ConnectTimeout, AcceptTimeout time.Duration
@@ -58,12 +66,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
+const DefaultFirstFPDUDelay = 20 * time.Millisecond
+
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
-// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB.
+// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, the first FPDU of
+// an initiator DefaultFirstFPDUDelay after the MPA Reply.
 func DefaultConfig(name string) Config {
 	return Config{
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
 		MaxFPDU: 16384, MaxQP: 4096, MaxMR: 65536,
+		FirstFPDUDelay: DefaultFirstFPDUDelay,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
 	}
 }
@@ -77,6 +90,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxFPDU < 128 {
 		return fmt.Errorf("MaxFPDU %d: at least 128", c.MaxFPDU)
+	}
+	if c.FirstFPDUDelay < 0 {
+		return fmt.Errorf("FirstFPDUDelay %v: must not be negative", c.FirstFPDUDelay)
 	}
 	if c.MaxQP <= 0 || c.MaxMR <= 0 {
 		return fmt.Errorf("MaxQP %d / MaxMR %d must be positive", c.MaxQP, c.MaxMR)
@@ -370,6 +386,17 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 			sendSetupTerminate(conn, req.CRC || rep.CRC, rep.Markers, rdmapCodeForMPA(me.Code))
 		}
 		return fail(err)
+	}
+	if d.cfg.FirstFPDUDelay > 0 {
+		// Give the peer time to hand its socket to its receive path
+		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		t := time.NewTimer(d.cfg.FirstFPDUDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fail(ctx.Err())
+		}
 	}
 	d.logf("QP %d: connected to %v: %+v", qp.num, remote, params)
 	qp.start(conn, params, true)

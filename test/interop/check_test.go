@@ -1,0 +1,218 @@
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/siwtun/siwtun/offload/mpa"
+)
+
+// tsharkHeuristicsOff switches off the RDMA upper-layer heuristics
+// (RPC-over-RDMA and SMB Direct over iWARP), which would read RDMA payload
+// as their own protocols and call it malformed.
+var tsharkHeuristicsOff = []string{"--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"}
+
+// tsharkVerdict is what Wireshark's dissectors made of a capture.
+type tsharkVerdict struct {
+	Frames, Requests, Replies, FPDUs int
+	GoodCRC, BadCRC                  int
+	Malformed, ExpertErrors          int
+	// Problems are the lines that show one, with their frame.
+	Problems []string
+	// MPA are the MPA Requests and Replies in capture order, decoded by
+	// siwtun's parser from the TCP payload Wireshark marked as such.
+	MPA []mpaFrame
+}
+
+// mpaFrame is an MPA Request or Reply and who sent it.
+type mpaFrame struct {
+	From  string // "siwtun" or "siw"
+	Frame mpa.Frame
+}
+
+func (f mpaFrame) String() string { return f.From + ": " + f.Frame.String() }
+
+// runTshark dissects file with tshark and counts FPDUs, CRC verdicts,
+// malformed packets and expert errors.
+func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
+	var v tsharkVerdict
+	args := append([]string{"-r", file, "-n", "-V"}, tsharkHeuristicsOff...)
+	out, err := exec.CommandContext(ctx, "tshark", args...).Output()
+	if err != nil {
+		return v, fmt.Errorf("tshark %s: %w", strings.Join(args, " "), err)
+	}
+	frame := ""
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		trim := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "Frame ") && strings.Contains(line, " bytes on wire"):
+			v.Frames++
+			frame = strings.SplitN(line, ":", 2)[0]
+		case trim == "Request frame header":
+			v.Requests++
+		case trim == "Reply frame header":
+			v.Replies++
+		case trim == "FPDU":
+			v.FPDUs++
+		case strings.Contains(line, "(Good CRC32)"):
+			v.GoodCRC++
+		case strings.Contains(line, "(Bad CRC32"):
+			v.BadCRC++
+			v.Problems = append(v.Problems, frame+": "+trim)
+		}
+		if strings.Contains(line, "[Malformed Packet") {
+			v.Malformed++
+			v.Problems = append(v.Problems, frame+": "+trim)
+		}
+		if strings.Contains(line, "[Expert Info (Error") {
+			v.ExpertErrors++
+			v.Problems = append(v.Problems, frame+": "+trim)
+		}
+	}
+	// The MPA frames, from the payload of the segments Wireshark decoded
+	// as a Request or a Reply.
+	args = append([]string{"-r", file, "-n", "-Y", "iwarp_mpa.req || iwarp_mpa.rep", "-T", "fields", "-e", "ip.src", "-e", "tcp.payload"}, tsharkHeuristicsOff...)
+	out, err = exec.CommandContext(ctx, "tshark", args...).Output()
+	if err != nil {
+		return v, fmt.Errorf("tshark %s: %w", strings.Join(args, " "), err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		b, err := hex.DecodeString(strings.ReplaceAll(f[1], ":", ""))
+		if err != nil {
+			return v, fmt.Errorf("tshark payload %q: %w", f[1], err)
+		}
+		var fr mpa.FrameReader
+		_, done, err := fr.Feed(b)
+		if err != nil || !done {
+			v.Problems = append(v.Problems, fmt.Sprintf("MPA frame from %s that siwtun's parser refuses (%v): %x", f[0], err, b))
+			continue
+		}
+		frame, err := fr.Frame()
+		if err != nil {
+			v.Problems = append(v.Problems, fmt.Sprintf("MPA frame from %s: %v", f[0], err))
+			continue
+		}
+		from := "siw"
+		if f[0] == rnicIP {
+			from = "siwtun"
+		}
+		v.MPA = append(v.MPA, mpaFrame{From: from, Frame: frame})
+	}
+	return v, nil
+}
+
+// clean reports whether the capture shows no problem: no bad CRC, nothing
+// malformed, no expert error, and (crc) every FPDU with a good CRC or
+// (!crc) no CRC verdict at all.
+func (v tsharkVerdict) clean(crc bool) error {
+	var errs []string
+	if v.BadCRC > 0 || v.Malformed > 0 || v.ExpertErrors > 0 {
+		errs = append(errs, fmt.Sprintf("%d bad CRC, %d malformed, %d expert errors: %s", v.BadCRC, v.Malformed, v.ExpertErrors, strings.Join(first(v.Problems, 5), "; ")))
+	} else if len(v.Problems) > 0 {
+		errs = append(errs, strings.Join(first(v.Problems, 5), "; "))
+	}
+	switch {
+	case crc && (v.FPDUs == 0 || v.GoodCRC != v.FPDUs):
+		errs = append(errs, fmt.Sprintf("CRC on but %d of %d FPDUs have a good CRC", v.GoodCRC, v.FPDUs))
+	case !crc && v.GoodCRC+v.BadCRC > 0:
+		errs = append(errs, fmt.Sprintf("CRC expected off, tshark checked %d CRCs", v.GoodCRC+v.BadCRC))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("tshark: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// summary is the tshark part of a row's figures.
+func (v tsharkVerdict) summary() string {
+	s := fmt.Sprintf("tshark: %d frames, %d FPDUs", v.Frames, v.FPDUs)
+	if v.GoodCRC+v.BadCRC > 0 {
+		s += fmt.Sprintf(", %d Good CRC32", v.GoodCRC)
+		if v.BadCRC > 0 {
+			s += fmt.Sprintf(", %d BAD", v.BadCRC)
+		}
+	} else {
+		s += ", CRC off"
+	}
+	if v.Malformed > 0 {
+		s += fmt.Sprintf(", %d malformed", v.Malformed)
+	}
+	return s
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// checker runs `siwtun check` (the marker, CRC and alignment checker) on
+// captures when the binary has it; available says whether it does.
+type checker struct {
+	bin       string
+	available bool
+}
+
+func newChecker(bin string) *checker {
+	err := exec.Command(bin, "check", "--help").Run()
+	return &checker{bin: bin, available: err == nil}
+}
+
+// checkDir is the part of `siwtun check -j`'s per-direction summary the
+// table uses.
+type checkDir struct {
+	Src          string `json:"src"`
+	CRCBad       int    `json:"crc_bad"`
+	MarkersBad   int    `json:"markers_bad"`
+	FPDUSegments int    `json:"fpdu_segments"`
+	Aligned      int    `json:"aligned"`
+	Note         string `json:"note"`
+}
+
+// check runs the checker on file: per sender, aligned segments of those
+// carrying FPDUs, and an error for any bad CRC or marker.
+func (c *checker) check(ctx context.Context, file string) (string, error) {
+	if !c.available {
+		return "siwtun check: not in this build", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()
+	var res struct {
+		Directions []checkDir `json:"directions"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		return "", fmt.Errorf("siwtun check %s: %v (%v)", file, jerr, err)
+	}
+	aligned := map[string][2]int{}
+	bad := 0
+	for _, d := range res.Directions {
+		who := "siw"
+		if strings.HasPrefix(d.Src, rnicIP+":") {
+			who = "siwtun"
+		}
+		a := aligned[who]
+		aligned[who] = [2]int{a[0] + d.Aligned, a[1] + d.FPDUSegments}
+		bad += d.CRCBad + d.MarkersBad
+	}
+	s := fmt.Sprintf("check: aligned siwtun %d/%d, siw %d/%d", aligned["siwtun"][0], aligned["siwtun"][1], aligned["siw"][0], aligned["siw"][1])
+	if err != nil || bad > 0 {
+		return s, fmt.Errorf("siwtun check %s: %d bad CRCs or markers (%v)", file, bad, err)
+	}
+	return s, nil
+}

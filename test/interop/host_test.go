@@ -1,0 +1,228 @@
+package interop
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/ctl"
+)
+
+// proc is a process this test started in the peer's namespace (ip netns
+// exec execs the command in place, so the PID is the command's own).
+type proc struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	exited         chan struct{}
+	err            error
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output copier and the
+// test reading it at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startProc starts args in namespace netns; at cleanup a process still
+// running gets SIGINT, then SIGKILL after 10 s.
+func startProc(t *testing.T, netns, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command("ip", append([]string{"netns", "exec", netns}, args...)...),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() { p.stop() })
+	return p
+}
+
+// stop ends the process by its PID: SIGINT, then SIGKILL after 10 s.
+func (p *proc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+// wait waits up to d for the process to exit and returns its exit status
+// (-1 if it had to be killed).
+func (p *proc) wait(d time.Duration) int {
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		p.stop()
+		return -1
+	}
+}
+
+// waitFor waits up to d until the process printed s on stdout or stderr.
+func (p *proc) waitFor(s string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.stdout.String(), s) && !strings.Contains(p.stderr.String(), s) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited (%v) before printing %q\n%s%s", p.name, p.err, s, p.stdout, p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not print %q within %v\n%s%s", p.name, s, d, p.stdout, p.stderr)
+		}
+	}
+	return nil
+}
+
+// daemon is a siwtun up process with its sockets in dir.
+type daemon struct {
+	*proc
+	dir  string
+	args []string
+}
+
+// startDaemon runs siwtun up on siwtun0 in the peer's namespace with the
+// extra flags of a scenario and waits for its control socket.
+func startDaemon(t *testing.T, netns, bin string, flags ...string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{bin, "up", "--dev", tunDev, "--addr", rnicPrefix, "--host-addr", hostPrefix,
+		"--mtu", fmt.Sprint(tunMTU), "--socket-dir", dir, "--log-level", "debug"}, flags...)
+	d := &daemon{proc: startProc(t, netns, "siwtun up", args...), dir: dir, args: flags}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("siwtun up %s log:\n%s", strings.Join(flags, " "), tail(d.stderr.String(), 60))
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, e1 := os.Stat(filepath.Join(dir, tunDev+".sock"))
+		_, e2 := os.Stat(ctl.SocketPath(dir, tunDev))
+		if e1 == nil && e2 == nil {
+			return d
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("siwtun up exited: %v\n%s", d.err, d.stderr)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("siwtun up: sockets not ready after 20 s\n%s", d.stderr)
+		}
+	}
+}
+
+// qps lists the daemon's queue pairs through ctl.
+func (d *daemon) qps() ([]ctl.QP, error) {
+	c, err := ctl.Dial(ctl.SocketPath(d.dir, tunDev))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.QPs(0)
+}
+
+// counters returns every counter of the daemon's stats by name.
+func (d *daemon) counters() (map[string]uint64, error) {
+	c, err := ctl.Dial(ctl.SocketPath(d.dir, tunDev))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	s, err := c.Stats()
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]uint64{}
+	for _, layer := range [][]ctl.Counter{s.TCP, s.MPA, s.DDP, s.RDMAP, s.Verbs} {
+		for _, c := range layer {
+			m[c.Name] = c.Value
+		}
+	}
+	return m, nil
+}
+
+// noQPsLeft waits up to 10 s until the daemon has no queue pair.
+func (d *daemon) noQPsLeft() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		qps, err := d.qps()
+		if err == nil && len(qps) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("queue pairs left on the daemon: %+v (%v)", qps, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopDaemon stops the daemon and checks it exited cleanly.
+func (d *daemon) stopDaemon() error {
+	d.stop()
+	if d.err != nil {
+		return fmt.Errorf("siwtun up exited with %v", d.err)
+	}
+	return nil
+}
+
+// capture is a tcpdump on siwtun0 writing file.
+type capture struct {
+	*proc
+	file string
+}
+
+// startCapture starts tcpdump on the daemon's TUN device (the segments
+// siwtun sends and receives) and waits until it listens.
+func startCapture(t *testing.T, netns, file string) *capture {
+	t.Helper()
+	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "-U", "-Z", "root", "-w", file), file: file}
+	if err := c.waitFor("listening on", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// finish stops tcpdump and returns how many packets it wrote.
+func (c *capture) finish() string {
+	time.Sleep(200 * time.Millisecond) // the last segments' way through the TUN device
+	c.stop()
+	for _, line := range strings.Split(c.stderr.String(), "\n") {
+		if strings.Contains(line, "packets captured") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
