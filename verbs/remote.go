@@ -274,7 +274,15 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 		}
 	case uabi.StRejected:
 		dec := &uabi.Dec{B: r.body}
-		return &offload.RejectedError{PrivateData: dec.Bytes(), Err: errors.New(r.msg)}
+		rej := &offload.RejectedError{PrivateData: dec.Bytes()}
+		switch r.msg {
+		case "":
+		case offload.ErrMarkersRejected.Error():
+			rej.Err = offload.ErrMarkersRejected
+		default:
+			rej.Err = errors.New(r.msg)
+		}
+		return rej
 	}
 	re := &RemoteError{Status: r.st, Msg: r.msg}
 	if r.st == uabi.StError {

@@ -205,10 +205,12 @@ type capture struct {
 }
 
 // startCapture starts tcpdump on the daemon's TUN device (the segments
-// siwtun sends and receives) and waits until it listens.
+// siwtun sends and receives) and waits until it listens. --immediate-mode:
+// otherwise the packets of the last second sit in a ring block tcpdump
+// has not been handed when SIGINT stops it, and are lost.
 func startCapture(t *testing.T, netns, file string) *capture {
 	t.Helper()
-	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "-U", "-Z", "root", "-w", file), file: file}
+	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
 	if err := c.waitFor("listening on", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,7 @@ func startCapture(t *testing.T, netns, file string) *capture {
 
 // finish stops tcpdump and returns how many packets it wrote.
 func (c *capture) finish() string {
-	time.Sleep(200 * time.Millisecond) // the last segments' way through the TUN device
+	time.Sleep(300 * time.Millisecond) // the last segments' way through the TUN device
 	c.stop()
 	for _, line := range strings.Split(c.stderr.String(), "\n") {
 		if strings.Contains(line, "packets captured") {

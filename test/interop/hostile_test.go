@@ -131,9 +131,9 @@ func (e *env) runHostile(t *testing.T) {
 	stillServes := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		out, st := e.vm.exec(ctx, fmt.Sprintf("rping -c -a %s -p %d -S 4096 -C 10 -V -v", rnicIP, hostilePingPort))
+		out, cerr, st := e.vm.client(ctx, fmt.Sprintf("rping -c -a %s -p %d -S 4096 -C 10 -V -v", rnicIP, hostilePingPort))
 		if st != 0 || strings.Count(out, "ping data: ") != 10 {
-			return fmt.Errorf("the listener no longer serves: rping -c status %d: %s", st, tail(out, 3))
+			return fmt.Errorf("the listener no longer serves: rping -c status %d: %s", st, tail(cerr, 3))
 		}
 		served++
 		return nil
@@ -173,7 +173,7 @@ func (e *env) runHostile(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", s.name, err)
 		}
-		e.add(row{"hostile: " + s.name, "VM tool -> siwtun", resultOf(err), fig + "\nthen rping -c from the VM: 10 pings of 4 KiB verified"})
+		e.addResult("hostile: "+s.name, "VM tool -> siwtun", "ok", fig+"\nthen rping -c from the VM: 10 pings of 4 KiB verified", err)
 	}
 	// Nothing left behind: the application's QPs are in ERR until it
 	// destroys them; then the daemon holds no QP and no region.
@@ -209,9 +209,9 @@ func (e *env) runHostile(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	e.add(row{"hostile: afterwards", "ctl", resultOf(err), fmt.Sprintf(
+	e.addResult("hostile: afterwards", "ctl", "ok", fmt.Sprintf(
 		"ctl qp: no QP; ctl stats: ddpUntaggedNoBuffer %d rdmapIrdExceeded %d rdmapTerminateTx %d qpActive %d mrActive %d; %d rping clients served\n%s (%s)",
-		cnt["ddpUntaggedNoBuffer"], cnt["rdmapIrdExceeded"], cnt["rdmapTerminateTx"], cnt["qpActive"], cnt["mrActive"], served, v.summary(), captured)})
+		cnt["ddpUntaggedNoBuffer"], cnt["rdmapIrdExceeded"], cnt["rdmapTerminateTx"], cnt["qpActive"], cnt["mrActive"], served, v.summary(), captured), err)
 	if err := d.stopDaemon(); err != nil {
 		t.Error(err)
 	}
@@ -231,11 +231,4 @@ func (e *env) appQPInErr(a *hostileApp) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func resultOf(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return "FAIL: " + err.Error()
 }

@@ -46,15 +46,26 @@ type env struct {
 	port int
 }
 
-// row is one line of the table.
+// row is one line of the table; detail (a failure's cause) is printed
+// under the table.
 type row struct {
-	scenario, direction, result, figures string
+	scenario, direction, result, figures, detail string
 }
 
 func (e *env) add(r row) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.rows = append(e.rows, r)
+}
+
+// addResult adds a row whose result is ok (or okText) when err is nil and
+// FAIL otherwise, with err as the detail.
+func (e *env) addResult(scenario, direction, okText, figures string, err error) {
+	r := row{scenario: scenario, direction: direction, result: okText, figures: figures}
+	if err != nil {
+		r.result, r.detail = "FAIL", err.Error()
+	}
+	e.add(r)
 }
 
 // nextPort gives every run its own TCP port.
@@ -136,14 +147,26 @@ func (e *env) printTable(t *testing.T, took time.Duration) {
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tdirection\tresult\tfigures")
+	failed := 0
 	for _, r := range e.rows {
 		figs := strings.Split(r.figures, "\n")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.scenario, r.direction, r.result, figs[0])
 		for _, f := range figs[1:] {
 			fmt.Fprintf(tw, "\t\t\t%s\n", f)
 		}
+		if r.detail != "" {
+			failed++
+		}
 	}
 	tw.Flush()
+	if failed > 0 {
+		fmt.Fprintf(&sb, "\nfailures:\n")
+		for _, r := range e.rows {
+			if r.detail != "" {
+				fmt.Fprintf(&sb, "- %s, %s: %s\n", r.scenario, r.direction, r.detail)
+			}
+		}
+	}
 	fmt.Fprintf(&sb, "\nmake interop: %d scenarios in %v; captures and logs in %s\n", len(e.rows), took.Round(time.Second), e.out)
 	if e.check != nil && !e.check.available {
 		fmt.Fprintf(&sb, "marker/alignment checker: `siwtun check` is not in this build; captures were checked with tshark only\n")
@@ -158,6 +181,10 @@ type expect struct {
 	crc  bool
 	rtr  mpa.RTR // peer-to-peer RTR type, 0 without P2P
 	note string  // a quirk of siw that decides the outcome
+	// siwFails, when set, is how siw's rping -s fails in this mode
+	// whoever its peer is (siw against siw too): the run checks it fails
+	// that way, cleanly on siwtun's side.
+	siwFails string
 }
 
 // mode is one MPA mode: siwtun up's flags, siw's knobs, and what each
@@ -188,7 +215,10 @@ var modes = []mode{
 	{name: "p2p-read", flags: []string{"--p2p", "read"}, siw: map[string]string{"peer_to_peer": "Y"},
 		want: [2]expect{{rev: 2, crc: true, rtr: mpa.RTRRead}, {rev: 2, crc: true, rtr: mpa.RTRRead}}},
 	{name: "rev1", flags: []string{"--mpa-rev", "1", "--crc=false"}, siw: map[string]string{"mpa_version": "1"},
-		want: [2]expect{{rev: 1}, {rev: 1}}},
+		want: [2]expect{
+			{rev: 1, siwFails: "post send error -1",
+				note: "siw gives an MPA rev 1 responder ORD 0, so rping -s cannot post its RDMA Read (siw against siw fails the same way)"},
+			{rev: 1}}},
 }
 
 // runMode runs the pings of one mode both ways, each direction captured
@@ -208,13 +238,14 @@ func (e *env) runMode(t *testing.T, m mode) {
 	for dir, name := range []string{toSiw, fromSiw} {
 		pcap := filepath.Join(e.out, fmt.Sprintf("%s-%s.pcap", m.name, map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
 		c := startCapture(t, e.netns, pcap)
+		want := m.want[dir]
 		var figs []string
 		var errs []string
 		for _, size := range pingSizes {
 			var took time.Duration
 			var err error
 			if dir == dirToSiw {
-				took, err = e.pingSiw(t, d, size)
+				took, err = e.pingSiw(t, d, size, want.siwFails)
 			} else {
 				took, err = e.pingedBySiw(t, d, size)
 			}
@@ -227,27 +258,29 @@ func (e *env) runMode(t *testing.T, m mode) {
 		}
 		captured := c.finish()
 		fig := fmt.Sprintf("%d pings each, -V: %s", pingCount, strings.Join(figs, ", "))
-		verdict, err := e.verify(t, pcap, m.want[dir], len(pingSizes))
-		if err != nil {
-			errs = append(errs, err.Error())
-			t.Errorf("%s %s: %v", m.name, name, err)
+		okText := "ok"
+		if want.siwFails != "" {
+			fig = fmt.Sprintf("connected (MPA rev %d); rping -s failed with %q at each size, siwtun ping -c saw the disconnect: %s", want.rev, want.siwFails, strings.Join(figs, ", "))
+			okText = "ok: siw's own limit"
+		}
+		verdict, verr := e.verify(t, pcap, want, len(pingSizes))
+		if verr != nil {
+			errs = append(errs, verr.Error())
+			t.Errorf("%s %s: %v", m.name, name, verr)
 		}
 		fig += "\n" + verdict + " (" + captured + ")"
-		if m.want[dir].note != "" {
-			fig += "\nquirk: " + m.want[dir].note
+		if want.note != "" {
+			fig += "\nquirk: " + want.note
 		}
-		e.add(row{scenario, name, result(errs), fig})
+		var err error
+		if len(errs) > 0 {
+			err = fmt.Errorf("%s", strings.Join(errs, "; "))
+		}
+		e.addResult(scenario, name, okText, fig, err)
 	}
 	if err := d.stopDaemon(); err != nil {
 		t.Error(err)
 	}
-}
-
-func result(errs []string) string {
-	if len(errs) == 0 {
-		return "ok"
-	}
-	return "FAIL: " + strings.Join(errs, "; ")
 }
 
 func sizeName(n int) string {
@@ -374,8 +407,10 @@ func samePings(who, got, want string) error {
 	return fmt.Errorf("%s printed %d ping lines, want %d", who, strings.Count(got, "\n"), strings.Count(want, "\n"))
 }
 
-// pingSiw: rping -s in the VM, siwtun ping -c on siwtun0.
-func (e *env) pingSiw(t *testing.T, d *daemon, size int) (time.Duration, error) {
+// pingSiw: rping -s in the VM, siwtun ping -c on siwtun0. With siwFails
+// set, rping -s must fail that way (siw's own limit) and siwtun ping -c
+// end as rping's client does when its server goes: status 0, no ping.
+func (e *env) pingSiw(t *testing.T, d *daemon, size int, siwFails string) (time.Duration, error) {
 	port := e.nextPort()
 	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port),
 		fmt.Sprintf("timeout 120 rping -s -a %s -p %d -S %d -v -V", vmIP, port, size), port)
@@ -384,15 +419,27 @@ func (e *env) pingSiw(t *testing.T, d *daemon, size int) (time.Duration, error) 
 		"-S", fmt.Sprint(size), "-C", fmt.Sprint(pingCount), "-v", "-V", "--dev", tunDev, "--socket-dir", d.dir)
 	st := cli.wait(2 * time.Minute)
 	took := time.Since(t0)
-	out, sst := srv.wait(t, 30*time.Second)
+	out, serr, sst := srv.wait(t, 30*time.Second)
 	var errs []error
+	if siwFails != "" {
+		if sst != 255 || !strings.Contains(serr, siwFails) {
+			errs = append(errs, fmt.Errorf("rping -s status %d, want 255 with %q: %s", sst, siwFails, tail(serr, 3)))
+		}
+		if st != 0 || cli.stdout.String() != "" {
+			errs = append(errs, fmt.Errorf("siwtun ping -c status %d, %d ping lines: want 0 and none: %s", st, strings.Count(cli.stdout.String(), "\n"), strings.TrimSpace(cli.stderr.String())))
+		}
+		if err := d.noQPsLeft(); err != nil {
+			errs = append(errs, err)
+		}
+		return took, joinErrs(errs)
+	}
 	if st != 0 {
 		errs = append(errs, fmt.Errorf("siwtun ping -c exit status %d: %s", st, strings.TrimSpace(cli.stderr.String())))
 	} else if err := samePings("siwtun ping -c", cli.stdout.String(), expectedPings("ping data: ", size, pingCount)); err != nil {
 		errs = append(errs, err)
 	}
 	if sst != 0 {
-		errs = append(errs, fmt.Errorf("rping -s exit status %d: %s", sst, tail(out, 5)))
+		errs = append(errs, fmt.Errorf("rping -s exit status %d: %s", sst, tail(serr, 5)))
 	} else if err := samePings("rping -s", linesWith(out, "server ping data: "), expectedPings("server ping data: ", size, pingCount)); err != nil {
 		errs = append(errs, err)
 	}
@@ -413,13 +460,13 @@ func (e *env) pingedBySiw(t *testing.T, d *daemon, size int) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	out, st := e.vm.exec(ctx, fmt.Sprintf("rping -c -a %s -p %d -S %d -C %d -v -V", rnicIP, port, size, pingCount))
+	out, cerr, st := e.vm.client(ctx, fmt.Sprintf("rping -c -a %s -p %d -S %d -C %d -v -V", rnicIP, port, size, pingCount))
 	took := time.Since(t0)
 	sst := srv.wait(30 * time.Second)
 	var errs []error
 	if st != 0 {
-		errs = append(errs, fmt.Errorf("rping -c exit status %d: %s", st, tail(out, 5)))
-	} else if err := samePings("rping -c", linesWith(out, "ping data: "), expectedPings("ping data: ", size, pingCount)); err != nil {
+		errs = append(errs, fmt.Errorf("rping -c exit status %d: %s", st, tail(cerr, 5)))
+	} else if err := samePings("rping -c", out, expectedPings("ping data: ", size, pingCount)); err != nil {
 		errs = append(errs, err)
 	}
 	if sst != 0 {

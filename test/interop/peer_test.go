@@ -152,6 +152,17 @@ func (p *peerVM) stop(t *testing.T) {
 	}
 }
 
+// client runs a client command line in the VM and returns its standard
+// output and error apart, and its exit status (-1: ssh failed).
+func (p *peerVM) client(ctx context.Context, cmdline string) (stdout, stderr string, status int) {
+	out, st := p.exec(ctx, cmdline+" 2>/tmp/client.err; st=$?; echo; echo STDERR; cat /tmp/client.err; exit $st")
+	stdout, stderr, ok := strings.Cut(out, "\nSTDERR\n")
+	if !ok {
+		return out, "", -1
+	}
+	return stdout, stderr, st
+}
+
 // exec runs a shell command line in the VM and returns its output and
 // exit status (-1 when ssh itself failed or the context ended).
 func (p *peerVM) exec(ctx context.Context, cmdline string) (string, int) {
@@ -230,29 +241,29 @@ type vmServer struct {
 // probe a siw port with a bare connect).
 func (p *peerVM) startServer(t *testing.T, name, cmdline string, port int) *vmServer {
 	t.Helper()
-	script := fmt.Sprintf(`rm -f /tmp/%[1]s.st /tmp/%[1]s.pid; nohup sh -c '%[2]s >/tmp/%[1]s.log 2>&1 & echo $! >/tmp/%[1]s.pid; wait $!; echo $? >/tmp/%[1]s.st' </dev/null >/dev/null 2>&1 &
+	script := fmt.Sprintf(`rm -f /tmp/%[1]s.st /tmp/%[1]s.pid; nohup sh -c '%[2]s >/tmp/%[1]s.log 2>/tmp/%[1]s.err & echo $! >/tmp/%[1]s.pid; wait $!; echo $? >/tmp/%[1]s.st' </dev/null >/dev/null 2>&1 &
 for i in $(seq 100); do ss -ltnH 'sport = :%[3]d' | grep -q . && exit 0; sleep 0.1; done; echo "not listening on %[3]d"; cat /tmp/%[1]s.log; exit 1`, name, cmdline, port)
 	p.mustExec(t, script)
 	return &vmServer{vm: p, name: name}
 }
 
-// wait waits up to d for the server to exit; it returns its output and
-// exit status, or -1 if it was still running (it is then killed).
-func (s *vmServer) wait(t *testing.T, d time.Duration) (string, int) {
+// wait waits up to d for the server to exit; it returns its standard
+// output and error (kept apart: a redirected stdout is block-buffered and
+// would cut stderr's lines into its own) and its exit status, or -1 if it
+// was still running (it is then killed).
+func (s *vmServer) wait(t *testing.T, d time.Duration) (stdout, stderr string, status int) {
 	t.Helper()
 	script := fmt.Sprintf(`for i in $(seq %d); do [ -f /tmp/%[2]s.st ] && break; sleep 0.1; done
-if [ ! -f /tmp/%[2]s.st ]; then kill -9 "$(cat /tmp/%[2]s.pid)"; echo "STILL RUNNING"; fi
-cat /tmp/%[2]s.log; echo; echo "STATUS $(cat /tmp/%[2]s.st 2>/dev/null)"`, int(d/(100*time.Millisecond)), s.name)
+if [ ! -f /tmp/%[2]s.st ]; then kill -9 "$(cat /tmp/%[2]s.pid)"; echo "STILL RUNNING" >>/tmp/%[2]s.err; fi
+echo "STATUS $(cat /tmp/%[2]s.st 2>/dev/null)"; cat /tmp/%[2]s.err; echo "STDOUT"; cat /tmp/%[2]s.log`, int(d/(100*time.Millisecond)), s.name)
 	out := s.vm.mustExec(t, script)
-	i := strings.LastIndex(out, "\nSTATUS ")
-	if i < 0 || strings.Contains(out, "STILL RUNNING") {
-		return out, -1
+	head, stdout, _ := strings.Cut(out, "STDOUT\n")
+	first, stderr, _ := strings.Cut(head, "\n")
+	st, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(first, "STATUS ")))
+	if err != nil || strings.Contains(stderr, "STILL RUNNING") {
+		return stdout, stderr, -1
 	}
-	st, err := strconv.Atoi(strings.TrimSpace(out[i+len("\nSTATUS "):]))
-	if err != nil {
-		return out[:i], -1
-	}
-	return strings.TrimSuffix(out[:i], "\n"), st
+	return stdout, stderr, st
 }
 
 // tail returns the last n lines of s.

@@ -21,9 +21,9 @@ import (
 // runPerftest runs the perftest scenarios when the binary has `siwtun perf`.
 func (e *env) runPerftest(t *testing.T) {
 	if err := exec.Command(e.bin, "perf", "--help").Run(); err != nil {
-		e.add(row{"perftest -R (issue 6 item 4)", "both", "NOT RUN", "`siwtun perf` is not in this build"})
+		e.add(row{scenario: "perftest -R (issue 6 item 4)", direction: "both", result: "NOT RUN", figures: "`siwtun perf` is not in this build"})
 		t.Skip("`siwtun perf` is not in this build: the perftest scenarios are not run")
 	}
-	e.add(row{"perftest -R (issue 6 item 4)", "both", "NOT RUN", "`siwtun perf` exists but its scenarios are not written yet (test/interop/perf_test.go)"})
+	e.add(row{scenario: "perftest -R (issue 6 item 4)", direction: "both", result: "NOT RUN", figures: "`siwtun perf` exists but its scenarios are not written yet (test/interop/perf_test.go)"})
 	t.Skip("the perftest scenarios are not written yet: see test/interop/perf_test.go")
 }

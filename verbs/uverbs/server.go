@@ -245,7 +245,12 @@ func statusOf(err error) (uint32, string, []byte) {
 	case errors.As(err, &se):
 		return se.st, se.msg, se.body
 	case errors.As(err, &rej):
-		return uabi.StRejected, err.Error(), rej.PrivateData
+		// The reason only: the client rebuilds the RejectedError around it.
+		reason := ""
+		if rej.Err != nil {
+			reason = rej.Err.Error()
+		}
+		return uabi.StRejected, reason, rej.PrivateData
 	case errors.Is(err, offload.ErrQPState):
 		return uabi.StQPState, err.Error(), nil
 	case errors.Is(err, verbs.ErrBusy):
