@@ -210,21 +210,34 @@ type capture struct {
 // has not been handed when SIGINT stops it, and are lost.
 func startCapture(t *testing.T, netns, file string) *capture {
 	t.Helper()
-	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
+	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "-B", "65536", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
 	if err := c.waitFor("listening on", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// finish stops tcpdump and returns how many packets it wrote.
-func (c *capture) finish() string {
+// finish stops tcpdump and returns how many packets it wrote, and an
+// error when the kernel dropped some (the capture is then incomplete and
+// its dissection cannot be trusted).
+func (c *capture) finish() (string, error) {
 	time.Sleep(300 * time.Millisecond) // the last segments' way through the TUN device
 	c.stop()
+	var captured string
+	var dropped int
 	for _, line := range strings.Split(c.stderr.String(), "\n") {
-		if strings.Contains(line, "packets captured") {
-			return strings.TrimSpace(line)
+		switch {
+		case strings.Contains(line, "packets captured"):
+			captured = strings.TrimSpace(line)
+		case strings.Contains(line, "packets dropped by kernel"):
+			fmt.Sscanf(strings.TrimSpace(line), "%d", &dropped)
 		}
 	}
-	return ""
+	if captured == "" {
+		return "", fmt.Errorf("tcpdump said nothing about what it captured: %s", strings.TrimSpace(c.stderr.String()))
+	}
+	if dropped > 0 {
+		return captured, fmt.Errorf("tcpdump: %d packets dropped by the kernel, the capture %s is incomplete", dropped, filepath.Base(c.file))
+	}
+	return captured, nil
 }

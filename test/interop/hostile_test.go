@@ -195,7 +195,10 @@ func (e *env) runHostile(t *testing.T) {
 	if cnt["qpActive"] != 0 || cnt["mrActive"] != 0 {
 		errs = append(errs, fmt.Errorf("ctl stats qpActive %d mrActive %d after every client closed, want 0", cnt["qpActive"], cnt["mrActive"]))
 	}
-	captured := c.finish()
+	captured, cerr := c.finish()
+	if cerr != nil {
+		errs = append(errs, cerr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	v, terr := runTshark(ctx, pcap)
 	cancel()

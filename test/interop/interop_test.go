@@ -237,6 +237,7 @@ func (e *env) runMode(t *testing.T, m mode) {
 	scenario += ")"
 	for dir, name := range []string{toSiw, fromSiw} {
 		pcap := filepath.Join(e.out, fmt.Sprintf("%s-%s.pcap", m.name, map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
+		before, _ := d.counters()
 		c := startCapture(t, e.netns, pcap)
 		want := m.want[dir]
 		var figs []string
@@ -256,7 +257,18 @@ func (e *env) runMode(t *testing.T, m mode) {
 			}
 			figs = append(figs, fmt.Sprintf("%s %.2fs", sizeName(size), took.Seconds()))
 		}
-		captured := c.finish()
+		captured, cerr := c.finish()
+		if cerr != nil {
+			errs = append(errs, cerr.Error())
+		}
+		after, cntErr := d.counters()
+		if cntErr != nil {
+			errs = append(errs, cntErr.Error())
+		}
+		rxFPDUs, crcErrs := after["mpaFpduRx"]-before["mpaFpduRx"], after["mpaCrcErrors"]-before["mpaCrcErrors"]
+		if crcErrs > 0 {
+			errs = append(errs, fmt.Sprintf("siwtun counted %d CRC errors", crcErrs))
+		}
 		fig := fmt.Sprintf("%d pings each, -V: %s", pingCount, strings.Join(figs, ", "))
 		okText := "ok"
 		if want.siwFails != "" {
@@ -268,6 +280,7 @@ func (e *env) runMode(t *testing.T, m mode) {
 			errs = append(errs, verr.Error())
 			t.Errorf("%s %s: %v", m.name, name, verr)
 		}
+		fig += fmt.Sprintf("\nsiwtun received %d FPDUs, %d CRC errors", rxFPDUs, crcErrs)
 		fig += "\n" + verdict + " (" + captured + ")"
 		if want.note != "" {
 			fig += "\nquirk: " + want.note

@@ -43,7 +43,10 @@ func (e *env) runMarkers(t *testing.T) {
 				}
 				fig = fmt.Sprintf("%d pings of 4 KiB, -V: %.2fs", pingCount, took.Seconds())
 			}
-			captured := c.finish()
+			captured, cerr := c.finish()
+			if cerr != nil {
+				err = joinErrs(nonNil(err, cerr))
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			v, terr := runTshark(ctx, pcap)
 			cancel()
