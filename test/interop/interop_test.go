@@ -428,7 +428,7 @@ func samePings(who, got, want string) error {
 func (e *env) pingSiw(t *testing.T, d *daemon, size int, siwFails string) (time.Duration, error) {
 	port := e.nextPort()
 	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port),
-		fmt.Sprintf("timeout 120 rping -s -a %s -p %d -S %d -v -V", vmIP, port, size), port)
+		fmt.Sprintf("rping -s -a %s -p %d -S %d -v -V", vmIP, port, size), port)
 	t0 := time.Now()
 	cli := startProc(t, e.netns, "siwtun ping -c", e.bin, "ping", "-c", "-a", vmIP, "-p", fmt.Sprint(port),
 		"-S", fmt.Sprint(size), "-C", fmt.Sprint(pingCount), "-v", "-V", "--dev", tunDev, "--socket-dir", d.dir)

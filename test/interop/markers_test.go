@@ -92,7 +92,7 @@ func nonNil(errs ...error) []error {
 // and siw's listener still serves.
 func (e *env) markersRejectedBySiw(t *testing.T, d *daemon) (string, error) {
 	port := e.nextPort()
-	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port), fmt.Sprintf("timeout 60 rping -s -a %s -p %d -S 4096 -v -V", vmIP, port), port)
+	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port), fmt.Sprintf("rping -s -a %s -p %d -S 4096 -v -V", vmIP, port), port)
 	cli := startProc(t, e.netns, "siwtun ping -c", e.bin, "ping", "-c", "-a", vmIP, "-p", fmt.Sprint(port),
 		"-S", "4096", "-C", "10", "-V", "--dev", tunDev, "--socket-dir", d.dir)
 	st := cli.wait(time.Minute)
