@@ -149,6 +149,9 @@ func goBuild(t *testing.T, out, pkg string, static bool) {
 
 // printTable prints the results (and writes them to the output directory).
 func (e *env) printTable(t *testing.T, took time.Duration) {
+	if len(e.rows) == 0 {
+		return
+	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tdirection\tresult\tfigures")
@@ -280,7 +283,7 @@ func (e *env) runMode(t *testing.T, m mode) {
 			fig = fmt.Sprintf("connected (MPA rev %d); rping -s failed with %q at each size, siwtun ping -c saw the disconnect: %s", want.rev, want.siwFails, strings.Join(figs, ", "))
 			okText = "ok: siw's own limit"
 		}
-		verdict, verr := e.verify(t, pcap, want, len(pingSizes))
+		verdict, verr := e.verify(pcap, want, len(pingSizes))
 		if verr != nil {
 			errs = append(errs, verr.Error())
 			t.Errorf("%s %s: %v", m.name, name, verr)
@@ -314,7 +317,7 @@ func sizeName(n int) string {
 // verify checks a capture: tshark clean (CRC as expected), the MPA
 // exchanges negotiated what the mode wants (conns of them), and siwtun
 // check where available. It returns the figures.
-func (e *env) verify(t *testing.T, pcap string, want expect, conns int) (string, error) {
+func (e *env) verify(pcap string, want expect, conns int) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	v, err := runTshark(ctx, pcap)
