@@ -108,7 +108,7 @@ func TestInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Registered first, so it runs last: after the VM has stopped.
-	t.Cleanup(func() { e.printTable(t, time.Since(t0)) })
+	t.Cleanup(func() { e.printTable(time.Since(t0)) })
 
 	bins := filepath.Join(e.out, "bin")
 	e.bin, e.hostile = filepath.Join(bins, "siwtun"), filepath.Join(bins, "hostile")
@@ -148,7 +148,7 @@ func goBuild(t *testing.T, out, pkg string, static bool) {
 }
 
 // printTable prints the results (and writes them to the output directory).
-func (e *env) printTable(t *testing.T, took time.Duration) {
+func (e *env) printTable(took time.Duration) {
 	if len(e.rows) == 0 {
 		return
 	}
