@@ -99,6 +99,7 @@ type Conn struct {
 	rEntry  waiter.Entry      // guarded by readMu; registered only while a read waits
 	rNotify chan struct{}     // rEntry's channel
 	sw      tcpip.SliceWriter // guarded by readMu; Read's destination
+	readN   uint64            // guarded by readMu; bytes read since the handshake
 
 	writeMu sync.Mutex
 	written uint64        // guarded by writeMu; bytes queued since the handshake
@@ -340,6 +341,7 @@ func (c *Conn) read(dst io.Writer) (int, error) {
 		switch terr.(type) {
 		case nil:
 			if res.Count > 0 {
+				c.readN += uint64(res.Count)
 				c.ep.ModerateRecvBuf(res.Count)
 			}
 			return res.Count, nil
@@ -514,6 +516,22 @@ func (c *Conn) coalesce() {
 func (c *Conn) recordWrite() {
 	c.recentEnds[c.recentIdx] = c.written
 	c.recentIdx = (c.recentIdx + 1) % coalesceAfter
+}
+
+// StreamSeqs returns the TCP sequence numbers of the next byte a write will
+// queue (send) and of the next byte a read will return (recv), for relating
+// the segments a hook sees to the byte streams. ok is false when the
+// handshake's SYNs were not seen.
+func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
+	c.writeMu.Lock()
+	iss, ok1 := c.flow.ourISS()
+	written := c.written
+	c.writeMu.Unlock()
+	c.readMu.Lock()
+	piss, ok2 := c.flow.peerInitialSeq()
+	read := c.readN
+	c.readMu.Unlock()
+	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
 }
 
 // CoalescedWrites returns how many aligned writes were queued while small

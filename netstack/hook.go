@@ -265,13 +265,16 @@ type flow struct {
 	created time.Time
 	claimed atomic.Bool
 
-	mu     sync.Mutex
-	in     synInfo // guarded by mu; peer's SYN
-	out    synInfo // guarded by mu; our SYN
-	inOK   bool    // guarded by mu
-	outOK  bool    // guarded by mu
-	iss    uint32  // guarded by mu; our initial sequence number
-	issSet atomic.Bool
+	mu    sync.Mutex
+	in    synInfo // guarded by mu; peer's SYN
+	out   synInfo // guarded by mu; our SYN
+	inOK  bool    // guarded by mu
+	outOK bool    // guarded by mu
+	iss   uint32  // guarded by mu; our initial sequence number
+	// peerISS is the peer's initial sequence number; guarded by mu, valid
+	// with inOK.
+	peerISS uint32
+	issSet  atomic.Bool
 
 	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
 	waiting  atomic.Bool
@@ -295,7 +298,16 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 		f.issSet.Store(true)
 	} else {
 		f.in, f.inOK = si, true
+		f.peerISS = seq
 	}
+}
+
+// peerInitialSeq returns the peer's initial sequence number, once its SYN
+// was seen.
+func (f *flow) peerInitialSeq() (uint32, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peerISS, f.inOK
 }
 
 func (f *flow) synInfo() (in, out synInfo, inOK, outOK bool) {

@@ -419,7 +419,13 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.mu.Lock()
 	qp.conn = conn
-	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.stats.countSegment))
+	if tx, rx, ok := conn.StreamSeqs(); ok {
+		qp.alignTx.SetStart(tx)
+		qp.alignRx.SetStart(rx)
+		qp.alignTx.Configure(p.MarkersTx)
+		qp.alignRx.Configure(p.MarkersRx)
+	}
+	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.observeSegment))
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)

@@ -328,9 +328,10 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		b.count, b.total, b.done, b.built = 0, 0, 0, nil
 		last := false
 		for off := b.off; ; {
-			n := min(total-off, full)
+			pos := t.mpa.StreamOffset() + uint64(b.total)
+			n := min(total-off, b.payloadAt(pos))
 			last = off+n == total
-			wire := t.mpa.WireLen(hl + int(n))
+			wire := t.mpa.WireLenAt(pos, hl+int(n))
 			if b.count > 0 && b.total+wire > maxBatch {
 				last = false
 				break
@@ -454,13 +455,24 @@ type fpduPayload struct {
 	hl     int
 	base   uint64 // TO of the message's first byte (tagged)
 	msgLen uint64
-	full   uint64 // payload bytes of a full FPDU
+	full   uint64 // payload bytes of a full FPDU (without Markers; see payloadAt)
 	off    uint64 // message offset of the next FPDU to build
 	si, so int    // source chunk and offset of that FPDU's payload
 	count  int    // FPDUs in this write
 	total  int    // wire bytes of this write
 	done   int    // bytes handed to gVisor
 	built  []byte // the fallback copy, if used
+}
+
+// payloadAt returns the payload bytes of a full FPDU starting at stream
+// offset pos: f.full, or with Markers what fits the EMSS with the Markers
+// that fall into an FPDU there (their number depends on the position),
+// 4-aligned.
+func (f *fpduPayload) payloadAt(pos uint64) uint64 {
+	if !f.t.mpa.Markers() {
+		return f.full
+	}
+	return uint64(f.t.mpa.MaxULPDULenAt(pos, f.t.emss)-f.hl) &^ 3
 }
 
 // Len implements netstack.Payload.
@@ -495,7 +507,7 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 func (f *fpduPayload) build(dst []byte) []byte {
 	t, h := f.t, f.h
 	for i := 0; i < f.count; i++ {
-		n := min(f.msgLen-f.off, f.full)
+		n := min(f.msgLen-f.off, f.payloadAt(t.mpa.StreamOffset()))
 		h.Last = f.off+n == f.msgLen
 		if h.Tagged {
 			h.TO = f.base + f.off
