@@ -117,6 +117,8 @@ type Conn struct {
 	recentEnds [coalesceAfter]uint64
 	recentIdx  int
 	coalescing bool
+	// windowWaits counts aligned writes that waited for the peer's window.
+	windowWaits atomic.Uint64
 	// coalescedWrites counts aligned writes queued while coalescing.
 	coalescedWrites atomic.Uint64
 
@@ -534,6 +536,10 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
 }
 
+// WindowWaits returns how many aligned writes waited for the peer's receive
+// window to take them whole (see WriteAligned).
+func (c *Conn) WindowWaits() uint64 { return c.windowWaits.Load() }
+
 // CoalescedWrites returns how many aligned writes were queued while small
 // segments were being coalesced (see WriteAligned).
 func (c *Conn) CoalescedWrites() uint64 { return c.coalescedWrites.Load() }
@@ -625,17 +631,53 @@ func (c *Conn) inFlight() int {
 	return int(n)
 }
 
-// waitRoom blocks until the estimated free send-buffer space is at least n.
-// c.writeMu is held.
+// waitRoom blocks until the estimated free send-buffer space is at least n
+// and, for a write that fits the peer's window at all, until the peer's
+// receive window has room for all n bytes (see windowRoom). c.writeMu is
+// held.
 func (c *Conn) waitRoom(n int) error {
 	if c.isClosed() {
 		return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 	}
 	size := int(c.ep.SocketOptions().GetSendBufferSize())
-	if n > size || size-c.inFlight() >= n {
+	if (n > size || size-c.inFlight() >= n) && c.windowRoom(n) {
 		return nil
 	}
 	return c.waitRoomSlow(n)
+}
+
+// maxWindowWait bounds how long an aligned write waits for the peer's
+// window: a lost window update must not stall the connection (gVisor's
+// zero-window probes need data queued), so after it the write goes to TCP
+// and may be cut at the window edge.
+const maxWindowWait = 200 * time.Millisecond
+
+// windowRoom reports whether the peer's advertised receive window, as last
+// seen at the link, reaches past the end of a write of n bytes queued now.
+// gVisor's sender cuts a segment at the window's right edge when nothing is
+// in flight and the window is smaller than the segment, which splits an
+// FPDU; waiting for the window instead keeps every FPDU whole. Writes that
+// could never fit (larger than half the largest window seen) do not wait.
+// c.writeMu is held.
+func (c *Conn) windowRoom(n int) bool {
+	edge, ok := c.flow.peerEdge()
+	if !ok || !c.issOK {
+		return true
+	}
+	end := c.iss + 1 + uint32(c.written) + uint32(n)
+	room := int32(edge - end)
+	if room >= 0 {
+		return true
+	}
+	// The window as offered now: from the acknowledged point to the edge.
+	ack, ok := c.flow.peerAck()
+	if !ok {
+		return true
+	}
+	if wnd := int32(edge - ack); wnd < int32(2*n) {
+		return true // the write is large for this window: do not wait
+	}
+	return false
 }
 
 func (c *Conn) waitRoomSlow(n int) error {
@@ -646,19 +688,25 @@ func (c *Conn) waitRoomSlow(n int) error {
 			c.wq.EventUnregister(&c.wEntry)
 		}
 	}()
+	var windowDeadline <-chan time.Time
+	windowExpired := false
 	for {
 		if c.isClosed() {
 			return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 		}
 		size := int(c.ep.SocketOptions().GetSendBufferSize())
-		if n > size {
+		// Announce the wait before the check, so an ACK or window update
+		// seen after it signals ackAdvCh.
+		c.flow.waiting.Store(true)
+		bufOK := n > size || size-c.inFlight() >= n
+		if bufOK && (windowExpired || c.windowRoom(n)) {
 			return nil
 		}
-		// Announce the wait before the check, so an ACK seen after it
-		// signals ackAdvCh.
-		c.flow.waiting.Store(true)
-		if size-c.inFlight() >= n {
-			return nil
+		if bufOK && windowDeadline == nil {
+			c.windowWaits.Add(1)
+			t := time.NewTimer(maxWindowWait)
+			defer t.Stop()
+			windowDeadline = t.C
 		}
 		if !registered {
 			drain(c.wNotify)
@@ -673,6 +721,8 @@ func (c *Conn) waitRoomSlow(n int) error {
 		case <-c.flow.ackAdvCh:
 		case <-c.wNotify:
 		case <-c.closed:
+		case <-windowDeadline:
+			windowExpired = true
 		}
 		c.flow.waiting.Store(false)
 	}

@@ -132,12 +132,15 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(false, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+		f.setSyn(false, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
 	} else {
 		f = s.flows.get(key)
 	}
 	if f != nil && h.flags&FlagACK != 0 {
 		f.ackSeen(h.ack)
+		if h.flags&FlagSYN == 0 {
+			f.windowSeen(h.ack, h.window)
+		}
 	}
 	fh, fhPayload := f.getHook()
 	if s.hook == nil && fh == nil {
@@ -176,7 +179,7 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
@@ -258,6 +261,7 @@ type flowKey struct {
 type synInfo struct {
 	mss      uint16
 	ts, sack bool
+	ws       int // window scale shift, -1 when absent
 }
 
 // flow is the link-level state of one connection.
@@ -277,6 +281,8 @@ type flow struct {
 	issSet  atomic.Bool
 
 	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
+	edge     atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	peerWS   atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	waiting  atomic.Bool
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
 
@@ -300,6 +306,46 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 		f.in, f.inOK = si, true
 		f.peerISS = seq
 	}
+	if f.inOK && f.outOK {
+		// RFC 7323: windows are scaled only when both SYNs carried the
+		// option.
+		ws := int32(0)
+		if f.in.ws >= 0 && f.out.ws >= 0 {
+			ws = int32(f.in.ws)
+		}
+		f.peerWS.Store(ws)
+	}
+}
+
+// windowSeen records the right edge of the peer's receive window (ack plus
+// the scaled window) if it moves forward, and wakes a waiting writer.
+func (f *flow) windowSeen(ack uint32, wnd uint16) {
+	ws := f.peerWS.Load()
+	if ws < 0 {
+		return
+	}
+	edge := ack + uint32(wnd)<<uint(ws)
+	for {
+		cur := f.edge.Load()
+		if cur != 0 && int32(edge-uint32(cur)) <= 0 {
+			return
+		}
+		if f.edge.CompareAndSwap(cur, 1<<32|uint64(edge)) {
+			break
+		}
+	}
+	if f.waiting.Load() {
+		select {
+		case f.ackAdvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// peerEdge returns the right edge of the peer's receive window, once known.
+func (f *flow) peerEdge() (uint32, bool) {
+	v := f.edge.Load()
+	return uint32(v), v != 0
 }
 
 // peerInitialSeq returns the peer's initial sequence number, once its SYN
@@ -403,6 +449,7 @@ func (t *flowTable) getOrCreate(k flowKey) *flow {
 		}
 	}
 	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
+	f.peerWS.Store(-1)
 	t.m[k] = f
 	return f
 }
