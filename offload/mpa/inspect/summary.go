@@ -252,3 +252,33 @@ func onOff(b bool) string {
 	}
 	return "off"
 }
+
+// Comment renders r for a capture file's packet comment, on one line:
+// the kind and alignment, then each split, FPDU and Marker, separated by
+// "; ", for example "fpdu stream 1488 aligned; FPDU 2 RDMA Write stag
+// 0x200 to 0x1000 payload 1380, len 1412, crc good; marker at stream 1536
+// (+48) fpduptr 48 -> FPDU 2: ok".
+func (r *Report) Comment() string {
+	var b strings.Builder
+	WriteReport(&b, r, "")
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	// The first line repeats the addresses and seq Wireshark shows anyway.
+	first := string(r.Kind)
+	if r.Kind == KindFPDU {
+		first = fmt.Sprintf("fpdu stream %d", r.Offset)
+	}
+	if r.Aligned != nil {
+		if *r.Aligned {
+			first += " aligned"
+		} else {
+			first += " NOT ALIGNED"
+		}
+	}
+	if r.Held {
+		first += " (arrived out of order)"
+	}
+	for i := range lines[1:] {
+		lines[i+1] = strings.TrimSpace(lines[i+1])
+	}
+	return strings.Join(append([]string{first}, lines[1:]...), "; ")
+}
