@@ -139,20 +139,21 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		f.ackSeen(h.ack)
 	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	plen := min(h.total, size) - hlen
 	h.plen = max(plen, 0)
-	if plen > 0 && (fhPayload || s.hookPayload) {
+	if plen > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		full, ok := d.PullUp(hlen + plen)
 		if !ok {
 			return
 		}
 		payload = full[hlen:]
 	}
-	s.callHooks(fh, fhPayload, Inbound, &h, payload)
+	s.callHooks(fh, fhPayload, tap, Inbound, &h, payload)
 }
 
 // outbound inspects a packet TCP and IP have built.
@@ -179,22 +180,23 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		f = s.flows.get(key)
 	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	h.plen = pkt.Data().Size()
-	if n := h.plen; n > 0 && (fhPayload || s.hookPayload) {
+	if n := h.plen; n > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		p, ok := pkt.Data().PullUp(n)
 		if !ok {
 			return
 		}
 		payload = p
 	}
-	s.callHooks(fh, fhPayload, Outbound, &h, payload)
+	s.callHooks(fh, fhPayload, tap, Outbound, &h, payload)
 }
 
-func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte) {
+func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
@@ -224,6 +226,9 @@ func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpH
 			seg.Payload = nil
 		}
 		fh.Segment(seg)
+	}
+	if tap != nil {
+		s.callTap(tap, seg, dir, h, payload)
 	}
 	*seg = Segment{}
 	s.segPool.Put(seg)
