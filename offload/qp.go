@@ -430,6 +430,7 @@ func (qp *QP) retireLocked() {
 			default:
 				wc.Opcode = WCSend
 			}
+			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
 		if w.status == WCSuccess {
@@ -456,6 +457,7 @@ func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solici
 	} else {
 		qp.stats.RQErrors.Add(1)
 	}
+	qp.dev.tap.tapCompletion(wc)
 	qp.recvCQ.Push(wc, solicited)
 }
 
