@@ -183,3 +183,10 @@ func (r *rxState) tapPlace() {
 	}
 	t.send(TapEvent{Time: time.Now(), Place: &p})
 }
+
+// Watching returns the number of open Watches.
+func (d *Device) Watching() int {
+	d.tap.mu.Lock()
+	defer d.tap.mu.Unlock()
+	return len(d.tap.watches)
+}

@@ -26,6 +26,8 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
 	root.AddCommand(newCheckCmd())
+	root.AddCommand(newCaptureCmd())
+	root.AddCommand(newTraceCmd())
 	return root
 }
 
