@@ -30,6 +30,7 @@ sees: start the capture before connecting. --qp keeps one queue pair's
 connection. Stop it with Ctrl-C, -c or --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.what, o.log = "capture", cmd.ErrOrStderr()
 			var out io.Writer = cmd.OutOrStdout()
 			if file != "-" {
 				f, err := os.Create(file)

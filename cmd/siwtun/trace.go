@@ -29,6 +29,7 @@ FPDUs are decoded for connections whose MPA Request and Reply the trace
 saw: start it before connecting. --qp keeps one queue pair's connection.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.what, o.log = "trace", cmd.ErrOrStderr()
 			return runWatch(o, &traceSink{w: cmd.OutOrStdout(), json: jsonOut, enc: json.NewEncoder(cmd.OutOrStdout())})
 		},
 	}

@@ -24,6 +24,10 @@ type watchOptions struct {
 	qp       int
 	count    int
 	duration time.Duration
+	// what names the command in the line that says the watch started;
+	// log receives that line (standard error).
+	what string
+	log  io.Writer
 }
 
 func addWatchFlags(cmd *cobra.Command, o *watchOptions) {
@@ -252,6 +256,13 @@ func runWatch(o *watchOptions, sink watchSink) error {
 	stream, err := c.Watch()
 	if err != nil {
 		return err
+	}
+	if o.log != nil {
+		filter := ""
+		if o.qp >= 0 {
+			filter = fmt.Sprintf(", queue pair %d", o.qp)
+		}
+		fmt.Fprintf(o.log, "siwtun %s: watching %s%s (Ctrl-C to stop)\n", o.what, o.ctl.dev, filter)
 	}
 	type item struct {
 		e   ctl.WatchEvent
