@@ -143,13 +143,14 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		}
 	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	plen := min(h.total, size) - hlen
 	h.plen = max(plen, 0)
-	if plen > 0 && (fhPayload || s.hookPayload) {
+	if plen > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		full, ok := d.PullUp(hlen + plen)
 		if !ok {
 			return
@@ -157,7 +158,7 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		payload = full[hlen:]
 	}
 	vl, voff := pkt.AsViewList()
-	s.callHooks(fh, fhPayload, Inbound, &h, payload, vl.Front(), voff+hlen)
+	s.callHooks(fh, fhPayload, tap, Inbound, &h, payload, vl.Front(), voff+hlen)
 }
 
 // outbound inspects a packet TCP and IP have built.
@@ -184,12 +185,13 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		f = s.flows.get(key)
 	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	h.plen = pkt.Data().Size()
-	if n := h.plen; n > 0 && (fhPayload || s.hookPayload) {
+	if n := h.plen; n > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		p, ok := pkt.Data().PullUp(n)
 		if !ok {
 			return
@@ -197,10 +199,10 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		payload = p
 	}
 	vl, voff := pkt.AsViewList()
-	s.callHooks(fh, fhPayload, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
+	s.callHooks(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
 }
 
-func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
+func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
@@ -233,6 +235,9 @@ func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpH
 			seg.Payload = nil
 		}
 		fh.Segment(seg)
+	}
+	if tap != nil {
+		s.callTap(tap, seg, dir, h, payload)
 	}
 	*seg = Segment{}
 	s.segPool.Put(seg)

@@ -92,6 +92,8 @@ type Device struct {
 	listeners map[*Listener]struct{}
 	retired   QPStats // counters of destroyed QPs
 	closed    bool
+
+	tap tap // segment tap and event fan-out (tap.go)
 }
 
 // NewDevice creates a device on stack with configuration cfg.

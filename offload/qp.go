@@ -433,6 +433,7 @@ func (qp *QP) retireLocked() {
 			default:
 				wc.Opcode = WCSend
 			}
+			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
 		if w.status == WCSuccess {
@@ -459,6 +460,7 @@ func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solici
 	} else {
 		qp.stats.RQErrors.Add(1)
 	}
+	qp.dev.tap.tapCompletion(wc)
 	qp.recvCQ.Push(wc, solicited)
 }
 

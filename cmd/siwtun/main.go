@@ -27,6 +27,9 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
 	root.AddCommand(newPingCmd())
+	root.AddCommand(newCheckCmd())
+	root.AddCommand(newCaptureCmd())
+	root.AddCommand(newTraceCmd())
 	return root
 }
 
