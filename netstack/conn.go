@@ -117,6 +117,8 @@ type Conn struct {
 	recentEnds [coalesceAfter]uint64
 	recentIdx  int
 	coalescing bool
+	// oneWritePerSegment: see SetOneWritePerSegment; guarded by writeMu.
+	oneWritePerSegment bool
 	// windowWaits counts aligned writes that waited for the peer's window.
 	windowWaits atomic.Uint64
 	// coalescedWrites counts aligned writes queued while coalescing.
@@ -502,6 +504,9 @@ const coalesceAfter = 64
 // segment of full size is never held. When the ACKs catch up Nagle is turned
 // off again, which sends whatever is held. c.writeMu is held.
 func (c *Conn) coalesce() {
+	if c.oneWritePerSegment {
+		return
+	}
 	oldest := c.recentEnds[c.recentIdx]
 	on := oldest != 0 && uint64(c.inFlight()) > c.written-oldest
 	if on != c.coalescing {
@@ -640,10 +645,38 @@ func (c *Conn) waitRoom(n int) error {
 		return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 	}
 	size := int(c.ep.SocketOptions().GetSendBufferSize())
-	if (n > size || size-c.inFlight() >= n) && c.windowRoom(n) {
+	if (n > size || size-c.inFlight() >= n) && c.windowRoom(n) && c.previousSent() {
 		return nil
 	}
 	return c.waitRoomSlow(n)
+}
+
+// SetOneWritePerSegment makes every aligned write wait until TCP has sent
+// all earlier bytes at least once, so gVisor never merges two writes into
+// one segment (it merges writes still queued when a segment is built). The
+// engine sets it when Markers are sent: then each segment carries exactly one
+// FPDU, which is what Wireshark's iWARP dissector needs to follow Markers.
+// It costs throughput when TCP is window- or congestion-limited. It needs a
+// segment hook on the connection (SetSegmentHook), which sees what is sent.
+// It also turns off coalescing (see WriteAligned).
+func (c *Conn) SetOneWritePerSegment(on bool) {
+	c.writeMu.Lock()
+	c.oneWritePerSegment = on
+	c.writeMu.Unlock()
+}
+
+// previousSent reports whether every byte written so far has been sent (or
+// one write per segment is off, or sending cannot be observed). c.writeMu is
+// held.
+func (c *Conn) previousSent() bool {
+	if !c.oneWritePerSegment || !c.issOK {
+		return true
+	}
+	sent, ok := c.flow.sentEdge()
+	if !ok {
+		return true
+	}
+	return int32(sent-(c.iss+1+uint32(c.written))) >= 0
 }
 
 // maxWindowWait bounds how long an aligned write waits for the peer's
@@ -699,7 +732,7 @@ func (c *Conn) waitRoomSlow(n int) error {
 		// seen after it signals ackAdvCh.
 		c.flow.waiting.Store(true)
 		bufOK := n > size || size-c.inFlight() >= n
-		if bufOK && (windowExpired || c.windowRoom(n)) {
+		if bufOK && (windowExpired || c.windowRoom(n)) && c.previousSent() {
 			return nil
 		}
 		if bufOK && windowDeadline == nil {

@@ -184,6 +184,9 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
+	if f != nil && h.flags&(FlagSYN|FlagRST) == 0 {
+		f.sentSeen(h.seq + uint32(pkt.Data().Size()))
+	}
 	fh, fhPayload := f.getHook()
 	tap := s.tap.Load()
 	if s.hook == nil && fh == nil && tap == nil {
@@ -287,6 +290,7 @@ type flow struct {
 
 	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
 	edge     atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	sent     atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
 	peerWS   atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	waiting  atomic.Bool
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
@@ -345,6 +349,32 @@ func (f *flow) windowSeen(ack uint32, wnd uint16) {
 		default:
 		}
 	}
+}
+
+// sentSeen records the end of an outbound segment if it advances the
+// highest sequence number sent, and wakes a waiting writer.
+func (f *flow) sentSeen(end uint32) {
+	for {
+		cur := f.sent.Load()
+		if cur != 0 && int32(end-uint32(cur)) <= 0 {
+			return
+		}
+		if f.sent.CompareAndSwap(cur, 1<<32|uint64(end)) {
+			break
+		}
+	}
+	if f.waiting.Load() {
+		select {
+		case f.ackAdvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sentEdge returns the highest sequence number sent, once known.
+func (f *flow) sentEdge() (uint32, bool) {
+	v := f.sent.Load()
+	return uint32(v), v != 0
 }
 
 // peerEdge returns the right edge of the peer's receive window, once known.

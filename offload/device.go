@@ -57,7 +57,7 @@ type Config struct {
 func DefaultConfig(name string) Config {
 	return Config{
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
-		MaxFPDU: 16384, MaxQP: 4096, MaxMR: 65536,
+		MaxFPDU: 16384, FPDUsPerWrite: 1, MaxQP: 4096, MaxMR: 65536,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
 	}
 }
@@ -428,6 +428,9 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 		qp.alignRx.Configure(p.MarkersRx)
 	}
 	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.observeSegment))
+	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
+	// only so).
+	conn.SetOneWritePerSegment(p.MarkersTx)
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)

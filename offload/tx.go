@@ -329,7 +329,7 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		last := false
 		for off := b.off; ; {
 			pos := t.mpa.StreamOffset() + uint64(b.total)
-			n := min(total-off, b.payloadAt(pos))
+			n := b.fpduLen(pos, total-off)
 			last = off+n == total
 			wire := t.mpa.WireLenAt(pos, hl+int(n))
 			if b.count > 0 && b.total+wire > maxBatch {
@@ -475,6 +475,24 @@ func (f *fpduPayload) payloadAt(pos uint64) uint64 {
 	return uint64(f.t.mpa.MaxULPDULenAt(pos, f.t.emss)-f.hl) &^ 3
 }
 
+// fpduLen returns the payload bytes of the next FPDU of a message with left
+// bytes to go, starting at stream offset pos. With Markers, an FPDU that
+// would end exactly on a Marker position is made 4 bytes shorter (the rest
+// goes into the next FPDU): the Marker then falls inside the next FPDU
+// instead of at a segment's end, where Wireshark's iWARP dissector counts
+// it into the wrong segment and loses the FPDU boundaries from there on.
+// Both placements are valid MPA; this one is decoded by everyone.
+func (f *fpduPayload) fpduLen(pos, left uint64) uint64 {
+	n := min(left, f.payloadAt(pos))
+	if !f.t.mpa.Markers() || n < 8 {
+		return n
+	}
+	if end := pos + uint64(f.t.mpa.WireLenAt(pos, f.hl+int(n))); end%mpa.MarkerInterval == 0 {
+		n -= 4
+	}
+	return n
+}
+
 // Len implements netstack.Payload.
 func (f *fpduPayload) Len() int { return f.total - f.done }
 
@@ -507,7 +525,7 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 func (f *fpduPayload) build(dst []byte) []byte {
 	t, h := f.t, f.h
 	for i := 0; i < f.count; i++ {
-		n := min(f.msgLen-f.off, f.payloadAt(t.mpa.StreamOffset()))
+		n := f.fpduLen(t.mpa.StreamOffset(), f.msgLen-f.off)
 		h.Last = f.off+n == f.msgLen
 		if h.Tagged {
 			h.TO = f.base + f.off
