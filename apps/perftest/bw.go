@@ -36,7 +36,7 @@ func (s *session) runRDMABW() error {
 		}
 		printBWRow(s.out, c, theirs)
 		s.report.BW = append(s.report.BW, theirs)
-		if err := s.sync("closing"); err != nil {
+		if err := s.closeSync(); err != nil {
 			return err
 		}
 		fmt.Fprint(s.out, resultLine)
@@ -78,7 +78,7 @@ func (s *session) runRDMABW() error {
 			return err
 		}
 	}
-	return s.sync("closing")
+	return s.closeSync()
 }
 
 // runSendBW is ib_send_bw after the banner. Both sides give the peer the
@@ -134,7 +134,7 @@ func (s *session) runSendBW() error {
 		}
 	}
 	fmt.Fprint(s.out, resultLine)
-	return s.sync("closing")
+	return s.closeSync()
 }
 
 // postReceives posts RxDepth receives of size bytes on every queue pair

@@ -118,6 +118,18 @@ type Config struct {
 	// them (perftest: 10 tries, 100 ms apart).
 	ConnectRetries    int
 	ConnectRetryDelay time.Duration
+
+	// trace, when set (by tests), sees every control message: its
+	// direction and length.
+	trace func(sent bool, n int)
+	// allUpTo, when set (by tests), ends -a's sizes there instead of 2^23.
+	allUpTo int
+}
+
+// NominalDeviceAttr has the limits every siwtun device has (verbs'
+// constants), for checking a Config before a device is open.
+func NominalDeviceAttr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{MaxInline: verbs.MaxInline, MaxQPRdAtom: verbs.MaxIRDORD, MaxQPInitRdAtom: verbs.MaxIRDORD}
 }
 
 // ErrConfig marks an invalid parameter.
@@ -151,6 +163,9 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.All {
 		c.Size = maxSizeAll
+		if c.allUpTo > 0 {
+			c.Size = c.allUpTo
+		}
 	}
 	if c.Duration < 0 {
 		return c, badf("duration %v: must be positive", c.Duration)
@@ -276,7 +291,7 @@ func (c *Config) sizes() []int {
 		return []int{c.Size}
 	}
 	var s []int
-	for i := 1; i < 24; i++ {
+	for i := 1; 1<<i <= c.Size; i++ {
 		s = append(s, 1<<i)
 	}
 	return s

@@ -16,11 +16,16 @@ import (
 // always enough.
 type control struct {
 	client bool
-	qp     *verbs.QP
-	scq    *verbs.CQ
-	rcq    *verbs.CQ
-	mem    *region
-	wcs    [1]verbs.WorkCompletion
+	trace  func(sent bool, n int)
+	// lastExchange: a flushed Send completion is taken as sent (the peer
+	// closes once it has the message; the engine may flush a request it
+	// already handed to TCP when the connection ends under it).
+	lastExchange bool
+	qp           *verbs.QP
+	scq          *verbs.CQ
+	rcq          *verbs.CQ
+	mem          *region
+	wcs          [1]verbs.WorkCompletion
 }
 
 const (
@@ -99,8 +104,11 @@ func (c *control) send(ctx context.Context, msg []byte) error {
 	if err != nil {
 		return fmt.Errorf("control: send: %w", err)
 	}
-	if wc.Status != verbs.WCSuccess {
+	if wc.Status != verbs.WCSuccess && !(c.lastExchange && wc.Status == verbs.WCFlushErr) {
 		return fmt.Errorf("control: send: %v: %w", wc.Status, errPeerGone)
+	}
+	if c.trace != nil {
+		c.trace(true, len(msg))
 	}
 	return nil
 }
@@ -116,6 +124,9 @@ func (c *control) recv(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("control: receive: %v: %w", wc.Status, errPeerGone)
 	}
 	msg := append([]byte(nil), c.mem.buf[ctrlRecv:ctrlRecv+int(wc.ByteLen)]...)
+	if c.trace != nil {
+		c.trace(false, len(msg))
+	}
 	return msg, c.postRecv()
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -53,6 +55,34 @@ func devicePair(t testing.TB, mtu int) (cli, srv *verbs.Device) {
 	t.Helper()
 	la, lb := netstack.Pipe(mtu, netstack.Impairments{})
 	return newDevice(t, la, cliPrefix, "siwtun0", mtu), newDevice(t, lb, srvPrefix, "siwtun1", mtu)
+}
+
+// socketPair is two in-process RNICs served on verbs sockets in a temp
+// dir, opened through them as an application in another process would.
+func socketPair(t testing.TB) (cli, srv *verbs.Device) {
+	t.Helper()
+	lcli, lsrv := devicePair(t, 1500)
+	dir := t.TempDir()
+	open := func(local *verbs.Device) *verbs.Device {
+		path := filepath.Join(dir, local.Name()+".sock")
+		l, err := uverbs.Listen(path, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := uverbs.NewServer(local, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve(l)
+		t.Cleanup(func() { s.Close() })
+		d, err := verbs.DialPath(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	return open(lcli), open(lsrv)
 }
 
 // side is what one end of a run produced.
@@ -106,13 +136,23 @@ func runOn(t testing.TB, cdev, sdev *verbs.Device, cfg Config, port uint16, twea
 var (
 	maskPSN   = regexp.MustCompile(`(QPN|PSN) (0x)?[0-9a-f]+`)
 	maskFloat = regexp.MustCompile(`\d+\.\d+`)
+	maskIters = regexp.MustCompile(`(?m)^( \d+ +)\d+`)
+	rowSpaces = regexp.MustCompile(`(?m)^ \d.*$`)
+	spaces    = regexp.MustCompile(`[ \t]+`)
 )
 
 // masked is the output with QP numbers, PSNs and every decimal figure
-// replaced, keeping the layout (sizes and iteration counts stay).
-func masked(s string) string {
+// replaced, and the table rows' runs of blanks (padding that depends on
+// the figures' widths) collapsed; sizes and iteration counts stay, except
+// the counts of a timed run. TestRows checks the rows' exact spacing.
+func masked(s string, timed bool) string {
 	s = maskPSN.ReplaceAllString(s, "$1 *")
-	return maskFloat.ReplaceAllString(s, "#.##")
+	if timed {
+		s = maskIters.ReplaceAllString(s, "${1}N")
+	}
+	return rowSpaces.ReplaceAllStringFunc(s, func(row string) string {
+		return strings.TrimRight(spaces.ReplaceAllString(maskFloat.ReplaceAllString(row, "#.##"), " "), " ")
+	})
 }
 
 // golden compares got with testdata/name.golden (-update rewrites it).

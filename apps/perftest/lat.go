@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -68,14 +69,14 @@ func (s *session) runLatency() error {
 		fmt.Fprint(s.out, resultLine)
 		return nil
 	case Read:
-		if err := s.sync("closing"); err != nil {
+		if err := s.closeSync(); err != nil {
 			return err
 		}
 		fmt.Fprint(s.out, resultLine)
 		return nil
 	}
 	fmt.Fprint(s.out, resultLine)
-	return s.sync("closing")
+	return s.closeSync()
 }
 
 // exchangeFirst is the lone handshake ib_write_lat and ib_read_lat make
@@ -143,7 +144,9 @@ func (l *latRun) run() (LatResult, error) {
 	var err error
 	switch c.Verb {
 	case Write:
-		err = l.pingPongWrite()
+		if err = l.pingPongWrite(); errors.Is(err, errPeerDone) {
+			err = nil
+		}
 	case Send:
 		err = l.pingPongSend()
 	default:
@@ -197,8 +200,15 @@ func (l *latRun) postOne(seq uint64) error {
 	return nil
 }
 
+// errPeerDone ends a ping-pong whose peer has finished and closed.
+var errPeerDone = errors.New("the peer finished")
+
 // waitSend busy-polls for the completion of the request just posted;
-// receives seen meanwhile are handed to onRecv.
+// receives seen meanwhile are handed to onRecv. A Write flushed after the
+// peer can have finished (the last iteration, or a timed run's end) means
+// the peer closed first: ib_write_lat has no closing handshake, so the
+// side that sees the other's last message first tears down, and the
+// engine may flush a Write it already handed to TCP.
 func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
 	for {
 		n, err := l.s.cq.Poll(l.wcs[:])
@@ -217,6 +227,9 @@ func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
 				}
 				continue
 			}
+			if wc.Status == verbs.WCFlushErr && l.c.Verb == Write && l.peerMayBeDone(wc.ID) {
+				return errPeerDone
+			}
 			if wc.Status != verbs.WCSuccess {
 				return fmt.Errorf("%v %d: %v: %w", l.c.Verb, wc.ID, wc.Status, errIncomplete)
 			}
@@ -231,6 +244,15 @@ func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
 			}
 		}
 	}
+}
+
+// peerMayBeDone reports whether the peer may have finished before the
+// completion of request seq.
+func (l *latRun) peerMayBeDone(seq uint64) bool {
+	if l.timed() {
+		return l.now() >= l.sampleTo
+	}
+	return seq == uint64(l.c.Iters)
 }
 
 func (l *latRun) countSample() {

@@ -178,6 +178,7 @@ func (s *session) connectControl(addr netip.AddrPort) error {
 	if s.ctl, err = newControl(s.dev, s.pd, s.client); err != nil {
 		return err
 	}
+	s.ctl.trace = s.cfg.trace
 	if s.client {
 		if err := s.connectRetry(s.ctl.qp, addr, verbs.ConnParam{}); err != nil {
 			return fmt.Errorf("control connection to %v: %w", addr, err)
@@ -410,6 +411,15 @@ func (s *session) sync(what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// closeSync is ctx_close_connection: the last handshake. The peer may
+// tear its connection down as soon as it has this side's message, which
+// can flush the completion of a Send that did reach it; that is not a
+// failure here.
+func (s *session) closeSync() error {
+	s.ctl.lastExchange = true
+	return s.sync("closing")
 }
 
 // xchgReports is xchg_bw_reports: size, iterations, peak, average and

@@ -25,6 +25,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newDemoCmd())
 	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
+	root.AddCommand(newPerfCmd())
 	return root
 }
 
