@@ -117,8 +117,11 @@ func (l *latRun) timed() bool { return l.c.Duration > 0 }
 
 func (l *latRun) ended() bool { return l.timed() && l.now() >= l.endNs }
 
-// idle yields while busy-polling (perftest spins on the CQ and on memory),
-// and notices cancellation.
+// idle is one turn of a busy-poll (perftest spins on the CQ and on
+// memory). After a short spin it sleeps a microsecond every few turns: on
+// a machine with fewer cores than spinning processes (two applications,
+// two daemons), pure spinning starves the RNICs it waits for. It notices
+// cancellation.
 func (l *latRun) idle() error {
 	l.spins++
 	if l.spins%1024 == 0 {
@@ -126,9 +129,19 @@ func (l *latRun) idle() error {
 			return err
 		}
 	}
-	runtime.Gosched()
+	if l.spins > spinTurns && l.spins%8 == 0 {
+		time.Sleep(time.Microsecond)
+	} else {
+		runtime.Gosched()
+	}
 	return nil
 }
+
+// spinTurns is how many turns a wait spins before it starts sleeping.
+const spinTurns = 64
+
+// beginWait starts a new wait's spin count.
+func (l *latRun) beginWait() { l.spins = 0 }
 
 func (l *latRun) run() (LatResult, error) {
 	c := l.c
@@ -210,6 +223,7 @@ var errPeerDone = errors.New("the peer finished")
 // side that sees the other's last message first tears down, and the
 // engine may flush a Write it already handed to TCP.
 func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
+	l.beginWait()
 	for {
 		n, err := l.s.cq.Poll(l.wcs[:])
 		if err != nil {
@@ -278,6 +292,7 @@ func (l *latRun) pingPongWrite() error {
 		}
 		if (l.timed() || rcnt < iters) && !(scnt == 0 && !s.client) {
 			rcnt++
+			l.beginWait()
 			for s.mem.loadByte(pollOff) != byte(rcnt) {
 				if l.ended() {
 					return nil
@@ -323,6 +338,7 @@ func (l *latRun) pingPongSend() error {
 			return nil
 		}
 		if (l.timed() || rcnt < iters) && !(scnt == 0 && s.client) {
+			l.beginWait()
 			for got == 0 {
 				n, err := s.cq.Poll(l.wcs[:1])
 				if err != nil {

@@ -96,7 +96,7 @@ type TestInfo struct {
 	Duration       int    `json:"duration_s"`
 	Bidirectional  bool   `json:"bidirectional"`
 	PeakMeasured   bool   `json:"peak_measured"`
-	latency, verbR bool
+	latency        bool
 }
 
 // Report is what a run measured.

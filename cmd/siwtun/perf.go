@@ -18,9 +18,12 @@ import (
 	"github.com/siwtun/siwtun/verbs"
 )
 
+// perfDevice selects the device: flags of `siwtun perf` itself.
+type perfDevice struct{ dev, dir string }
+
 // perfOptions are the flags of `siwtun perf <test>`, named as perftest's.
 type perfOptions struct {
-	dev, dir      string
+	*perfDevice
 	lat           bool
 	size          int
 	all           bool
@@ -69,14 +72,25 @@ queue.`,
 			return cmd.Help()
 		},
 	}
+	d := &perfDevice{}
+	dir := verbs.SocketDir
+	if e := os.Getenv("SIWTUN_SOCKET_DIR"); e != "" {
+		dir = e
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&d.dev, "dev", defaultDev, "siwtun device (its daemon's verbs socket)")
+	pf.StringVar(&d.dir, "socket-dir", dir, "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR)")
+	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return verbsSocketDevs(d.dir), cobra.ShellCompDirectiveNoFileComp
+	})
 	for _, v := range []perftest.Verb{perftest.Write, perftest.Read, perftest.Send} {
-		cmd.AddCommand(newPerfTestCmd(v))
+		cmd.AddCommand(newPerfTestCmd(v, d))
 	}
 	return cmd
 }
 
-func newPerfTestCmd(verb perftest.Verb) *cobra.Command {
-	o := &perfOptions{}
+func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
+	o := &perfOptions{perfDevice: d}
 	name := strings.ToLower(strings.TrimPrefix(verb.String(), "RDMA_"))
 	short := map[perftest.Verb]string{
 		perftest.Write: "RDMA Write bandwidth or latency (ib_write_bw, ib_write_lat)",
@@ -109,21 +123,12 @@ func newPerfTestCmd(verb perftest.Verb) *cobra.Command {
 	f.BoolVar(&o.legacyUnits, "legacy-units", false, "name the columns MB/sec as perftest 4.5 did (the figures stay MiB/sec)")
 	f.BoolVar(&o.json, "json", false, "print one JSON document instead of the text report")
 	f.BoolVarP(&o.rdmaCM, "rdma_cm", "R", true, "connect the test queue pairs with rdma_cm (always on; accepted for perftest's command lines)")
-	f.StringVar(&o.dev, "dev", defaultDev, "siwtun device (its daemon's verbs socket)")
-	dir := verbs.SocketDir
-	if d := os.Getenv("SIWTUN_SOCKET_DIR"); d != "" {
-		dir = d
-	}
-	f.StringVar(&o.dir, "socket-dir", dir, "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR)")
 	f.DurationVar(&o.settle, "settle", 100*time.Millisecond, "client: pause after the control connection before the first message")
 	f.IntVar(&o.connectTries, "connect-tries", 10, "client: attempts to connect while the server is not listening yet")
 	f.DurationVar(&o.connectPeriod, "connect-interval", 100*time.Millisecond, "client: time between connection attempts")
 	f.MarkHidden("settle")
 	f.MarkHidden("connect-tries")
 	f.MarkHidden("connect-interval")
-	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return verbsSocketDevs(o.dir), cobra.ShellCompDirectiveNoFileComp
-	})
 	return cmd
 }
 
