@@ -72,31 +72,31 @@ type latDurJSON struct {
 
 // TestInfo describes a run, with the keys of perftest's JSON test_info.
 type TestInfo struct {
-	Test           string `json:"test"`
-	Role           string `json:"role"`
-	Device         string `json:"Device"`
-	DualPort       string `json:"Dual_port"`
-	QPs            int    `json:"Number_of_qps"`
-	Transport      string `json:"Transport_type"`
-	Connection     string `json:"Connection_type"`
-	SRQ            string `json:"Using_SRQ"`
-	TxDepth        int    `json:"TX_depth"`
-	RxDepth        int    `json:"RX_depth"`
-	CQMod          int    `json:"CQ_Moderation"`
-	MTU            int    `json:"Mtu"`
-	LinkType       string `json:"Link_type"`
-	GIDIndex       int    `json:"GID_index"`
-	Inline         int    `json:"Max_inline_data"`
-	OutReads       int    `json:"Outstand_reads"`
-	RDMACM         string `json:"rdma_cm_QPs"`
-	DataExchange   string `json:"Data_ex_method"`
-	Version        string `json:"version"`
-	RemoteVersion  string `json:"remote_version"`
-	Units          string `json:"units"`
-	Duration       int    `json:"duration_s"`
-	Bidirectional  bool   `json:"bidirectional"`
-	PeakMeasured   bool   `json:"peak_measured"`
-	latency        bool
+	Test          string `json:"test"`
+	Role          string `json:"role"`
+	Device        string `json:"Device"`
+	DualPort      string `json:"Dual_port"`
+	QPs           int    `json:"Number_of_qps"`
+	Transport     string `json:"Transport_type"`
+	Connection    string `json:"Connection_type"`
+	SRQ           string `json:"Using_SRQ"`
+	TxDepth       int    `json:"TX_depth"`
+	RxDepth       int    `json:"RX_depth"`
+	CQMod         int    `json:"CQ_Moderation"`
+	MTU           int    `json:"Mtu"`
+	LinkType      string `json:"Link_type"`
+	GIDIndex      int    `json:"GID_index"`
+	Inline        int    `json:"Max_inline_data"`
+	OutReads      int    `json:"Outstand_reads"`
+	RDMACM        string `json:"rdma_cm_QPs"`
+	DataExchange  string `json:"Data_ex_method"`
+	Version       string `json:"version"`
+	RemoteVersion string `json:"remote_version"`
+	Units         string `json:"units"`
+	Duration      int    `json:"duration_s"`
+	Bidirectional bool   `json:"bidirectional"`
+	PeakMeasured  bool   `json:"peak_measured"`
+	latency       bool
 }
 
 // Report is what a run measured.
