@@ -310,6 +310,9 @@ func (r *bwRun) loop() error {
 			// completion tells us), or for the clock: poll.
 			spins++
 			if spins%64 == 0 {
+				if err := r.s.checkQPs(); err != nil {
+					return err
+				}
 				time.Sleep(time.Microsecond)
 			} else {
 				runtime.Gosched()
@@ -583,7 +586,8 @@ func (r *bwRun) waitFinalCredits() {
 	deadline := time.Now().Add(2 * time.Second)
 	for i := range r.s.qps {
 		want := finalCredit(r.iters, uint64(r.c.RxDepth), r.creditCnt)
-		for r.s.credit.loadCredit(creditSlot(r.c.QPs, i)) < uint32(want) && time.Now().Before(deadline) && r.s.ctx.Err() == nil {
+		for r.s.credit.loadCredit(creditSlot(r.c.QPs, i)) < uint32(want) && time.Now().Before(deadline) &&
+			r.s.ctx.Err() == nil && r.s.checkQPs() == nil {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}

@@ -1,8 +1,11 @@
 package perftest
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -69,4 +72,52 @@ func TestOverSocket(t *testing.T) {
 			checkAgreement(t, m, cli.report, srv.report)
 		})
 	}
+}
+
+// TestPeerGone: when one side stops in the middle of a run, the other
+// returns an error instead of waiting for ever; so does a client whose
+// server runs another test.
+func TestPeerGone(t *testing.T) {
+	t.Run("client cancelled", func(t *testing.T) {
+		cdev, sdev := devicePair(t, 1500)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		srvDone := make(chan error, 1)
+		go func() {
+			_, err := RunServer(ctx, sdev, 18800, Config{Verb: Send, Duration: 20 * time.Second, Size: 4096, Inline: -1}, nil)
+			srvDone <- err
+		}()
+		cctx, ccancel := context.WithCancel(ctx)
+		cliDone := make(chan error, 1)
+		go func() {
+			_, err := RunClient(cctx, cdev, netip.AddrPortFrom(srvPrefix.Addr(), 18800),
+				Config{Verb: Send, Duration: 20 * time.Second, Size: 4096, Inline: -1, ConnectRetries: 100, ConnectRetryDelay: 20 * time.Millisecond}, nil)
+			cliDone <- err
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		ccancel()
+		for name, ch := range map[string]chan error{"client": cliDone, "server": srvDone} {
+			select {
+			case err := <-ch:
+				if err == nil {
+					t.Errorf("%s: no error after the client stopped", name)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s still running 30 s after the client stopped", name)
+			}
+		}
+	})
+	t.Run("different tests", func(t *testing.T) {
+		cdev, sdev := devicePair(t, 1500)
+		cli, srv := runOn(t, cdev, sdev, Config{Verb: Write, Iters: 100, Size: 4096, Inline: -1}, 18801,
+			func(client bool, c *Config) {
+				if client {
+					c.Verb = Send
+				}
+			})
+		t.Logf("client: %v\nserver: %v", cli.err, srv.err)
+		if cli.err == nil && srv.err == nil {
+			t.Fatalf("a send client and a write server both succeeded:\n%s\n%s", cli.out.String(), srv.out.String())
+		}
+	})
 }

@@ -124,8 +124,11 @@ func (l *latRun) ended() bool { return l.timed() && l.now() >= l.endNs }
 // cancellation.
 func (l *latRun) idle() error {
 	l.spins++
-	if l.spins%1024 == 0 {
+	if l.spins%256 == 0 {
 		if err := l.s.ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.s.checkQPs(); err != nil {
 			return err
 		}
 	}

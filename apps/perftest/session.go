@@ -54,6 +54,7 @@ type session struct {
 	credit   *region // send tests: receive credits
 	buffSize int
 	my, rem  []Dest
+	qpErr    error // a test connection ended (checkQPs)
 }
 
 func run(ctx context.Context, dev *verbs.Device, addr netip.AddrPort, client bool, cfg Config, out io.Writer) (*Report, error) {
@@ -449,3 +450,28 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // errIncomplete reports a data-path failure (a completion with an error).
 var errIncomplete = errors.New("test traffic failed")
+
+// checkQPs reports a test queue pair whose connection has ended: a wait
+// that no completion ends (credits, a peer's Write into memory) must not
+// outlive its peer. The first such event is kept.
+func (s *session) checkQPs() error {
+	if s.qpErr != nil {
+		return s.qpErr
+	}
+	for i, qp := range s.qps {
+		for {
+			select {
+			case e := <-qp.Events():
+				switch e.Type {
+				case verbs.EventTerminateReceived, verbs.EventTerminateSent, verbs.EventDisconnected:
+					s.qpErr = fmt.Errorf("test QP %d: %v: %w", i, e, errIncomplete)
+					return s.qpErr
+				}
+				continue
+			default:
+			}
+			break
+		}
+	}
+	return nil
+}
