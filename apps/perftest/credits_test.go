@@ -107,17 +107,26 @@ func TestPeerGone(t *testing.T) {
 			}
 		}
 	})
-	t.Run("different tests", func(t *testing.T) {
-		cdev, sdev := devicePair(t, 1500)
-		cli, srv := runOn(t, cdev, sdev, Config{Verb: Write, Iters: 100, Size: 4096, Inline: -1}, 18801,
-			func(client bool, c *Config) {
-				if client {
-					c.Verb = Send
-				}
-			})
-		t.Logf("client: %v\nserver: %v", cli.err, srv.err)
-		if cli.err == nil && srv.err == nil {
-			t.Fatalf("a send client and a write server both succeeded:\n%s\n%s", cli.out.String(), srv.out.String())
-		}
-	})
+	for _, socket := range []bool{false, true} {
+		t.Run(fmt.Sprintf("different tests/socket=%v", socket), func(t *testing.T) {
+			cdev, sdev := devicePair(t, 1500)
+			if socket {
+				cdev, sdev = socketPair(t)
+			}
+			start := time.Now()
+			cli, srv := runOn(t, cdev, sdev, Config{Verb: Write, Iters: 100, Size: 4096, Inline: -1}, 18801,
+				func(client bool, c *Config) {
+					if client {
+						c.Verb = Send
+					}
+				})
+			t.Logf("client: %v\nserver: %v", cli.err, srv.err)
+			if cli.err == nil && srv.err == nil {
+				t.Fatalf("a send client and a write server both succeeded:\n%s\n%s", cli.out.String(), srv.out.String())
+			}
+			if d := time.Since(start); d > 30*time.Second {
+				t.Fatalf("the failure took %v to notice", d)
+			}
+		})
+	}
 }
