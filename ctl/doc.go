@@ -13,7 +13,13 @@
 //	{"op":"qp"}                 → {"ok":true,"qps":[...]}
 //	{"op":"qp","qp":3}          → {"ok":true,"qps":[{...}]}
 //	{"op":"stats"}              → {"ok":true,"stats":{...}}
+//	{"op":"watch"}              → {"ok":true}, then one WatchEvent per line
 //	anything else               → {"ok":false,"error":"..."}
+//
+// A watch request turns the connection into a stream of the device's TCP
+// segments (payload included), placements and completions, until the
+// client closes its side; events the client does not read in time are
+// dropped and counted (WatchEvent.Dropped), never waited for.
 //
 // A request is at most MaxRequestSize bytes including its newline; a longer
 // line, malformed JSON, an unknown field or an unknown op gets an error

@@ -215,3 +215,6 @@ func prefixStrings(ps []netip.Prefix) []string {
 	}
 	return out
 }
+
+// Watch implements Watcher.
+func (p *engineProvider) Watch() *offload.Watch { return p.eng.Watch(0) }

@@ -52,6 +52,9 @@ const (
 	OpQP = "qp"
 	// OpStats asks for the Stats.
 	OpStats = "stats"
+	// OpWatch turns the connection into a stream of WatchEvents (see
+	// watch.go).
+	OpWatch = "watch"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -280,6 +283,10 @@ func (s *Server) serveConn(c net.Conn) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		if isWatch(line) {
+			s.watch(c, br, line)
+			return
+		}
 		if !s.reply(c, s.handle(line)) || err != nil {
 			return
 		}
@@ -371,7 +378,7 @@ func ParseRequest(line []byte) (Request, error) {
 		return Request{}, errors.New("malformed request: data after the JSON object")
 	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats:
+	case OpDevInfo, OpLink, OpStats, OpWatch:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
 		}
@@ -379,7 +386,7 @@ func ParseRequest(line []byte) (Request, error) {
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp or stats)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats or watch)", req.Op)
 	}
 	return req, nil
 }

@@ -99,6 +99,7 @@ type Conn struct {
 	rEntry  waiter.Entry      // guarded by readMu; registered only while a read waits
 	rNotify chan struct{}     // rEntry's channel
 	sw      tcpip.SliceWriter // guarded by readMu; Read's destination
+	readN   uint64            // guarded by readMu; bytes read since the handshake
 
 	writeMu sync.Mutex
 	written uint64        // guarded by writeMu; bytes queued since the handshake
@@ -116,6 +117,10 @@ type Conn struct {
 	recentEnds [coalesceAfter]uint64
 	recentIdx  int
 	coalescing bool
+	// oneWritePerSegment: see SetOneWritePerSegment; guarded by writeMu.
+	oneWritePerSegment bool
+	// windowWaits counts aligned writes that waited for the peer's window.
+	windowWaits atomic.Uint64
 	// coalescedWrites counts aligned writes queued while coalescing.
 	coalescedWrites atomic.Uint64
 
@@ -340,6 +345,7 @@ func (c *Conn) read(dst io.Writer) (int, error) {
 		switch terr.(type) {
 		case nil:
 			if res.Count > 0 {
+				c.readN += uint64(res.Count)
 				c.ep.ModerateRecvBuf(res.Count)
 			}
 			return res.Count, nil
@@ -498,6 +504,9 @@ const coalesceAfter = 64
 // segment of full size is never held. When the ACKs catch up Nagle is turned
 // off again, which sends whatever is held. c.writeMu is held.
 func (c *Conn) coalesce() {
+	if c.oneWritePerSegment {
+		return
+	}
 	oldest := c.recentEnds[c.recentIdx]
 	on := oldest != 0 && uint64(c.inFlight()) > c.written-oldest
 	if on != c.coalescing {
@@ -515,6 +524,26 @@ func (c *Conn) recordWrite() {
 	c.recentEnds[c.recentIdx] = c.written
 	c.recentIdx = (c.recentIdx + 1) % coalesceAfter
 }
+
+// StreamSeqs returns the TCP sequence numbers of the next byte a write will
+// queue (send) and of the next byte a read will return (recv), for relating
+// the segments a hook sees to the byte streams. ok is false when the
+// handshake's SYNs were not seen.
+func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
+	c.writeMu.Lock()
+	iss, ok1 := c.flow.ourISS()
+	written := c.written
+	c.writeMu.Unlock()
+	c.readMu.Lock()
+	piss, ok2 := c.flow.peerInitialSeq()
+	read := c.readN
+	c.readMu.Unlock()
+	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
+}
+
+// WindowWaits returns how many aligned writes waited for the peer's receive
+// window to take them whole (see WriteAligned).
+func (c *Conn) WindowWaits() uint64 { return c.windowWaits.Load() }
 
 // CoalescedWrites returns how many aligned writes were queued while small
 // segments were being coalesced (see WriteAligned).
@@ -607,17 +636,81 @@ func (c *Conn) inFlight() int {
 	return int(n)
 }
 
-// waitRoom blocks until the estimated free send-buffer space is at least n.
-// c.writeMu is held.
+// waitRoom blocks until the estimated free send-buffer space is at least n
+// and, for a write that fits the peer's window at all, until the peer's
+// receive window has room for all n bytes (see windowRoom). c.writeMu is
+// held.
 func (c *Conn) waitRoom(n int) error {
 	if c.isClosed() {
 		return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 	}
 	size := int(c.ep.SocketOptions().GetSendBufferSize())
-	if n > size || size-c.inFlight() >= n {
+	if (n > size || size-c.inFlight() >= n) && c.windowRoom(n) && c.previousSent() {
 		return nil
 	}
 	return c.waitRoomSlow(n)
+}
+
+// SetOneWritePerSegment makes every aligned write wait until TCP has sent
+// all earlier bytes at least once, so gVisor never merges two writes into
+// one segment (it merges writes still queued when a segment is built). The
+// engine sets it when Markers are sent: then each segment carries exactly one
+// FPDU, which is what Wireshark's iWARP dissector needs to follow Markers.
+// It costs throughput when TCP is window- or congestion-limited. It needs a
+// segment hook on the connection (SetSegmentHook), which sees what is sent.
+// It also turns off coalescing (see WriteAligned).
+func (c *Conn) SetOneWritePerSegment(on bool) {
+	c.writeMu.Lock()
+	c.oneWritePerSegment = on
+	c.writeMu.Unlock()
+}
+
+// previousSent reports whether every byte written so far has been sent (or
+// one write per segment is off, or sending cannot be observed). c.writeMu is
+// held.
+func (c *Conn) previousSent() bool {
+	if !c.oneWritePerSegment || !c.issOK {
+		return true
+	}
+	sent, ok := c.flow.sentEdge()
+	if !ok {
+		return true
+	}
+	return int32(sent-(c.iss+1+uint32(c.written))) >= 0
+}
+
+// maxWindowWait bounds how long an aligned write waits for the peer's
+// window: a lost window update must not stall the connection (gVisor's
+// zero-window probes need data queued), so after it the write goes to TCP
+// and may be cut at the window edge.
+const maxWindowWait = 200 * time.Millisecond
+
+// windowRoom reports whether the peer's advertised receive window, as last
+// seen at the link, reaches past the end of a write of n bytes queued now.
+// gVisor's sender cuts a segment at the window's right edge when nothing is
+// in flight and the window is smaller than the segment, which splits an
+// FPDU; waiting for the window instead keeps every FPDU whole. Writes that
+// could never fit (larger than half the largest window seen) do not wait.
+// c.writeMu is held.
+func (c *Conn) windowRoom(n int) bool {
+	edge, ok := c.flow.peerEdge()
+	if !ok || !c.issOK {
+		return true
+	}
+	end := c.iss + 1 + uint32(c.written) + uint32(n)
+	room := int32(edge - end)
+	if room >= 0 {
+		return true
+	}
+	// The window as offered now: from the acknowledged point to the edge.
+	ack, ok := c.flow.peerAck()
+	if !ok {
+		return true
+	}
+	if wnd := int32(edge - ack); wnd < int32(2*n) {
+		return true // the write is large for this window: do not wait
+	}
+	return false
 }
 
 func (c *Conn) waitRoomSlow(n int) error {
@@ -628,19 +721,25 @@ func (c *Conn) waitRoomSlow(n int) error {
 			c.wq.EventUnregister(&c.wEntry)
 		}
 	}()
+	var windowDeadline <-chan time.Time
+	windowExpired := false
 	for {
 		if c.isClosed() {
 			return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
 		}
 		size := int(c.ep.SocketOptions().GetSendBufferSize())
-		if n > size {
+		// Announce the wait before the check, so an ACK or window update
+		// seen after it signals ackAdvCh.
+		c.flow.waiting.Store(true)
+		bufOK := n > size || size-c.inFlight() >= n
+		if bufOK && (windowExpired || c.windowRoom(n)) && c.previousSent() {
 			return nil
 		}
-		// Announce the wait before the check, so an ACK seen after it
-		// signals ackAdvCh.
-		c.flow.waiting.Store(true)
-		if size-c.inFlight() >= n {
-			return nil
+		if bufOK && windowDeadline == nil {
+			c.windowWaits.Add(1)
+			t := time.NewTimer(maxWindowWait)
+			defer t.Stop()
+			windowDeadline = t.C
 		}
 		if !registered {
 			drain(c.wNotify)
@@ -655,6 +754,8 @@ func (c *Conn) waitRoomSlow(n int) error {
 		case <-c.flow.ackAdvCh:
 		case <-c.wNotify:
 		case <-c.closed:
+		case <-windowDeadline:
+			windowExpired = true
 		}
 		c.flow.waiting.Store(false)
 	}

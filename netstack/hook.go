@@ -132,21 +132,25 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(false, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+		f.setSyn(false, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
 	} else {
 		f = s.flows.get(key)
 	}
 	if f != nil && h.flags&FlagACK != 0 {
 		f.ackSeen(h.ack)
+		if h.flags&FlagSYN == 0 {
+			f.windowSeen(h.ack, h.window)
+		}
 	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	plen := min(h.total, size) - hlen
 	h.plen = max(plen, 0)
-	if plen > 0 && (fhPayload || s.hookPayload) {
+	if plen > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		full, ok := d.PullUp(hlen + plen)
 		if !ok {
 			return
@@ -154,7 +158,7 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		payload = full[hlen:]
 	}
 	vl, voff := pkt.AsViewList()
-	s.callHooks(fh, fhPayload, Inbound, &h, payload, vl.Front(), voff+hlen)
+	s.callHooks(fh, fhPayload, tap, Inbound, &h, payload, vl.Front(), voff+hlen)
 }
 
 // outbound inspects a packet TCP and IP have built.
@@ -176,17 +180,21 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted}, h.seq)
+		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
+	if f != nil && h.flags&(FlagSYN|FlagRST) == 0 {
+		f.sentSeen(h.seq + uint32(pkt.Data().Size()))
+	}
 	fh, fhPayload := f.getHook()
-	if s.hook == nil && fh == nil {
+	tap := s.tap.Load()
+	if s.hook == nil && fh == nil && tap == nil {
 		return
 	}
 	var payload []byte
 	h.plen = pkt.Data().Size()
-	if n := h.plen; n > 0 && (fhPayload || s.hookPayload) {
+	if n := h.plen; n > 0 && (fhPayload || s.hookPayload || tap.wantsPayload()) {
 		p, ok := pkt.Data().PullUp(n)
 		if !ok {
 			return
@@ -194,10 +202,10 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		payload = p
 	}
 	vl, voff := pkt.AsViewList()
-	s.callHooks(fh, fhPayload, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
+	s.callHooks(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
 }
 
-func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
+func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
@@ -231,6 +239,9 @@ func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, dir Direction, h *tcpH
 		}
 		fh.Segment(seg)
 	}
+	if tap != nil {
+		s.callTap(tap, seg, dir, h, payload)
+	}
 	*seg = Segment{}
 	s.segPool.Put(seg)
 }
@@ -258,6 +269,7 @@ type flowKey struct {
 type synInfo struct {
 	mss      uint16
 	ts, sack bool
+	ws       int // window scale shift, -1 when absent
 }
 
 // flow is the link-level state of one connection.
@@ -265,15 +277,21 @@ type flow struct {
 	created time.Time
 	claimed atomic.Bool
 
-	mu     sync.Mutex
-	in     synInfo // guarded by mu; peer's SYN
-	out    synInfo // guarded by mu; our SYN
-	inOK   bool    // guarded by mu
-	outOK  bool    // guarded by mu
-	iss    uint32  // guarded by mu; our initial sequence number
-	issSet atomic.Bool
+	mu    sync.Mutex
+	in    synInfo // guarded by mu; peer's SYN
+	out   synInfo // guarded by mu; our SYN
+	inOK  bool    // guarded by mu
+	outOK bool    // guarded by mu
+	iss   uint32  // guarded by mu; our initial sequence number
+	// peerISS is the peer's initial sequence number; guarded by mu, valid
+	// with inOK.
+	peerISS uint32
+	issSet  atomic.Bool
 
 	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
+	edge     atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	sent     atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
+	peerWS   atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	waiting  atomic.Bool
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
 
@@ -295,7 +313,82 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 		f.issSet.Store(true)
 	} else {
 		f.in, f.inOK = si, true
+		f.peerISS = seq
 	}
+	if f.inOK && f.outOK {
+		// RFC 7323: windows are scaled only when both SYNs carried the
+		// option.
+		ws := int32(0)
+		if f.in.ws >= 0 && f.out.ws >= 0 {
+			ws = int32(f.in.ws)
+		}
+		f.peerWS.Store(ws)
+	}
+}
+
+// windowSeen records the right edge of the peer's receive window (ack plus
+// the scaled window) if it moves forward, and wakes a waiting writer.
+func (f *flow) windowSeen(ack uint32, wnd uint16) {
+	ws := f.peerWS.Load()
+	if ws < 0 {
+		return
+	}
+	edge := ack + uint32(wnd)<<uint(ws)
+	for {
+		cur := f.edge.Load()
+		if cur != 0 && int32(edge-uint32(cur)) <= 0 {
+			return
+		}
+		if f.edge.CompareAndSwap(cur, 1<<32|uint64(edge)) {
+			break
+		}
+	}
+	if f.waiting.Load() {
+		select {
+		case f.ackAdvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sentSeen records the end of an outbound segment if it advances the
+// highest sequence number sent, and wakes a waiting writer.
+func (f *flow) sentSeen(end uint32) {
+	for {
+		cur := f.sent.Load()
+		if cur != 0 && int32(end-uint32(cur)) <= 0 {
+			return
+		}
+		if f.sent.CompareAndSwap(cur, 1<<32|uint64(end)) {
+			break
+		}
+	}
+	if f.waiting.Load() {
+		select {
+		case f.ackAdvCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sentEdge returns the highest sequence number sent, once known.
+func (f *flow) sentEdge() (uint32, bool) {
+	v := f.sent.Load()
+	return uint32(v), v != 0
+}
+
+// peerEdge returns the right edge of the peer's receive window, once known.
+func (f *flow) peerEdge() (uint32, bool) {
+	v := f.edge.Load()
+	return uint32(v), v != 0
+}
+
+// peerInitialSeq returns the peer's initial sequence number, once its SYN
+// was seen.
+func (f *flow) peerInitialSeq() (uint32, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peerISS, f.inOK
 }
 
 func (f *flow) synInfo() (in, out synInfo, inOK, outOK bool) {
@@ -391,6 +484,7 @@ func (t *flowTable) getOrCreate(k flowKey) *flow {
 		}
 	}
 	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
+	f.peerWS.Store(-1)
 	t.m[k] = f
 	return f
 }

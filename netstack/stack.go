@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -90,6 +91,8 @@ type Stack struct {
 	flows       flowTable
 	// segPool recycles the Segment values handed to hooks.
 	segPool sync.Pool
+	// tap is the hook SetTap installed, or nil.
+	tap atomic.Pointer[hookBox]
 
 	mu        sync.Mutex
 	closed    bool                   // guarded by mu

@@ -75,7 +75,7 @@ const DefaultFirstFPDUDelay = 20 * time.Millisecond
 func DefaultConfig(name string) Config {
 	return Config{
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
-		MaxFPDU: 16384, MaxQP: 4096, MaxMR: 65536,
+		MaxFPDU: 16384, FPDUsPerWrite: 1, MaxQP: 4096, MaxMR: 65536,
 		FirstFPDUDelay: DefaultFirstFPDUDelay,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
 	}
@@ -114,6 +114,8 @@ type Device struct {
 	listeners map[*Listener]struct{}
 	retired   QPStats // counters of destroyed QPs
 	closed    bool
+
+	tap tap // segment tap and event fan-out (tap.go)
 }
 
 // NewDevice creates a device on stack with configuration cfg.
@@ -469,7 +471,16 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.mu.Lock()
 	qp.conn = conn
-	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.stats.countSegment))
+	if tx, rx, ok := conn.StreamSeqs(); ok {
+		qp.alignTx.SetStart(tx)
+		qp.alignRx.SetStart(rx)
+		qp.alignTx.Configure(p.MarkersTx)
+		qp.alignRx.Configure(p.MarkersRx)
+	}
+	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.observeSegment))
+	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
+	// only so).
+	conn.SetOneWritePerSegment(p.MarkersTx)
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)

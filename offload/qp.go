@@ -205,16 +205,19 @@ type QP struct {
 	done      chan struct{} // closed when both goroutines have ended
 	running   sync.WaitGroup
 
-	events   chan Event
-	evDrops  atomic.Uint64
-	inErr    atomic.Bool // state == QPErr, readable without mu between FPDUs
-	stats    QPStats
-	tx       txState
-	rx       rxState
-	sendMSN  uint32 // next MSN on QN 0 (TX)
-	readMSN  uint32 // next MSN on QN 1 (TX)
-	flushErr WCStatus
-	wc       WorkCompletion // scratch for pushing completions, guarded by mu
+	events  chan Event
+	evDrops atomic.Uint64
+	inErr   atomic.Bool // state == QPErr, readable without mu between FPDUs
+	stats   QPStats
+	// alignTx and alignRx classify the connection's data segments by FPDU
+	// alignment (observeSegment, on the packet path).
+	alignTx, alignRx mpa.Aligner
+	tx               txState
+	rx               rxState
+	sendMSN          uint32 // next MSN on QN 0 (TX)
+	readMSN          uint32 // next MSN on QN 1 (TX)
+	flushErr         WCStatus
+	wc               WorkCompletion // scratch for pushing completions, guarded by mu
 	// refill, if set, is asked for receives when a Send finds none (the
 	// verbs socket's daemon moves them from the client's ring).
 	refill func()
@@ -430,6 +433,7 @@ func (qp *QP) retireLocked() {
 			default:
 				wc.Opcode = WCSend
 			}
+			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
 		if w.status == WCSuccess {
@@ -456,6 +460,7 @@ func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solici
 	} else {
 		qp.stats.RQErrors.Add(1)
 	}
+	qp.dev.tap.tapCompletion(wc)
 	qp.recvCQ.Push(wc, solicited)
 }
 

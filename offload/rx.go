@@ -313,6 +313,7 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
 	}
+	r.tapPlace()
 	switch r.op {
 	case rdmap.OpWrite:
 		qp.stats.PlacedBytes.Add(uint64(r.payload))

@@ -27,6 +27,14 @@ type QPStats struct {
 	SegmentsRx     atomic.Uint64 `stat:"tcpInSegs"`
 	DataSegmentsTx atomic.Uint64 `stat:"tcpOutDataSegs"`
 	DataSegmentsRx atomic.Uint64 `stat:"tcpInDataSegs"`
+	// AlignedSegsTx/Rx count data segments that start with an FPDU (or a
+	// Marker then an FPDU) and hold whole FPDUs only; SplitSegsTx/Rx those
+	// that do not (an FPDU cut by the segment's start or end). Segments of
+	// the MPA Request/Reply are in neither.
+	AlignedSegsTx atomic.Uint64 `stat:"mpaAlignedSegsTx"`
+	AlignedSegsRx atomic.Uint64 `stat:"mpaAlignedSegsRx"`
+	SplitSegsTx   atomic.Uint64 `stat:"mpaSplitSegsTx"`
+	SplitSegsRx   atomic.Uint64 `stat:"mpaSplitSegsRx"`
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// PlacedBytes counts payload octets placed directly into regions.
@@ -117,7 +125,27 @@ func (s *QPStats) Counters() []Counter {
 	return out
 }
 
-// countSegment is the QP's segment hook: per-connection TCP counters.
+// observeSegment is the QP's segment hook: TCP counters and FPDU alignment.
+// It reads only the FPDU headers of a segment, in place.
+func (qp *QP) observeSegment(seg *netstack.Segment) {
+	qp.stats.countSegment(seg)
+	if seg.Len == 0 {
+		return
+	}
+	a, aligned, split := &qp.alignRx, &qp.stats.AlignedSegsRx, &qp.stats.SplitSegsRx
+	if seg.Dir == netstack.Outbound {
+		a, aligned, split = &qp.alignTx, &qp.stats.AlignedSegsTx, &qp.stats.SplitSegsTx
+	}
+	switch r := a.Classify(seg.Seq, seg.Len, seg); {
+	case !r.Known:
+	case r.Aligned:
+		aligned.Add(1)
+	default:
+		split.Add(1)
+	}
+}
+
+// countSegment counts the QP's TCP segments.
 func (s *QPStats) countSegment(seg *netstack.Segment) {
 	if seg.Dir == netstack.Outbound {
 		s.SegmentsTx.Add(1)

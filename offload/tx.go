@@ -328,9 +328,10 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		b.count, b.total, b.done, b.built = 0, 0, 0, nil
 		last := false
 		for off := b.off; ; {
-			n := min(total-off, full)
+			pos := t.mpa.StreamOffset() + uint64(b.total)
+			n := b.fpduLen(pos, total-off)
 			last = off+n == total
-			wire := t.mpa.WireLen(hl + int(n))
+			wire := t.mpa.WireLenAt(pos, hl+int(n))
 			if b.count > 0 && b.total+wire > maxBatch {
 				last = false
 				break
@@ -454,13 +455,42 @@ type fpduPayload struct {
 	hl     int
 	base   uint64 // TO of the message's first byte (tagged)
 	msgLen uint64
-	full   uint64 // payload bytes of a full FPDU
+	full   uint64 // payload bytes of a full FPDU (without Markers; see payloadAt)
 	off    uint64 // message offset of the next FPDU to build
 	si, so int    // source chunk and offset of that FPDU's payload
 	count  int    // FPDUs in this write
 	total  int    // wire bytes of this write
 	done   int    // bytes handed to gVisor
 	built  []byte // the fallback copy, if used
+}
+
+// payloadAt returns the payload bytes of a full FPDU starting at stream
+// offset pos: f.full, or with Markers what fits the EMSS with the Markers
+// that fall into an FPDU there (their number depends on the position),
+// 4-aligned.
+func (f *fpduPayload) payloadAt(pos uint64) uint64 {
+	if !f.t.mpa.Markers() {
+		return f.full
+	}
+	return uint64(f.t.mpa.MaxULPDULenAt(pos, f.t.emss)-f.hl) &^ 3
+}
+
+// fpduLen returns the payload bytes of the next FPDU of a message with left
+// bytes to go, starting at stream offset pos. With Markers, an FPDU that
+// would end exactly on a Marker position is made 4 bytes shorter (the rest
+// goes into the next FPDU): the Marker then falls inside the next FPDU
+// instead of at a segment's end, where Wireshark's iWARP dissector counts
+// it into the wrong segment and loses the FPDU boundaries from there on.
+// Both placements are valid MPA; this one is decoded by everyone.
+func (f *fpduPayload) fpduLen(pos, left uint64) uint64 {
+	n := min(left, f.payloadAt(pos))
+	if !f.t.mpa.Markers() || n < 8 {
+		return n
+	}
+	if end := pos + uint64(f.t.mpa.WireLenAt(pos, f.hl+int(n))); end%mpa.MarkerInterval == 0 {
+		n -= 4
+	}
+	return n
 }
 
 // Len implements netstack.Payload.
@@ -495,7 +525,7 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 func (f *fpduPayload) build(dst []byte) []byte {
 	t, h := f.t, f.h
 	for i := 0; i < f.count; i++ {
-		n := min(f.msgLen-f.off, f.full)
+		n := f.fpduLen(t.mpa.StreamOffset(), f.msgLen-f.off)
 		h.Last = f.off+n == f.msgLen
 		if h.Tagged {
 			h.TO = f.base + f.off

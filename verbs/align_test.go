@@ -55,7 +55,8 @@ func (a *alignCounter) Segment(s *netstack.Segment) {
 // the figures are logged.
 func TestSegmentAlignment(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
-		for _, perWrite := range []int{0, 1} {
+		for _, perWrite := range []int{0, 1, -1} {
+			markers := perWrite < 0 // markers on, one FPDU per write
 			t.Run(fmt.Sprintf("mtu%d/perwrite%d", mtu, perWrite), func(t *testing.T) {
 				ac := &alignCounter{}
 				la, lb := netstack.Pipe(mtu, netstack.Impairments{})
@@ -64,8 +65,8 @@ func TestSegmentAlignment(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { cs.Close() })
-				cli := newSide(t, cs, "siwtun0", func(c *offload.Config) { c.FPDUsPerWrite = perWrite }, 64)
-				srv := newSide(t, newStack(t, lb, srvAddr, mtu), "siwtun1", nil, 64)
+				cli := newSide(t, cs, "siwtun0", func(c *offload.Config) { c.FPDUsPerWrite = max(perWrite, 1) }, 64)
+				srv := newSide(t, newStack(t, lb, srvAddr, mtu), "siwtun1", func(c *offload.Config) { c.Markers = markers }, 64)
 				connect(t, cli, srv, ConnParam{}, ConnParam{})
 				const size = 1 << 20
 				src := cli.region(size, AccessLocalWrite)
@@ -79,6 +80,23 @@ func TestSegmentAlignment(t *testing.T) {
 				poll(t, srv.rcq, 1)
 				ac.mu.Lock()
 				defer ac.mu.Unlock()
+				// The engine's own classification, both ends.
+				cst, sst := cli.eng.Stats(), srv.eng.Stats()
+				txA, txS := int(cst.AlignedSegsTx.Load()), int(cst.SplitSegsTx.Load())
+				rxA, rxS := int(sst.AlignedSegsRx.Load()), int(sst.SplitSegsRx.Load())
+				t.Logf("engine: sent %d aligned %d split; received %d aligned %d split", txA, txS, rxA, rxS)
+				if rxA != txA || rxS != txS {
+					t.Errorf("receiver classified %d/%d, sender %d/%d (lossless link)", rxA, rxS, txA, txS)
+				}
+				if markers {
+					if pct := 100 * float64(txA) / float64(txA+txS); txA+txS < 16*size/9000 || pct < 99 {
+						t.Fatalf("markers on: %d of %d segments aligned", txA, txA+txS)
+					}
+					return
+				}
+				if txA != ac.aligned || txS != ac.misaligned {
+					t.Errorf("engine counted %d aligned %d split, the test's own parse %d and %d", txA, txS, ac.aligned, ac.misaligned)
+				}
 				total := ac.aligned + ac.misaligned
 				pct := 100 * float64(ac.aligned) / float64(total)
 				t.Logf("MTU %d, FPDUs per write %d: %d data segments, %d aligned (%.3f%%), %d misaligned", mtu, perWrite, total, ac.aligned, pct, ac.misaligned)

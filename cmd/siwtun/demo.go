@@ -17,6 +17,7 @@ import (
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -30,6 +31,7 @@ type demoOptions struct {
 	wire    bool
 	imp     string
 	inProc  bool
+	pcap    string
 }
 
 func newDemoCmd() *cobra.Command {
@@ -52,7 +54,7 @@ and demo prints what crossed the wire, segment by segment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
-			if !o.inProc {
+			if !o.inProc && o.pcap == "" {
 				err := canRunNetnsDemo()
 				if err == nil {
 					return runNetnsDemo(w, o)
@@ -71,6 +73,7 @@ and demo prints what crossed the wire, segment by segment.`,
 	f.BoolVar(&o.wire, "wire", true, "print every TCP segment that carries iWARP data")
 	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7 (in-process)")
 	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")
+	f.StringVarP(&o.pcap, "write", "w", "", "write the in-process demo's segments to this pcapng file (implies --in-process)")
 	return cmd
 }
 
@@ -83,20 +86,30 @@ type wireLog struct {
 	markers bool
 	names   map[netip.Addr]string
 	on      bool
+	an      *inspect.Analyzer
+	pcap    *demoPcap // with -w
 }
 
 func (l *wireLog) Segment(s *netstack.Segment) {
-	if s.Dir != netstack.Outbound || len(s.Payload) == 0 {
+	if s.Dir != netstack.Outbound {
 		return // each segment once: as its sender sends it
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.on {
+	// The checker sees every segment (control ones too), so it knows each
+	// stream's start and the markers' positions.
+	reports := l.an.Add(inspect.Segment{Src: s.Src, Dst: s.Dst, Seq: s.Seq, Flags: s.Flags, Payload: s.Payload})
+	l.pcap.write(s, reports)
+	if !l.on || len(s.Payload) == 0 {
 		return
 	}
 	fmt.Fprintf(l.w, "  %8.3fms  %s -> %s  seq %d len %d\n", float64(time.Since(l.start).Microseconds())/1000,
 		l.names[s.Src.Addr()], l.names[s.Dst.Addr()], s.Seq, len(s.Payload))
-	for _, line := range describe(s.Payload, l.markers) {
+	lines := describe(s.Payload, l.markers)
+	if l.markers {
+		lines = describeReports(reports)
+	}
+	for _, line := range lines {
 		fmt.Fprintf(l.w, "              %s\n", line)
 	}
 }
@@ -143,7 +156,15 @@ func runDemo(w io.Writer, o demoOptions) error {
 	}
 	cliAddr := netip.MustParsePrefix("198.18.0.1/24")
 	srvAddr := netip.MustParsePrefix("198.18.0.2/24")
-	log := &wireLog{w: w, markers: o.markers, names: map[netip.Addr]string{cliAddr.Addr(): "siwtun0", srvAddr.Addr(): "siwtun1"}, on: o.wire}
+	log := &wireLog{w: w, markers: o.markers, names: map[netip.Addr]string{cliAddr.Addr(): "siwtun0", srvAddr.Addr(): "siwtun1"}, on: o.wire, an: inspect.New()}
+	if o.pcap != "" {
+		p, err := newDemoPcap(o.pcap)
+		if err != nil {
+			return err
+		}
+		defer p.close(w)
+		log.pcap = p
+	}
 	la, lb := netstack.Pipe(o.mtu, imp)
 	newDev := func(link *netstack.Link, addr netip.Prefix, name string) (*verbs.Device, func(), error) {
 		s, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log})

@@ -27,6 +27,10 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newUpCmd())
 	root.AddCommand(newCtlCmd())
 	root.AddCommand(newPingCmd())
+	root.AddCommand(newCheckCmd())
+	root.AddCommand(newCaptureCmd())
+	root.AddCommand(newTraceCmd())
+	root.AddCommand(newPerfCmd())
 	return root
 }
 

@@ -71,6 +71,8 @@ type Receiver struct {
 	nacc    int
 	mk      [MarkerLen]byte // split Marker
 	stats   ReceiverStats
+
+	mo MarkerObserver // h, when it observes Markers
 }
 
 // Init resets r for a new connection direction. crc: CRCs are checked.
@@ -82,6 +84,7 @@ func (r *Receiver) Init(crc, markers bool, h Handler) {
 		markers: markers,
 		h:       h,
 	}
+	r.mo, _ = h.(MarkerObserver)
 }
 
 // Stats returns the counters so far.
@@ -154,24 +157,35 @@ func (r *Receiver) marker(p []byte, off int) (int, error) {
 	// The Marker is complete: validate FPDUPTR (its low two bits are
 	// treated as zero as RFC 5044 asks of receivers; the reserved half is
 	// ignored).
-	ptr := binary.BigEndian.Uint16(r.mk[2:]) &^ 3
+	raw := binary.BigEndian.Uint16(r.mk[2:])
+	ptr := raw &^ 3
 	d := r.pos - MarkerLen - r.start
+	ok, reading := false, PtrFromFPDUStart
 	switch {
 	case !r.leading || d == 0:
-		if ptr == uint16(d) {
-			r.stats.Markers++
-			return n, nil
-		}
+		ok = ptr == uint16(d)
 	case ptr == uint16(d):
-		r.stats.Markers++
+		ok = true
 		r.stats.PtrFromFPDUStart++
-		return n, nil
 	case ptr == uint16(d-MarkerLen):
-		r.stats.Markers++
+		ok, reading = true, PtrFromULPDULength
 		r.stats.PtrFromULPDULength++
+	}
+	if ok {
+		r.stats.Markers++
+	} else {
+		r.stats.BadMarkers++
+	}
+	if r.mo != nil {
+		alt := uint16(d)
+		if r.leading && d != 0 {
+			alt = uint16(d - MarkerLen)
+		}
+		return n, r.mo.Marker(Marker{Offset: r.pos - MarkerLen, FPDUPTR: raw, FPDUStart: r.start, Want: uint16(d), WantAlt: alt, OK: ok, Reading: reading})
+	}
+	if ok {
 		return n, nil
 	}
-	r.stats.BadMarkers++
 	return n, newError(CodeMarkerMismatch, "Marker at stream offset %d has FPDUPTR %d, its FPDU starts %d octets before it", r.pos-MarkerLen, ptr, d)
 }
 

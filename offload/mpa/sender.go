@@ -108,27 +108,37 @@ func markersIn(pos uint64, n int) int {
 // ULPDU if it is the next one sent: ULPDU_Length, ULPDU, pad, CRC and the
 // Markers that fall into it at the current stream offset (a Marker at the
 // FPDU's start belongs to it; one right after its CRC belongs to the next).
-func (s *Sender) WireLen(ulpduLen int) int {
+func (s *Sender) WireLen(ulpduLen int) int { return s.WireLenAt(s.pos, ulpduLen) }
+
+// WireLenAt is WireLen for an FPDU starting at stream offset pos (with
+// Markers the length depends on where the FPDU falls).
+func (s *Sender) WireLenAt(pos uint64, ulpduLen int) int {
 	n := ulpduLenLen + ulpduLen + padLen(ulpduLen) + crcLen
 	if s.markers {
-		n += MarkerLen * markersIn(s.pos, n)
+		n += MarkerLen * markersIn(pos, n)
 	}
 	return n
 }
 
+// Markers reports whether the Sender inserts Markers.
+func (s *Sender) Markers() bool { return s.markers }
+
 // MaxULPDULen returns the largest ULPDU length whose FPDU, sent next, has a
 // WireLen of at most segLen, or 0 if no FPDU fits.
-func (s *Sender) MaxULPDULen(segLen int) int {
-	if s.WireLen(0) > segLen {
+func (s *Sender) MaxULPDULen(segLen int) int { return s.MaxULPDULenAt(s.pos, segLen) }
+
+// MaxULPDULenAt is MaxULPDULen for an FPDU starting at stream offset pos.
+func (s *Sender) MaxULPDULenAt(pos uint64, segLen int) int {
+	if s.WireLenAt(pos, 0) > segLen {
 		return 0
 	}
-	lo, hi := 0, MaxULPDULen // WireLen(lo) ≤ segLen
-	if s.WireLen(hi) <= segLen {
+	lo, hi := 0, MaxULPDULen // WireLenAt(pos, lo) ≤ segLen
+	if s.WireLenAt(pos, hi) <= segLen {
 		return hi
 	}
-	for hi-lo > 1 { // invariant: WireLen(lo) ≤ segLen < WireLen(hi)
+	for hi-lo > 1 { // invariant: WireLenAt(pos, lo) ≤ segLen < WireLenAt(pos, hi)
 		mid := lo + (hi-lo)/2
-		if s.WireLen(mid) <= segLen {
+		if s.WireLenAt(pos, mid) <= segLen {
 			lo = mid
 		} else {
 			hi = mid

@@ -1,0 +1,132 @@
+package perftest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/verbs"
+)
+
+// TestSendCredits: Send bandwidth with the smallest receive queue perftest
+// allows for credits (3) against a send queue of 128, on two queue pairs,
+// one way and both ways: the sender is held back by the receiver's
+// credits alone, and no Send meets an empty receive queue.
+func TestSendCredits(t *testing.T) {
+	for _, bidir := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bidirectional=%v", bidir), func(t *testing.T) {
+			cdev, sdev := devicePair(t, 1500)
+			cfg := Config{Verb: Send, Iters: 3000, Size: 64, RxDepth: 3, TxDepth: 128, QPs: 2, Inline: -1, Bidirectional: bidir}
+			cli, srv := runOn(t, cdev, sdev, cfg, 18600, nil)
+			if cli.err != nil || srv.err != nil {
+				t.Fatalf("client: %v\nserver: %v", cli.err, srv.err)
+			}
+			for _, d := range []*verbs.Device{cdev, sdev} {
+				st := d.Engine().Stats()
+				if n := st.RecvNoBuffer.Load(); n != 0 {
+					t.Fatalf("%s: %d Sends met an empty receive queue", d.Name(), n)
+				}
+			}
+			// Every test Send arrived: 3000 per queue pair (and the same
+			// back with -b), besides the control exchange's.
+			got := sdev.Engine().Stats().SendsRx.Load()
+			if got < 2*3000 {
+				t.Fatalf("server received %d Sends, want at least %d", got, 2*3000)
+			}
+		})
+	}
+}
+
+func TestFinalCredit(t *testing.T) {
+	for _, c := range []struct{ n, rx, every, want uint64 }{
+		{1000, 512, 170, 852}, // 852 % 512 = 340, a multiple of 170
+		{1024, 512, 170, 1024},
+		{5, 5, 1, 5},
+		{3000, 3, 1, 3000},
+		{2, 512, 170, 0},
+	} {
+		if got := finalCredit(c.n, c.rx, c.every); got != c.want {
+			t.Errorf("finalCredit(%d, %d, %d) = %d, want %d", c.n, c.rx, c.every, got, c.want)
+		}
+	}
+}
+
+// TestOverSocket runs the tests whose data path reads RNIC-written memory
+// (the write latency ping-pong, the send credits) and a Read test through
+// the verbs socket: the memory is then the daemon-shared memfd.
+func TestOverSocket(t *testing.T) {
+	for i, m := range []mode{
+		{"write-lat", Config{Verb: Write, Latency: true, Iters: 100, Inline: -1}},
+		{"send-bw", Config{Verb: Send, Iters: 2000, Size: 4096, RxDepth: 16, Inline: -1}},
+		{"read-bw-b", Config{Verb: Read, Iters: 100, Size: 65536, Inline: -1, Bidirectional: true}},
+		{"send-lat", Config{Verb: Send, Latency: true, Iters: 100, Inline: -1}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			cdev, sdev := socketPair(t)
+			cli, srv := runOn(t, cdev, sdev, m.cfg, uint16(18700+i), nil)
+			if cli.err != nil || srv.err != nil {
+				t.Fatalf("client: %v\nserver: %v\n%s\n%s", cli.err, srv.err, cli.out.String(), srv.out.String())
+			}
+			checkAgreement(t, m, cli.report, srv.report)
+		})
+	}
+}
+
+// TestPeerGone: when one side stops in the middle of a run, the other
+// returns an error instead of waiting for ever; so does a client whose
+// server runs another test.
+func TestPeerGone(t *testing.T) {
+	t.Run("client cancelled", func(t *testing.T) {
+		cdev, sdev := devicePair(t, 1500)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		srvDone := make(chan error, 1)
+		go func() {
+			_, err := RunServer(ctx, sdev, 18800, Config{Verb: Send, Duration: 20 * time.Second, Size: 4096, Inline: -1}, nil)
+			srvDone <- err
+		}()
+		cctx, ccancel := context.WithCancel(ctx)
+		cliDone := make(chan error, 1)
+		go func() {
+			_, err := RunClient(cctx, cdev, netip.AddrPortFrom(srvPrefix.Addr(), 18800),
+				Config{Verb: Send, Duration: 20 * time.Second, Size: 4096, Inline: -1, ConnectRetries: 100, ConnectRetryDelay: 20 * time.Millisecond}, nil)
+			cliDone <- err
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		ccancel()
+		for name, ch := range map[string]chan error{"client": cliDone, "server": srvDone} {
+			select {
+			case err := <-ch:
+				if err == nil {
+					t.Errorf("%s: no error after the client stopped", name)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s still running 30 s after the client stopped", name)
+			}
+		}
+	})
+	for _, socket := range []bool{false, true} {
+		t.Run(fmt.Sprintf("different tests/socket=%v", socket), func(t *testing.T) {
+			cdev, sdev := devicePair(t, 1500)
+			if socket {
+				cdev, sdev = socketPair(t)
+			}
+			start := time.Now()
+			cli, srv := runOn(t, cdev, sdev, Config{Verb: Write, Iters: 100, Size: 4096, Inline: -1}, 18801,
+				func(client bool, c *Config) {
+					if client {
+						c.Verb = Send
+					}
+				})
+			t.Logf("client: %v\nserver: %v", cli.err, srv.err)
+			if cli.err == nil && srv.err == nil {
+				t.Fatalf("a send client and a write server both succeeded:\n%s\n%s", cli.out.String(), srv.out.String())
+			}
+			if d := time.Since(start); d > 30*time.Second {
+				t.Fatalf("the failure took %v to notice", d)
+			}
+		})
+	}
+}

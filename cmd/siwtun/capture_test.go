@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/capture"
+	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/verbs"
+)
+
+// watchedPair is two in-process RNICs with markers on, the client's
+// control socket served in dir.
+type watchedPair struct {
+	cli, srv *rnic
+	dir      string
+	server   *ctl.Server
+}
+
+func newWatchedPair(t *testing.T) *watchedPair {
+	t.Helper()
+	la, lb := netstack.Pipe(1500, netstack.Impairments{})
+	markers := func(c *offload.Config) { c.Markers = true }
+	p := &watchedPair{cli: newRNICConfig(t, la, "siwtun0", cliPrefix, markers), srv: newRNICConfig(t, lb, "siwtun1", srvPrefix, markers), dir: t.TempDir()}
+	s, err := ctl.Listen(ctl.SocketPath(p.dir, "siwtun0"), ctl.NewProvider("", p.cli.eng, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.server = s
+	go s.Serve()
+	t.Cleanup(func() { s.Close() })
+	return p
+}
+
+// newRNICConfig is newRNIC with a configuration change.
+func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Prefix, mod func(*offload.Config)) *rnic {
+	t.Helper()
+	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg := offload.DefaultConfig(name)
+	mod(&cfg)
+	eng, err := offload.NewDevice(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := verbs.Open(eng)
+	t.Cleanup(func() { dev.Close(); eng.Close() })
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rnic{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
+}
+
+// waitWatching waits until the client device has an open Watch.
+func (p *watchedPair) waitWatching(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(ctlTestTimeout)
+	for p.cli.eng.Watching() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// traffic connects the pair and runs an RDMA Write of n bytes followed by
+// an RDMA Read of it back, then a Send.
+func (p *watchedPair) traffic(t *testing.T, n int) {
+	t.Helper()
+	cli, srv := p.cli, p.srv
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTestTimeout)
+	defer cancel()
+	remote := netip.AddrPortFrom(srvPrefix.Addr(), 7174)
+	l, err := srv.dev.Listen(remote, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			accepted <- err
+			return
+		}
+		accepted <- req.Accept(srv.qp, verbs.ConnParam{})
+	}()
+	if err := cli.qp.Connect(ctx, remote, verbs.ConnParam{InitiatorDepth: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	cli.waitEstablished(t)
+	srv.waitEstablished(t)
+	src := bytes.Repeat([]byte("siwtun capture "), n/15+1)[:n]
+	smr, err := cli.pd.RegMR(src, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, n)
+	dmr, err := srv.pd.RegMR(dst, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := make([]byte, n)
+	kmr, err := cli.pd.RegMR(sink, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rbuf := make([]byte, 64)
+	rmr, err := srv.pd.RegMR(rbuf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{rmr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.qp.PostSend([]verbs.SendWR{
+		{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{smr.SGE(0, n)}, RemoteAddr: dmr.Addr(), RKey: dmr.RKey()},
+		{ID: 2, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{kmr.SGE(0, n)}, RemoteAddr: dmr.Addr(), RKey: dmr.RKey()},
+		{ID: 3, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("done")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cli.complete(t, 3)
+	srv.complete(t, 1)
+	if !bytes.Equal(sink, src) || !bytes.Equal(dst, src) {
+		t.Fatal("data differ")
+	}
+	time.Sleep(50 * time.Millisecond) // the last ACKs
+}
+
+// TestCaptureAndTrace runs `siwtun capture` and `siwtun trace -j` against
+// an in-process device's control socket while a connection with markers
+// and CRC on does an RDMA Write, a Read and a Send, then checks the pcapng
+// with the checker (and tshark, when installed) and the trace lines.
+func TestCaptureAndTrace(t *testing.T) {
+	p := newWatchedPair(t)
+	file := filepath.Join(t.TempDir(), "out.pcapng")
+	var wg sync.WaitGroup
+	var capOut, traceOut string
+	var capErr, traceErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		capOut, capErr = runRoot(t, "capture", "--socket-dir", p.dir, "--dev", "siwtun0", "-w", file)
+	}()
+	go func() {
+		defer wg.Done()
+		traceOut, traceErr = runRoot(t, "trace", "--socket-dir", p.dir, "--dev", "siwtun0", "-j")
+	}()
+	deadline := time.Now().Add(ctlTestTimeout)
+	for p.cli.eng.Watching() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.traffic(t, 20000)
+	time.Sleep(2 * joinAge) // let the joiners hand on their last segments
+	p.server.Close()        // ends both streams
+	wg.Wait()
+	if capErr != nil || traceErr != nil {
+		t.Fatalf("capture: %v\n%s\ntrace: %v", capErr, capOut, traceErr)
+	}
+	if !strings.Contains(capOut, "packets written to") {
+		t.Errorf("capture said %q", capOut)
+	}
+
+	// The checker on the pcapng.
+	out, err := runRoot(t, "check", file)
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	segs, err := capture.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := inspect.New()
+	for _, s := range segs {
+		a.Add(s)
+	}
+	for _, s := range a.Summary() {
+		if !s.CRC || !s.Markers || s.FPDUs == 0 || s.CRCGood != s.FPDUs || s.MarkersOK == 0 || s.MarkersBad != 0 {
+			t.Errorf("%v > %v: %+v\n%s", s.Src, s.Dst, s, out)
+		}
+	}
+	if tshark, err := exec.LookPath("tshark"); err == nil {
+		res := capture.RunTshark(context.Background(), tshark, file)
+		if res.Err != nil || res.BadCRC != 0 || res.Malformed != 0 || res.ExpertErrors != 0 || res.GoodCRC == 0 || res.GoodCRC != res.FPDUs || res.Comments == 0 {
+			t.Errorf("tshark: %+v", res)
+		}
+		t.Logf("tshark: %d frames, %d FPDUs, %d Good CRC32, %d malformed", res.Frames, res.FPDUs, res.GoodCRC, res.Malformed)
+	}
+
+	// The trace: segments with FPDUs, the Read Response placements and
+	// the three completions.
+	var placed, wcs, fpdus int
+	for _, line := range strings.Split(strings.TrimSpace(traceOut), "\n") {
+		if strings.HasPrefix(line, "siwtun trace: watching siwtun0") {
+			continue // standard error, which runRoot mixes in
+		}
+		var l traceLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("trace line %q: %v", line, err)
+		}
+		for _, r := range l.Reports {
+			fpdus += len(r.FPDUs)
+		}
+		for _, pl := range l.Places {
+			if pl.Op == "RDMA Read Response" {
+				placed += pl.Len
+			}
+		}
+		wcs += len(l.WCs)
+	}
+	if placed != 20000 || wcs != 3 || fpdus == 0 {
+		t.Errorf("trace: %d octets of Read Response placed, %d completions, %d FPDUs", placed, wcs, fpdus)
+	}
+}
