@@ -117,7 +117,7 @@ func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
 
 // clean reports whether the capture shows no problem: no bad CRC, nothing
 // malformed, no expert error, and (crc) every FPDU with a good CRC or
-// (!crc) no CRC verdict at all.
+// (!crc) no CRC verdict at all. A capture without FPDUs passes either way.
 func (v tsharkVerdict) clean(crc bool) error {
 	var errs []string
 	if v.BadCRC > 0 || v.Malformed > 0 || v.ExpertErrors > 0 {
@@ -126,7 +126,7 @@ func (v tsharkVerdict) clean(crc bool) error {
 		errs = append(errs, strings.Join(first(v.Problems, 5), "; "))
 	}
 	switch {
-	case crc && (v.FPDUs == 0 || v.GoodCRC != v.FPDUs):
+	case crc && v.GoodCRC != v.FPDUs:
 		errs = append(errs, fmt.Sprintf("CRC on but %d of %d FPDUs have a good CRC", v.GoodCRC, v.FPDUs))
 	case !crc && v.GoodCRC+v.BadCRC > 0:
 		errs = append(errs, fmt.Sprintf("CRC expected off, tshark checked %d CRCs", v.GoodCRC+v.BadCRC))
@@ -215,4 +215,25 @@ func (c *checker) check(ctx context.Context, file string) (string, error) {
 		return s, fmt.Errorf("siwtun check %s: %d bad CRCs or markers (%v)", file, bad, err)
 	}
 	return s, nil
+}
+
+// checkCapture checks a capture with tshark (clean, CRC on or off as crc
+// says) and with the marker/alignment checker, and returns tshark's
+// verdict and the figures of both.
+func (e *env) checkCapture(pcap string, crc bool) (tsharkVerdict, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, err := runTshark(ctx, pcap)
+	if err != nil {
+		return v, "", err
+	}
+	var errs []error
+	if err := v.clean(crc); err != nil {
+		errs = append(errs, err)
+	}
+	cs, err := e.check.check(ctx, pcap)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return v, v.summary() + "; " + cs, joinErrs(errs)
 }

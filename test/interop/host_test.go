@@ -204,13 +204,18 @@ type capture struct {
 	file string
 }
 
+// captureSnaplen is tcpdump's snapshot length: whole packets of the
+// 1500-octet TUN device. (With -s 0 the ring's slots are 256 KiB each and
+// a 64 MiB buffer holds only 256 packets: bandwidth tests overran it.)
+const captureSnaplen = 2048
+
 // startCapture starts tcpdump on the daemon's TUN device (the segments
 // siwtun sends and receives) and waits until it listens. --immediate-mode:
 // otherwise the packets of the last second sit in a ring block tcpdump
 // has not been handed when SIGINT stops it, and are lost.
 func startCapture(t *testing.T, netns, file string) *capture {
 	t.Helper()
-	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", "0", "-B", "65536", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
+	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", fmt.Sprint(captureSnaplen), "-B", "65536", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
 	if err := c.waitFor("listening on", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -199,12 +199,7 @@ func (e *env) runHostile(t *testing.T) {
 	if cerr != nil {
 		errs = append(errs, cerr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	v, terr := runTshark(ctx, pcap)
-	cancel()
-	if terr == nil {
-		terr = v.clean(true)
-	}
+	_, figs, terr := e.checkCapture(pcap, true)
 	if terr != nil {
 		errs = append(errs, terr)
 	}
@@ -214,7 +209,7 @@ func (e *env) runHostile(t *testing.T) {
 	}
 	e.addResult("hostile: afterwards", "ctl", "ok", fmt.Sprintf(
 		"ctl qp: no QP; ctl stats: ddpUntaggedNoBuffer %d rdmapIrdExceeded %d rdmapTerminateTx %d qpActive %d mrActive %d; %d rping clients served\n%s (%s)",
-		cnt["ddpUntaggedNoBuffer"], cnt["rdmapIrdExceeded"], cnt["rdmapTerminateTx"], cnt["qpActive"], cnt["mrActive"], served, v.summary(), captured), err)
+		cnt["ddpUntaggedNoBuffer"], cnt["rdmapIrdExceeded"], cnt["rdmapTerminateTx"], cnt["qpActive"], cnt["mrActive"], served, figs, captured), err)
 	if err := d.stopDaemon(); err != nil {
 		t.Error(err)
 	}

@@ -177,7 +177,7 @@ func (e *env) printTable(took time.Duration) {
 	}
 	fmt.Fprintf(&sb, "\nmake interop: %d scenarios in %v; captures and logs in %s\n", len(e.rows), took.Round(time.Second), e.out)
 	if e.check != nil && !e.check.available {
-		fmt.Fprintf(&sb, "marker/alignment checker: `siwtun check` is not in this build; captures were checked with tshark only\n")
+		fmt.Fprintf(&sb, "marker/alignment checker: `siwtun check` is not in the binary; captures were checked with tshark only\n")
 	}
 	os.WriteFile(filepath.Join(e.out, "table.txt"), []byte(sb.String()), 0o644)
 	fmt.Printf("\n%s", sb.String())
@@ -318,14 +318,9 @@ func sizeName(n int) string {
 // exchanges negotiated what the mode wants (conns of them), and siwtun
 // check where available. It returns the figures.
 func (e *env) verify(pcap string, want expect, conns int) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	v, err := runTshark(ctx, pcap)
-	if err != nil {
-		return "", err
-	}
+	v, figs, err := e.checkCapture(pcap, want.crc)
 	var errs []string
-	if err := v.clean(want.crc); err != nil {
+	if err != nil {
 		errs = append(errs, err.Error())
 	}
 	if v.FPDUs == 0 {
@@ -341,15 +336,9 @@ func (e *env) verify(pcap string, want expect, conns int) (string, error) {
 			break
 		}
 	}
-	figs := v.summary()
 	if len(v.MPA) >= 2 {
 		figs += fmt.Sprintf("\nMPA %v / %v", v.MPA[0], v.MPA[1])
 	}
-	cs, err := e.check.check(ctx, pcap)
-	if err != nil {
-		errs = append(errs, err.Error())
-	}
-	figs += "; " + cs
 	if len(errs) > 0 {
 		return figs, fmt.Errorf("%s: %s", filepath.Base(pcap), strings.Join(errs, "; "))
 	}

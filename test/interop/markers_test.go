@@ -47,12 +47,7 @@ func (e *env) runMarkers(t *testing.T) {
 			if cerr != nil {
 				err = joinErrs(nonNil(err, cerr))
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			v, terr := runTshark(ctx, pcap)
-			cancel()
-			if terr == nil {
-				terr = v.clean(v.FPDUs > 0) // siwtun asks for CRC: on wherever FPDUs flowed
-			}
+			v, figs, terr := e.checkCapture(pcap, true) // siwtun asks for CRC: on wherever FPDUs flowed
 			if terr != nil {
 				err = joinErrs(nonNil(err, terr))
 			}
@@ -60,7 +55,7 @@ func (e *env) runMarkers(t *testing.T) {
 			for _, f := range v.MPA {
 				mpaLines = append(mpaLines, f.String())
 			}
-			fig += "\n" + v.summary() + " (" + captured + ")\nMPA " + strings.Join(mpaLines, " / ")
+			fig += "\n" + figs + " (" + captured + ")\nMPA " + strings.Join(mpaLines, " / ")
 			if err != nil {
 				t.Errorf("%s %s: %v", scenario, name, err)
 			}
