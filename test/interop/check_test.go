@@ -161,16 +161,10 @@ func first(s []string, n int) []string {
 	return s
 }
 
-// checker runs `siwtun check` (the marker, CRC and alignment checker) on
-// captures when the binary has it; available says whether it does.
+// checker runs `siwtun check`, the marker, CRC and alignment checker, on
+// captures.
 type checker struct {
-	bin       string
-	available bool
-}
-
-func newChecker(bin string) *checker {
-	err := exec.Command(bin, "check", "--help").Run()
-	return &checker{bin: bin, available: err == nil}
+	bin string
 }
 
 // checkDir is the part of `siwtun check -j`'s per-direction summary the
@@ -187,9 +181,6 @@ type checkDir struct {
 // check runs the checker on file: per sender, aligned segments of those
 // carrying FPDUs, and an error for any bad CRC or marker.
 func (c *checker) check(ctx context.Context, file string) (string, error) {
-	if !c.available {
-		return "siwtun check: not in this build", nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()

@@ -6,9 +6,9 @@
 // The tests run only when asked (SIWTUN_INTEROP=1, as `make interop` does),
 // as root: they build and boot the VM, put a `siwtun up` daemon's TUN
 // device in the VM's namespace, run rping against `siwtun ping` both ways
-// in every MPA mode siw offers, the markers and hostile-peer scenarios,
-// capture every scenario with tcpdump, check each capture with tshark (and
-// with `siwtun check` where the binary has it), print a table and stop the
-// VM. The VM side of the hostile scenarios is the static binary built from
+// in every MPA mode siw offers, the markers and hostile-peer scenarios and
+// perftest against `siwtun perf` both ways, capture every scenario with
+// tcpdump, check each capture with tshark and `siwtun check`, print a
+// table and stop the VM. The VM side of the hostile scenarios is the static binary built from
 // ./hostile.
 package interop

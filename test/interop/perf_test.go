@@ -88,10 +88,10 @@ func (e *env) perfRun(t *testing.T, d *daemon, pt perfTest, dir int) (string, er
 	}
 	var errs []error
 	if ourSt != 0 {
-		errs = append(errs, fmt.Errorf("siwtun perf exit status %d: %s", ourSt, tail(ourErr+ourOut, 3)))
+		errs = append(errs, fmt.Errorf("siwtun perf exit status %d: stderr %q, stdout ends %q", ourSt, tail(ourErr, 5), tail(ourOut, 2)))
 	}
 	if vmSt != 0 {
-		errs = append(errs, fmt.Errorf("%s exit status %d: %s", pt.name, vmSt, tail(vmErr+vmOut, 3)))
+		errs = append(errs, fmt.Errorf("%s exit status %d: stderr %q, stdout ends %q", pt.name, vmSt, tail(vmErr, 5), tail(vmOut, 2)))
 	}
 	if len(errs) > 0 {
 		return "", joinErrs(errs)
