@@ -239,7 +239,7 @@ func (cn *conn) terminate() (rdmap.Terminate, error) {
 }
 
 // sendNoRecv sends a 16-octet Send (MSN 1) to a QP that has no receive
-// posted: RFC 5041 §7.2 asks for a Terminate DDP, untagged buffer error,
+// posted: RFC 5041 asks for a Terminate DDP, untagged buffer error,
 // 0x02 (invalid MSN, no buffer available), with the DDP header copied,
 // then the stream closes.
 func sendNoRecv(addr string) error {
@@ -266,9 +266,10 @@ func sendNoRecv(addr string) error {
 }
 
 // readBeyondIRD negotiates IRD/ORD 1 and sends two Read Requests of n
-// octets back to back: the responder answers the first and, as RFC 5040
-// §6.5 lets it, terminates the stream for the second with RDMAP remote
-// operation error 0x07 (catastrophic, localized to the stream).
+// octets back to back: the second exceeds the responder's IRD, and the
+// responder terminates the stream with RDMAP remote operation error 0x07
+// (catastrophic, localized to the stream), as siw does; the Read Response
+// of the first may or may not get out before the Terminate.
 func readBeyondIRD(addr string, stag uint32, to uint64, n uint32) error {
 	cn, err := dial(addr)
 	if err != nil {
