@@ -16,6 +16,8 @@ build:
 # every fuzz target.
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test$$)
+	# The allocation checks skip under -race (its sync.Pool drops items).
+	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
 	$(GO) test -count=1 -timeout 20m ./test/
 	$(MAKE) fuzz
 
