@@ -119,8 +119,6 @@ type Conn struct {
 	coalescing bool
 	// oneWritePerSegment: see SetOneWritePerSegment; guarded by writeMu.
 	oneWritePerSegment bool
-	// windowWaits counts aligned writes that waited for the peer's window.
-	windowWaits atomic.Uint64
 	// coalescedWrites counts aligned writes queued while coalescing.
 	coalescedWrites atomic.Uint64
 
@@ -541,10 +539,6 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
 }
 
-// WindowWaits returns how many aligned writes waited for the peer's receive
-// window to take them whole (see WriteAligned).
-func (c *Conn) WindowWaits() uint64 { return c.windowWaits.Load() }
-
 // CoalescedWrites returns how many aligned writes were queued while small
 // segments were being coalesced (see WriteAligned).
 func (c *Conn) CoalescedWrites() uint64 { return c.coalescedWrites.Load() }
@@ -736,7 +730,6 @@ func (c *Conn) waitRoomSlow(n int) error {
 			return nil
 		}
 		if bufOK && windowDeadline == nil {
-			c.windowWaits.Add(1)
 			t := time.NewTimer(maxWindowWait)
 			defer t.Stop()
 			windowDeadline = t.C

@@ -334,40 +334,16 @@ func (f *flow) windowSeen(ack uint32, wnd uint16) {
 		return
 	}
 	edge := ack + uint32(wnd)<<uint(ws)
-	for {
-		cur := f.edge.Load()
-		if cur != 0 && int32(edge-uint32(cur)) <= 0 {
-			return
-		}
-		if f.edge.CompareAndSwap(cur, 1<<32|uint64(edge)) {
-			break
-		}
-	}
-	if f.waiting.Load() {
-		select {
-		case f.ackAdvCh <- struct{}{}:
-		default:
-		}
+	if advanceSeq(&f.edge, edge) {
+		f.wake()
 	}
 }
 
 // sentSeen records the end of an outbound segment if it advances the
 // highest sequence number sent, and wakes a waiting writer.
 func (f *flow) sentSeen(end uint32) {
-	for {
-		cur := f.sent.Load()
-		if cur != 0 && int32(end-uint32(cur)) <= 0 {
-			return
-		}
-		if f.sent.CompareAndSwap(cur, 1<<32|uint64(end)) {
-			break
-		}
-	}
-	if f.waiting.Load() {
-		select {
-		case f.ackAdvCh <- struct{}{}:
-		default:
-		}
+	if advanceSeq(&f.sent, end) {
+		f.wake()
 	}
 }
 
@@ -408,15 +384,28 @@ func (f *flow) ourISS() (uint32, bool) {
 
 // ackSeen records a cumulative ACK number if it advances.
 func (f *flow) ackSeen(a uint32) {
+	if advanceSeq(&f.ack, a) {
+		f.wake()
+	}
+}
+
+// advanceSeq stores v in u (as 1<<32|v; 0 means unset) if u is unset or v is
+// beyond it in sequence space, and reports whether it did.
+func advanceSeq(u *atomic.Uint64, v uint32) bool {
 	for {
-		cur := f.ack.Load()
-		if cur != 0 && int32(a-uint32(cur)) <= 0 {
-			return
+		cur := u.Load()
+		if cur != 0 && int32(v-uint32(cur)) <= 0 {
+			return false
 		}
-		if f.ack.CompareAndSwap(cur, 1<<32|uint64(a)) {
-			break
+		if u.CompareAndSwap(cur, 1<<32|uint64(v)) {
+			return true
 		}
 	}
+}
+
+// wake signals a writer waiting for the peer (ACK, window, or our own
+// segments going out).
+func (f *flow) wake() {
 	if f.waiting.Load() {
 		select {
 		case f.ackAdvCh <- struct{}{}:

@@ -1,10 +1,8 @@
 package netstack
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
@@ -141,51 +139,11 @@ func (e *impairEndpoint) deliverIn(p pipePacket) {
 	pkt.DecRef()
 }
 
-// forward drains q through a forwarder into out until stop.
+// forward drains q through a forwarder into out until stop, which discards
+// what is still queued or held.
 func (e *impairEndpoint) forward(q chan pipePacket, seed int64, c *dirCounters, out func(pipePacket)) {
 	defer e.wg.Done()
-	f := forwarder{
-		imp: e.imp,
-		rng: rand.New(rand.NewPCG(uint64(seed), 0x5157_7475_6e00)),
-		out: out,
-		c:   c,
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if next, ok := f.nextDeadline(); ok {
-			timer.Reset(time.Until(next))
-		} else {
-			timer.Stop()
-		}
-		select {
-		case p := <-q:
-			f.handle(p, time.Now())
-		drain:
-			for range 64 {
-				select {
-				case p := <-q:
-					f.handle(p, time.Now())
-				default:
-					break drain
-				}
-			}
-		case <-timer.C:
-		case <-e.done:
-			for {
-				select {
-				case p := <-q:
-					p.buf.Release()
-					continue
-				default:
-				}
-				break
-			}
-			f.discard()
-			return
-		}
-		f.release(time.Now())
-	}
+	newForwarder(e.imp, seed, c, out).run(q, e.done, false)
 }
 
 // stop ends both forwarders, discarding what they hold.

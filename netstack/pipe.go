@@ -144,53 +144,12 @@ func (e *pipeEndpoint) deliver(p pipePacket, c *dirCounters) {
 }
 
 // forward is the goroutine draining e.q into the peer, applying impairments.
+// When the endpoint shuts down, what the stack already sent (e.g. the RSTs of
+// a closing stack) is still delivered, ignoring delays.
 func (e *pipeEndpoint) forward() {
 	defer e.wg.Done()
-	f := forwarder{
-		imp: e.imp,
-		rng: rand.New(rand.NewPCG(uint64(e.seed), 0x5157_7475_6e00)),
-		out: func(p pipePacket) { e.peer.deliver(p, e.tx) },
-		c:   e.tx,
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if next, ok := f.nextDeadline(); ok {
-			timer.Reset(time.Until(next))
-		} else {
-			timer.Stop()
-		}
-		select {
-		case p := <-e.q:
-			f.handle(p, time.Now())
-			// Take whatever else is queued without re-arming the timer.
-			for n := 0; n < 64; n++ {
-				select {
-				case p := <-e.q:
-					f.handle(p, time.Now())
-					continue
-				default:
-				}
-				break
-			}
-		case <-timer.C:
-		case <-e.done:
-			// Flush what the stack already sent (e.g. the RSTs of a
-			// closing stack), ignoring delays.
-			for {
-				select {
-				case p := <-e.q:
-					f.handle(p, time.Now())
-					continue
-				default:
-				}
-				break
-			}
-			f.flush()
-			return
-		}
-		f.release(time.Now())
-	}
+	f := newForwarder(e.imp, e.seed, e.tx, func(p pipePacket) { e.peer.deliver(p, e.tx) })
+	f.run(e.q, e.done, true)
 }
 
 // forwarder holds one direction's impairment state. It is owned by the
@@ -205,6 +164,67 @@ type forwarder struct {
 	heldAt  time.Time
 	pending []pipePacket // FIFO; release times are non-decreasing
 	lastAt  time.Time
+}
+
+// newForwarder returns a forwarder applying imp with a PRNG seeded from seed,
+// counting into c and handing survivors to out.
+func newForwarder(imp Impairments, seed int64, c *dirCounters, out func(pipePacket)) *forwarder {
+	return &forwarder{
+		imp: imp,
+		rng: rand.New(rand.NewPCG(uint64(seed), 0x5157_7475_6e00)),
+		out: out,
+		c:   c,
+	}
+}
+
+// run drains q through the forwarder until done is closed. Then what is
+// queued and held is delivered at once (flush) or released (!flush).
+func (f *forwarder) run(q <-chan pipePacket, done <-chan struct{}, flush bool) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if next, ok := f.nextDeadline(); ok {
+			timer.Reset(time.Until(next))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case p := <-q:
+			f.handle(p, time.Now())
+			// Take whatever else is queued without re-arming the timer.
+		drain:
+			for range 64 {
+				select {
+				case p := <-q:
+					f.handle(p, time.Now())
+				default:
+					break drain
+				}
+			}
+		case <-timer.C:
+		case <-done:
+			for {
+				select {
+				case p := <-q:
+					if flush {
+						f.handle(p, time.Now())
+					} else {
+						p.buf.Release()
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if flush {
+				f.flush()
+			} else {
+				f.discard()
+			}
+			return
+		}
+		f.release(time.Now())
+	}
 }
 
 func (f *forwarder) chance(p float64) bool {

@@ -1,8 +1,6 @@
 package interop
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,21 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/offload/mpa"
 )
 
-// tsharkHeuristicsOff switches off the RDMA upper-layer heuristics
-// (RPC-over-RDMA and SMB Direct over iWARP), which would read RDMA payload
-// as their own protocols and call it malformed.
-var tsharkHeuristicsOff = []string{"--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"}
-
-// tsharkVerdict is what Wireshark's dissectors made of a capture.
+// tsharkVerdict is what Wireshark's dissectors made of a capture
+// (capture.RunTshark's counts, whose Lines also collect the MPA frame
+// problems found here), plus the MPA frames.
 type tsharkVerdict struct {
-	Frames, Requests, Replies, FPDUs int
-	GoodCRC, BadCRC                  int
-	Malformed, ExpertErrors          int
-	// Problems are the lines that show one, with their frame.
-	Problems []string
+	capture.TsharkResult
 	// MPA are the MPA Requests and Replies in capture order, decoded by
 	// siwtun's parser from the TCP payload Wireshark marked as such.
 	MPA []mpaFrame
@@ -42,47 +34,14 @@ func (f mpaFrame) String() string { return f.From + ": " + f.Frame.String() }
 // runTshark dissects file with tshark and counts FPDUs, CRC verdicts,
 // malformed packets and expert errors.
 func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
-	var v tsharkVerdict
-	args := append([]string{"-r", file, "-n", "-V"}, tsharkHeuristicsOff...)
-	out, err := exec.CommandContext(ctx, "tshark", args...).Output()
-	if err != nil {
-		return v, fmt.Errorf("tshark %s: %w", strings.Join(args, " "), err)
-	}
-	frame := ""
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		trim := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "Frame ") && strings.Contains(line, " bytes on wire"):
-			v.Frames++
-			frame = strings.SplitN(line, ":", 2)[0]
-		case trim == "Request frame header":
-			v.Requests++
-		case trim == "Reply frame header":
-			v.Replies++
-		case trim == "FPDU":
-			v.FPDUs++
-		case strings.Contains(line, "(Good CRC32)"):
-			v.GoodCRC++
-		case strings.Contains(line, "(Bad CRC32"):
-			v.BadCRC++
-			v.Problems = append(v.Problems, frame+": "+trim)
-		}
-		if strings.Contains(line, "[Malformed Packet") {
-			v.Malformed++
-			v.Problems = append(v.Problems, frame+": "+trim)
-		}
-		if strings.Contains(line, "[Expert Info (Error") {
-			v.ExpertErrors++
-			v.Problems = append(v.Problems, frame+": "+trim)
-		}
+	v := tsharkVerdict{TsharkResult: capture.RunTshark(ctx, "tshark", file)}
+	if v.Err != nil {
+		return v, v.Err
 	}
 	// The MPA frames, from the payload of the segments Wireshark decoded
 	// as a Request or a Reply.
-	args = append([]string{"-r", file, "-n", "-Y", "iwarp_mpa.req || iwarp_mpa.rep", "-T", "fields", "-e", "ip.src", "-e", "tcp.payload"}, tsharkHeuristicsOff...)
-	out, err = exec.CommandContext(ctx, "tshark", args...).Output()
+	args := append([]string{"-r", file, "-n", "-Y", "iwarp_mpa.req || iwarp_mpa.rep", "-T", "fields", "-e", "ip.src", "-e", "tcp.payload"}, capture.TsharkHeuristicsOff...)
+	out, err := exec.CommandContext(ctx, "tshark", args...).Output()
 	if err != nil {
 		return v, fmt.Errorf("tshark %s: %w", strings.Join(args, " "), err)
 	}
@@ -98,12 +57,12 @@ func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
 		var fr mpa.FrameReader
 		_, done, err := fr.Feed(b)
 		if err != nil || !done {
-			v.Problems = append(v.Problems, fmt.Sprintf("MPA frame from %s that siwtun's parser refuses (%v): %x", f[0], err, b))
+			v.Lines = append(v.Lines, fmt.Sprintf("MPA frame from %s that siwtun's parser refuses (%v): %x", f[0], err, b))
 			continue
 		}
 		frame, err := fr.Frame()
 		if err != nil {
-			v.Problems = append(v.Problems, fmt.Sprintf("MPA frame from %s: %v", f[0], err))
+			v.Lines = append(v.Lines, fmt.Sprintf("MPA frame from %s: %v", f[0], err))
 			continue
 		}
 		from := "siw"
@@ -121,9 +80,9 @@ func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
 func (v tsharkVerdict) clean(crc bool) error {
 	var errs []string
 	if v.BadCRC > 0 || v.Malformed > 0 || v.ExpertErrors > 0 {
-		errs = append(errs, fmt.Sprintf("%d bad CRC, %d malformed, %d expert errors: %s", v.BadCRC, v.Malformed, v.ExpertErrors, strings.Join(first(v.Problems, 5), "; ")))
-	} else if len(v.Problems) > 0 {
-		errs = append(errs, strings.Join(first(v.Problems, 5), "; "))
+		errs = append(errs, fmt.Sprintf("%d bad CRC, %d malformed, %d expert errors: %s", v.BadCRC, v.Malformed, v.ExpertErrors, strings.Join(first(v.Lines, 5), "; ")))
+	} else if len(v.Lines) > 0 {
+		errs = append(errs, strings.Join(first(v.Lines, 5), "; "))
 	}
 	switch {
 	case crc && v.GoodCRC != v.FPDUs:

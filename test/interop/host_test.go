@@ -198,8 +198,8 @@ func (d *daemon) stopDaemon() error {
 	return nil
 }
 
-// capture is a tcpdump on siwtun0 writing file.
-type capture struct {
+// tcpdumpCapture is a tcpdump on siwtun0 writing file.
+type tcpdumpCapture struct {
 	*proc
 	file string
 }
@@ -213,9 +213,9 @@ const captureSnaplen = 2048
 // siwtun sends and receives) and waits until it listens. --immediate-mode:
 // otherwise the packets of the last second sit in a ring block tcpdump
 // has not been handed when SIGINT stops it, and are lost.
-func startCapture(t *testing.T, netns, file string) *capture {
+func startCapture(t *testing.T, netns, file string) *tcpdumpCapture {
 	t.Helper()
-	c := &capture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", fmt.Sprint(captureSnaplen), "-B", "65536", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
+	c := &tcpdumpCapture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", fmt.Sprint(captureSnaplen), "-B", "65536", "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
 	if err := c.waitFor("listening on", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func startCapture(t *testing.T, netns, file string) *capture {
 // finish stops tcpdump and returns how many packets it wrote, and an
 // error when the kernel dropped some (the capture is then incomplete and
 // its dissection cannot be trusted).
-func (c *capture) finish() (string, error) {
+func (c *tcpdumpCapture) finish() (string, error) {
 	time.Sleep(300 * time.Millisecond) // the last segments' way through the TUN device
 	c.stop()
 	var captured string
