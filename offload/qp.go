@@ -105,6 +105,7 @@ type wqeState uint8
 const (
 	wqePending  wqeState = iota // posted, not yet transmitted
 	wqeInFlight                 // RDMA Read Request sent, waiting for the response
+	wqeSending                  // being handed to TCP by the TX goroutine, which completes it
 	wqeDone                     // finished (status set); completes when it reaches the head
 )
 
@@ -465,11 +466,14 @@ func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solici
 }
 
 // flushLocked completes every outstanding request with a flush error (or
-// the status already recorded for it) after the QP entered ERR.
+// the status already recorded for it) after the QP entered ERR. The request
+// the TX goroutine is handing to TCP is left to it: it completes with
+// success if all of it reached TCP, else with a flush error, and the
+// requests behind it complete after it, in order.
 func (qp *QP) flushLocked() {
 	for p := qp.sqHead; p < qp.sqTail; p++ {
 		w := &qp.sq[p%uint64(len(qp.sq))]
-		if w.state != wqeDone {
+		if w.state != wqeDone && w.state != wqeSending {
 			w.state = wqeDone
 			w.status = qp.flushErr
 			if w.status == WCSuccess {

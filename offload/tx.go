@@ -142,30 +142,46 @@ func (qp *QP) txLoop() {
 					return
 				}
 			}
+			if w.op != WRRead {
+				// Ours to complete from now on, even if the QP enters ERR
+				// meanwhile (flushLocked leaves it alone).
+				w.state = wqeSending
+			}
 			qp.mu.Unlock()
 			st, err := qp.sendWQE(w)
-			if errors.Is(err, errAborted) {
-				continue
+			qp.mu.Lock()
+			if w.op != WRRead {
+				// A request completes when all of it is with TCP, as in
+				// siw; one cut short by the QP's error state is flushed.
+				w.state, w.status = wqeDone, WCSuccess
+				switch {
+				case err != nil:
+					w.status = WCFlushErr
+				case st != WCSuccess:
+					w.status = st
+				default:
+					w.byteLen = uint32(w.length())
+				}
 			}
-			if err != nil {
+			switch {
+			case errors.Is(err, errAborted):
+				qp.retireLocked()
+				qp.mu.Unlock()
+				continue
+			case err != nil:
+				qp.retireLocked()
+				qp.mu.Unlock()
 				qp.txFailed(err)
 				return
-			}
-			qp.mu.Lock()
-			if qp.state != QPErr {
-				if st != WCSuccess {
-					w.state, w.status = wqeDone, st
-					qp.retireLocked()
+			case st != WCSuccess:
+				qp.retireLocked()
+				if qp.state != QPErr {
 					qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
-					qp.mu.Unlock()
-					return
 				}
-				if w.op != WRRead {
-					w.state = wqeDone
-					w.byteLen = uint32(w.length())
-					qp.retireLocked()
-				}
+				qp.mu.Unlock()
+				return
 			}
+			qp.retireLocked()
 			qp.mu.Unlock()
 		}
 	}
@@ -346,14 +362,14 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		if readResponse && last {
 			qp.releaseIRQ()
 		}
+		if qp.aborted() {
+			return errAborted // the rest of the message is not sent
+		}
 		if _, err := qp.conn.WriteAlignedPayload(b); err != nil {
 			return fmt.Errorf("write FPDU: %w", err)
 		}
 		qp.stats.FPDUsTx.Add(uint64(b.count))
 		qp.stats.BytesTx.Add(uint64(b.total))
-		if qp.aborted() {
-			return errAborted
-		}
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func (a *alignCounter) Segment(s *netstack.Segment) {
 // the figures are logged.
 func TestSegmentAlignment(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
-		for _, perWrite := range []int{0, 1, -1} {
+		for _, perWrite := range []int{1, 64, -1} {
 			markers := perWrite < 0 // markers on, one FPDU per write
 			t.Run(fmt.Sprintf("mtu%d/perwrite%d", mtu, perWrite), func(t *testing.T) {
 				ac := &alignCounter{}

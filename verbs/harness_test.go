@@ -32,6 +32,7 @@ type side struct {
 	scq    *CQ
 	rcq    *CQ
 	qp     *QP
+	link   *netstack.Link // the side's end of the in-memory link
 	events []Event
 }
 
@@ -98,6 +99,7 @@ func newPair(t testing.TB, o pairOpts) (cli, srv *side) {
 	la, lb := netstack.Pipe(o.mtu, o.imp)
 	cli = newSide(t, newStack(t, la, cliAddr, o.mtu), "siwtun0", o.cli, o.depth)
 	srv = newSide(t, newStack(t, lb, srvAddr, o.mtu), "siwtun1", o.srv, o.depth)
+	cli.link, srv.link = la, lb
 	connect(t, cli, srv, o.cliParam, o.srvParam)
 	return cli, srv
 }

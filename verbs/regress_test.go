@@ -117,3 +117,30 @@ func TestFreedObjects(t *testing.T) {
 		t.Fatalf("Destroy of a CQ no longer used: %v", err)
 	}
 }
+
+// TestCompletedOnceWithTCP: send requests all of whose bytes were handed
+// to TCP complete with success even when the peer closes the connection as
+// soon as it has them (the QP entering ERR while the TX goroutine finishes a
+// request must not flush it); a request cut short by the close is flushed.
+func TestCompletedOnceWithTCP(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		cli, srv := newPair(t, pairOpts{depth: 8})
+		dst := srv.region(8<<20, AccessLocalWrite|AccessRemoteWrite)
+		src := cli.region(8<<20, AccessLocalWrite)
+		fill(src.buf(), uint64(i))
+		srv.recv(RecvWR{ID: 1, SGL: []SGE{dst.mr.SGE(1<<20, 64)}})
+		cli.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, 1<<20)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
+			SendWR{ID: 2, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("bye")},
+			SendWR{ID: 3, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, 8<<20)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+		wantWC(t, poll(t, srv.rcq, 1)[0], 1, WCRecv, WCSuccess, 3)
+		srv.qp.Disconnect()
+		sameBytes(t, "write", dst.buf()[:1<<20], src.buf()[:1<<20])
+		wcs := poll(t, cli.scq, 3)
+		wantWC(t, wcs[0], 1, WCWrite, WCSuccess, 1<<20)
+		wantWC(t, wcs[1], 2, WCSend, WCSuccess, 3)
+		if st := wcs[2].Status; wcs[2].ID != 3 || (st != WCSuccess && st != WCFlushErr) {
+			t.Fatalf("third completion %+v", wcs[2])
+		}
+		dst.checkGuards(t)
+	}
+}
