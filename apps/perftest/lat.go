@@ -118,7 +118,7 @@ func (l *latRun) timed() bool { return l.c.Duration > 0 }
 func (l *latRun) ended() bool { return l.timed() && l.now() >= l.endNs }
 
 // idle is one turn of a busy-poll (perftest spins on the CQ and on
-// memory). After a short spin it sleeps a microsecond every few turns: on
+// memory). After a short spin it yields the processor every few turns: on
 // a machine with fewer cores than spinning processes (two applications,
 // two daemons), pure spinning starves the RNICs it waits for. It notices
 // cancellation.
@@ -133,7 +133,7 @@ func (l *latRun) idle() error {
 		}
 	}
 	if l.spins > spinTurns && l.spins%8 == 0 {
-		time.Sleep(time.Microsecond)
+		yieldCPU()
 	} else {
 		runtime.Gosched()
 	}
