@@ -89,7 +89,7 @@ type pipeConn struct {
 
 func (p pipeConn) Read(b []byte) (int, error)  { return p.r.Read(b) }
 func (p pipeConn) Write(b []byte) (int, error) { return p.w.Write(b) }
-func (p pipeConn) CloseWrite() error            { return p.w.Close() }
+func (p pipeConn) CloseWrite() error           { return p.w.Close() }
 
 func connPair() (pipeConn, pipeConn) {
 	ar, bw := io.Pipe()
