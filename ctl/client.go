@@ -67,12 +67,15 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Call sends one request and returns its successful response; a response
 // with ok false is returned as an error.
-func (c *Client) Call(req Request) (Response, error) {
+func (c *Client) Call(req Request) (Response, error) { return c.call(req, callTimeout) }
+
+// call is Call with the time the request and its response may take.
+func (c *Client) call(req Request, timeout time.Duration) (Response, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("%s: encode request: %w", c.dev, err)
 	}
-	if err := c.conn.SetDeadline(time.Now().Add(callTimeout)); err != nil {
+	if err := c.conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return Response{}, fmt.Errorf("%s: %w", c.dev, err)
 	}
 	if _, err := c.conn.Write(append(b, '\n')); err != nil {

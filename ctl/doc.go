@@ -14,7 +14,15 @@
 //	{"op":"qp","qp":3}          → {"ok":true,"qps":[{...}]}
 //	{"op":"stats"}              → {"ok":true,"stats":{...}}
 //	{"op":"watch"}              → {"ok":true}, then one WatchEvent per line
+//	{"op":"tcpperf","tcpperf":{"role":"server","addr":"198.18.2.2:5201"}}
+//	                            → {"ok":true,"tcpperf":{...}} once its client is done
+//	{"op":"tcpperf","tcpperf":{"role":"client","addr":"198.18.2.2:5201","mode":"bulk","size":65536,"duration_ms":3000}}
+//	                            → {"ok":true,"tcpperf":{...}}
 //	anything else               → {"ok":false,"error":"..."}
+//
+// A tcpperf request runs plain TCP (apps/tcpperf: bulk or request/response)
+// on the RNIC's own TCP/IP stack, for the benchmarks' raw gVisor TCP
+// baseline (`siwtun bench`), and blocks until it is over.
 //
 // A watch request turns the connection into a stream of the device's TCP
 // segments (payload included), placements and completions, until the

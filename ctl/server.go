@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/siwtun/siwtun/apps/tcpperf"
 )
 
 // Defaults of the control socket.
@@ -55,6 +57,9 @@ const (
 	// OpWatch turns the connection into a stream of WatchEvents (see
 	// watch.go).
 	OpWatch = "watch"
+	// OpTCPPerf runs a TCP workload on the RNIC's own TCP/IP stack (see
+	// tcpperf.go): the benchmarks' raw gVisor TCP baseline.
+	OpTCPPerf = "tcpperf"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -72,6 +77,8 @@ type Request struct {
 	Op string `json:"op"`
 	// QP selects one queue pair for OpQP (absent: every queue pair).
 	QP *uint32 `json:"qp,omitempty"`
+	// TCPPerf is the workload of OpTCPPerf.
+	TCPPerf *TCPPerfRequest `json:"tcpperf,omitempty"`
 }
 
 // Response is one line the server answers with: OK and one payload, or
@@ -89,6 +96,8 @@ type Response struct {
 	QPs []QP `json:"qps,omitempty"`
 	// Stats answers OpStats.
 	Stats *Stats `json:"stats,omitempty"`
+	// TCPPerf answers OpTCPPerf.
+	TCPPerf *tcpperf.Result `json:"tcpperf,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -358,6 +367,8 @@ func (s *Server) handle(line []byte) (resp Response) {
 	case OpStats:
 		st := s.p.Stats()
 		return Response{OK: true, Stats: &st}
+	case OpTCPPerf:
+		return s.tcpPerf(*req.TCPPerf)
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -377,16 +388,27 @@ func ParseRequest(line []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, errors.New("malformed request: data after the JSON object")
 	}
+	if req.TCPPerf != nil && req.Op != OpTCPPerf {
+		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
+	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch:
+	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
+		}
+		if req.Op == OpTCPPerf {
+			if req.TCPPerf == nil {
+				return Request{}, fmt.Errorf("op %q needs the field tcpperf", OpTCPPerf)
+			}
+			if err := req.TCPPerf.Check(); err != nil {
+				return Request{}, err
+			}
 		}
 	case OpQP:
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats or watch)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch or tcpperf)", req.Op)
 	}
 	return req, nil
 }

@@ -31,6 +31,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newPerfCmd())
+	root.AddCommand(newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,21 @@
+// Package bench is `make bench` (`siwtun bench`): it builds, in network
+// namespaces it creates and removes, the two-RNIC topology of the
+// integration tests and measures, side by side and in the same run,
+//
+//   - kernel TCP between two namespaces over a veth pair (apps/tcpperf in
+//     two `siwtun bench tcp` processes: bulk and request/response),
+//   - raw gVisor TCP between the two daemons' own TCP/IP stacks through
+//     their TUN devices (the same workload, run by the daemons' ctl
+//     tcpperf op): the engine's floor,
+//   - siwtun: perftest's RDMA WRITE, READ and SEND bandwidth and latency
+//     between two `siwtun perf` processes on the daemons' verbs sockets,
+//     with MPA CRC on and off,
+//
+// at each MTU, and prints one table of absolute figures, ratios to both
+// baselines, the receiving application's CPU seconds per GB (its own
+// rusage) next to the kernel socket receiver's, and the issue's targets
+// marked PASS or MISS. Results also goes to JSON (bench/results/).
+//
+// Every process the run starts is stopped by its PID, and every namespace
+// removed, on every exit path (the caller cancels the context on SIGINT).
+package bench

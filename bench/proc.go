@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// stopWait is how long a process has to exit after SIGINT before SIGKILL.
+const stopWait = 15 * time.Second
+
+// syncBuffer is a bytes.Buffer safe for a process's output copier and the
+// reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a process the run started: `ip netns exec <ns> <bin> <args>`.
+// ip execs the command in place, so the PID, the exit status and the
+// rusage are the command's own.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdout syncBuffer
+	stderr syncBuffer
+	done   chan struct{} // closed once waited for
+	err    error         // the exit status, set before done closes
+}
+
+// startProc starts args in namespace ns. The process gets SIGINT when ctx
+// ends, and SIGKILL stopWait later.
+func startProc(ctx context.Context, name, ns string, args ...string) (*proc, error) {
+	p := &proc{name: name, done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(os.Interrupt) }
+	p.cmd.WaitDelay = stopWait
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to timeout for the process to exit by itself; then it is
+// stopped. The error says how it ended, with its stderr.
+func (p *proc) wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.stop()
+		return fmt.Errorf("%s (pid %d) still running after %v; stopped it\n%s", p.name, p.pid(), timeout, p.stderr.String())
+	}
+	if p.err != nil {
+		return fmt.Errorf("%s (pid %d): %v\n%s", p.name, p.pid(), p.err, strings.TrimSpace(p.stderr.String()))
+	}
+	return nil
+}
+
+// stop sends SIGINT to the process (by its PID) unless it has exited, and
+// SIGKILL if it has not exited stopWait later; it returns once the process
+// was reaped.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(stopWait):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// cpu is the user and system CPU time of an exited process (its own
+// rusage).
+func (p *proc) cpu() time.Duration {
+	if p.cmd.ProcessState == nil {
+		return 0
+	}
+	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+}
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// every Linux architecture Go runs on).
+const clockTick = 10 * time.Millisecond
+
+// procCPU reads a running process's user and system CPU time from
+// /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis start with the state (field 3).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc/pid/stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("malformed /proc/pid/stat")
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("malformed /proc/pid/stat: %w", err)
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
+// ipCmd runs ip(8) with args.
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// CanRun says why the benchmark cannot run here, if it cannot: it needs
+// root, /dev/net/tun and ip(8).
+func CanRun() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (network namespaces and TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return errors.New("needs /dev/net/tun (modprobe tun)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("needs ip(8) from iproute2")
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// fixture is a small run at one MTU with made-up figures: every kind of
+// row, and targets that pass and miss.
+func fixture() *Results {
+	on, off := boolp(true), boolp(false)
+	return &Results{
+		Started: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC), ElapsedS: 301.4, CPUs: 2, DurationS: 3,
+		Rows: []Row{
+			{MTU: 9000, Stack: StackKernel, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 3000, AppCPUPerGB: 0.25},
+			{MTU: 9000, Stack: StackKernel, Kind: KindLat, Test: TestTCPRR, Size: 64, Value: 20},
+			{MTU: 9000, Stack: StackKernel, Kind: KindLat, Test: TestTCPRR, Size: 65536, Value: 60},
+			{MTU: 9000, Stack: StackGVisor, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 600, RNICCPUPerGB: 1.2},
+			{MTU: 9000, Stack: StackGVisor, Kind: KindLat, Test: TestTCPRR, Size: 64, Value: 80},
+			{MTU: 9000, Stack: StackGVisor, Kind: KindLat, Test: TestTCPRR, Size: 65536, Value: 300},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 660, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.5},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: off, Value: 700, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.4},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA READ", Size: 65536, CRC: on, Value: 450},
+		},
+	}
+}
+
+func TestTableGolden(t *testing.T) {
+	r := fixture()
+	r.Analyze()
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "table.golden", b.Bytes())
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "results.json.golden", b.Bytes())
+	var back Results
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 4 {
+		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
+	}
+}
+
+func TestAnalyze(t *testing.T) {
+	r := fixture()
+	r.Analyze()
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	w := r.Rows[6]
+	if !near(w.VsGVisor, 1.1) || !near(w.VsKernel, 0.22) {
+		t.Errorf("RDMA WRITE bw ratios %v %v, want 1.1 0.22", w.VsGVisor, w.VsKernel)
+	}
+	if l := r.Rows[8]; !near(l.VsGVisor, 1.5) || !near(l.VsKernel, 6) {
+		t.Errorf("4 B latency against the 64 B rr: %v %v, want 1.5 6", l.VsGVisor, l.VsKernel)
+	}
+	if l := r.Rows[9]; !near(l.VsGVisor, 1.5) || !near(l.VsKernel, 7.5) {
+		t.Errorf("64 KiB latency against the 64 KiB rr: %v %v, want 1.5 7.5", l.VsGVisor, l.VsKernel)
+	}
+	if g := r.Rows[3]; g.VsGVisor != 0 || !near(g.VsKernel, 0.2) {
+		t.Errorf("gVisor bulk ratios %v %v", g.VsGVisor, g.VsKernel)
+	}
+	want := []struct {
+		fig  float64
+		pass bool
+	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false}}
+	for i, tg := range r.Targets {
+		if !near(tg.Figure, want[i].fig) || tg.Pass != want[i].pass || tg.Missing != "" {
+			t.Errorf("target %d %q: %+v, want figure %v pass %v", i, tg.Name, tg, want[i].fig, want[i].pass)
+		}
+	}
+	// Without the CRC-off row the CRC target is missing, not passed.
+	r.Rows = append(r.Rows[:7], r.Rows[8:]...)
+	r.Analyze()
+	if tg := r.Targets[3]; tg.Pass || tg.Missing == "" {
+		t.Errorf("CRC target without CRC off: %+v", tg)
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for n, want := range map[int]string{4: "4 B", 64: "64 B", 65536: "64 KiB", 1 << 20: "1 MiB", 1500: "1500 B"} {
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	d, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	if d < 0 {
+		t.Fatalf("procCPU = %v", d)
+	}
+}

@@ -1,0 +1,585 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siwtun/siwtun/apps/perftest"
+	"github.com/siwtun/siwtun/apps/tcpperf"
+	"github.com/siwtun/siwtun/ctl"
+)
+
+// Config is what a run measures.
+type Config struct {
+	// Bin is the siwtun binary: the daemons, `siwtun perf` and `siwtun
+	// bench tcp` are its subcommands.
+	Bin string
+	// MTUs are the link MTUs, each measured in full.
+	MTUs []int
+	// Duration is the length of each bandwidth and request/response run
+	// (whole seconds: perftest's -D).
+	Duration time.Duration
+	// BWSizes are the message sizes of the RDMA bandwidth runs, LatSizes
+	// those of the latency runs.
+	BWSizes  []int
+	LatSizes []int
+	// LatIters gives the number of round trips of a latency run by size.
+	LatIters func(size int) int
+	// Ops are the perftest tests: "write", "read", "send".
+	Ops []string
+	// CRCs are the MPA CRC settings measured.
+	CRCs []bool
+	// Log receives a line per step (nil: discarded).
+	Log io.Writer
+}
+
+// DefaultConfig is `make bench`: MTU 1500 and 9000, 3 s per run, RDMA
+// WRITE, READ and SEND at 64 KiB and 1 MiB, latency at 4 B and 64 KiB,
+// with CRC on and off.
+func DefaultConfig(bin string) Config {
+	return Config{
+		Bin: bin, MTUs: []int{1500, 9000}, Duration: 3 * time.Second,
+		BWSizes: []int{64 << 10, 1 << 20}, LatSizes: []int{4, 64 << 10},
+		LatIters: func(size int) int {
+			if size <= 4096 {
+				return 2000
+			}
+			return 500
+		},
+		Ops: []string{"write", "read", "send"}, CRCs: []bool{true, false},
+	}
+}
+
+// The topology. The daemons share one namespace, whose kernel routes
+// between their TUN devices, as in the integration tests; kernel TCP runs
+// between two more namespaces joined by a veth pair.
+const (
+	dev0, dev1     = "siwtun0", "siwtun1"
+	rnic0, host0   = "198.18.1.2/24", "198.18.1.1/24"
+	rnic1, host1   = "198.18.2.2/24", "198.18.2.1/24"
+	rnic1Addr      = "198.18.2.2"
+	veth0, veth1   = "sbench0", "sbench1"
+	vethA0, vethA1 = "198.18.3.1/24", "198.18.3.2/24"
+	veth1Addr      = "198.18.3.2"
+)
+
+// runner holds what one run created, to remove it all at the end.
+type runner struct {
+	cfg     Config
+	ctx     context.Context
+	log     io.Writer
+	id      string
+	nsRNIC  string
+	nsK0    string
+	nsK1    string
+	dir     string
+	nsMade  []string
+	procs   []*proc
+	d0, d1  *proc
+	port    int
+	res     *Results
+	rowErrs []string
+}
+
+// Run builds the topology, measures everything cfg asks for and removes
+// what it created, on every path: when ctx ends (Ctrl-C) every process it
+// started gets SIGINT and every namespace is deleted before Run returns.
+// A measurement that fails is reported in the error after the others ran;
+// the results hold what was measured.
+func Run(ctx context.Context, cfg Config) (res *Results, err error) {
+	if err := CanRun(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Duration < time.Second || cfg.Duration%time.Second != 0 {
+		return nil, fmt.Errorf("duration %v: want whole seconds, at least 1", cfg.Duration)
+	}
+	start := time.Now()
+	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
+		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds()}}
+	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
+	defer func() {
+		if e := r.cleanup(); e != nil && err == nil {
+			err = e
+		}
+	}()
+	if err := r.setup(); err != nil {
+		return nil, err
+	}
+	for _, mtu := range cfg.MTUs {
+		if err := r.measureMTU(mtu); err != nil {
+			return nil, err
+		}
+	}
+	r.sortRows()
+	r.res.ElapsedS = time.Since(start).Seconds()
+	r.res.Analyze()
+	if len(r.rowErrs) > 0 {
+		return r.res, fmt.Errorf("%d measurement(s) failed:\n%s", len(r.rowErrs), strings.Join(r.rowErrs, "\n"))
+	}
+	return r.res, nil
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, "bench: "+format+"\n", args...)
+}
+
+// setup creates the namespaces, the veth pair and the socket directory.
+func (r *runner) setup() error {
+	var err error
+	if r.dir, err = os.MkdirTemp("", "siwtun-bench-"); err != nil {
+		return err
+	}
+	for _, ns := range []string{r.nsRNIC, r.nsK0, r.nsK1} {
+		if err := ipCmd("netns", "add", ns); err != nil {
+			return err
+		}
+		r.nsMade = append(r.nsMade, ns)
+		if err := ipCmd("-n", ns, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+	}
+	// The RNICs' namespace routes between their TUN devices.
+	if err := ipCmd("netns", "exec", r.nsRNIC, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"-n", r.nsK0, "link", "add", veth0, "type", "veth", "peer", "name", veth1, "netns", r.nsK1},
+		{"-n", r.nsK0, "addr", "add", vethA0, "dev", veth0},
+		{"-n", r.nsK1, "addr", "add", vethA1, "dev", veth1},
+		{"-n", r.nsK0, "link", "set", veth0, "up"},
+		{"-n", r.nsK1, "link", "set", veth1, "up"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			return err
+		}
+	}
+	r.logf("namespaces %s (two daemons), %s and %s (kernel TCP over veth)", r.nsRNIC, r.nsK0, r.nsK1)
+	return nil
+}
+
+// cleanup stops every process still running (by PID) and deletes the
+// namespaces and the socket directory.
+func (r *runner) cleanup() error {
+	for i := len(r.procs) - 1; i >= 0; i-- {
+		r.procs[i].stop()
+	}
+	var errs []error
+	for _, ns := range r.nsMade {
+		if err := ipCmd("netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.dir != "" {
+		os.RemoveAll(r.dir)
+	}
+	if len(errs) == 0 {
+		r.logf("removed the namespaces")
+	}
+	return errors.Join(errs...)
+}
+
+func (r *runner) start(name, ns string, args ...string) (*proc, error) {
+	p, err := startProc(r.ctx, name, ns, append([]string{r.cfg.Bin}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	r.procs = append(r.procs, p)
+	return p, nil
+}
+
+func (r *runner) nextPort() string {
+	r.port++
+	return fmt.Sprint(r.port)
+}
+
+// failed records a measurement that did not work; the run goes on.
+func (r *runner) failed(what string, err error) {
+	msg := fmt.Sprintf("%s: %v", what, err)
+	r.rowErrs = append(r.rowErrs, msg)
+	r.logf("FAILED %s", msg)
+}
+
+func (r *runner) measureMTU(mtu int) error {
+	for _, l := range [][]string{{"-n", r.nsK0, "link", "set", veth0, "mtu", fmt.Sprint(mtu)},
+		{"-n", r.nsK1, "link", "set", veth1, "mtu", fmt.Sprint(mtu)}} {
+		if err := ipCmd(l...); err != nil {
+			return err
+		}
+	}
+	for _, w := range r.tcpWorkloads() {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		r.kernelTCP(mtu, w)
+	}
+	for i, crc := range r.cfg.CRCs {
+		if err := r.startDaemons(mtu, crc); err != nil {
+			return err
+		}
+		if i == 0 {
+			for _, w := range r.tcpWorkloads() {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				r.gvisorTCP(mtu, w)
+			}
+		}
+		for _, op := range r.cfg.Ops {
+			for _, size := range r.cfg.BWSizes {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				r.siwtunBW(mtu, crc, op, size)
+			}
+		}
+		for _, op := range r.cfg.Ops {
+			for _, size := range r.cfg.LatSizes {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				r.siwtunLat(mtu, crc, op, size)
+			}
+		}
+		if err := r.stopDaemons(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tcpWorkload is one TCP baseline run.
+type tcpWorkload struct {
+	mode tcpperf.Mode
+	size int
+}
+
+// tcpWorkloads are the baselines: bulk, 64-byte request/response, and
+// request/response at each larger latency size.
+func (r *runner) tcpWorkloads() []tcpWorkload {
+	ws := []tcpWorkload{{tcpperf.Bulk, BulkSize}, {tcpperf.RR, RRSmall}}
+	for _, s := range r.cfg.LatSizes {
+		if s > RRSmall {
+			ws = append(ws, tcpWorkload{tcpperf.RR, s})
+		}
+	}
+	return ws
+}
+
+func tcpRow(mtu int, stack string, w tcpWorkload, res tcpperf.Result) Row {
+	row := Row{MTU: mtu, Stack: stack, Kind: KindBW, Test: TestTCPBulk, Size: w.size, Value: res.MBps}
+	if w.mode == tcpperf.RR {
+		row.Kind, row.Test, row.Value = KindLat, TestTCPRR, res.RTTMedian
+	}
+	return row
+}
+
+func perGB(cpu time.Duration, bytes float64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / (bytes / 1e9)
+}
+
+// kernelTCP runs one workload between `siwtun bench tcp` processes in the
+// veth namespaces; the server is the bulk receiver.
+func (r *runner) kernelTCP(mtu int, w tcpWorkload) {
+	what := fmt.Sprintf("MTU %d kernel TCP %s %s", mtu, w.mode, FormatSize(w.size))
+	r.logf("%s", what)
+	addr := veth1Addr + ":" + r.nextPort()
+	srv, err := r.start("bench tcp server", r.nsK1, "bench", "tcp", "--listen", addr, "--json")
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	cli, err := r.start("bench tcp client", r.nsK0, "bench", "tcp", addr, "--mode", w.mode.String(),
+		"--size", fmt.Sprint(w.size), "--time", r.cfg.Duration.String(), "--json")
+	if err != nil {
+		srv.stop()
+		r.failed(what, err)
+		return
+	}
+	cerr := cli.wait(r.cfg.Duration + time.Minute)
+	serr := srv.wait(30 * time.Second)
+	if err := errors.Join(cerr, serr); err != nil {
+		r.failed(what, err)
+		return
+	}
+	var res, sres tcpperf.Result
+	if err := decodeJSON(cli.stdout.String(), &res); err != nil {
+		r.failed(what, fmt.Errorf("client output: %w", err))
+		return
+	}
+	if err := decodeJSON(srv.stdout.String(), &sres); err != nil {
+		r.failed(what, fmt.Errorf("server output: %w", err))
+		return
+	}
+	row := tcpRow(mtu, StackKernel, w, res)
+	if w.mode == tcpperf.Bulk {
+		row.AppCPUPerGB = perGB(srv.cpu(), float64(sres.Bytes))
+	}
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+func (r *runner) startDaemons(mtu int, crc bool) error {
+	r.logf("MTU %d: siwtun up %s and %s, CRC %s", mtu, dev0, dev1, onOff(crc))
+	for _, d := range []struct {
+		dev, addr, host string
+		p               **proc
+	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
+		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, "up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		*d.p = p
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			_, e1 := os.Stat(filepath.Join(r.dir, d.dev+".sock"))
+			_, e2 := os.Stat(ctl.SocketPath(r.dir, d.dev))
+			if e1 == nil && e2 == nil {
+				break
+			}
+			if p.exited() {
+				return fmt.Errorf("siwtun up %s exited: %v\n%s", d.dev, p.err, p.stderr.String())
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("siwtun up %s: sockets not ready after 20 s\n%s", d.dev, p.stderr.String())
+			}
+			select {
+			case <-r.ctx.Done():
+				return r.ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) stopDaemons() error {
+	var errs []error
+	for _, d := range []*proc{r.d1, r.d0} {
+		if d == nil {
+			continue
+		}
+		d.stop()
+		if d.err != nil {
+			errs = append(errs, fmt.Errorf("%s exited with %v\n%s", d.name, d.err, d.stderr.String()))
+		}
+	}
+	r.d0, r.d1 = nil, nil
+	return errors.Join(errs...)
+}
+
+// gvisorTCP runs one workload between the two daemons' own stacks (ctl
+// tcpperf): siwtun1 serves, siwtun0 is the client.
+func (r *runner) gvisorTCP(mtu int, w tcpWorkload) {
+	what := fmt.Sprintf("MTU %d raw gVisor TCP %s %s", mtu, w.mode, FormatSize(w.size))
+	r.logf("%s", what)
+	addr := rnic1Addr + ":" + r.nextPort()
+	type result struct {
+		res tcpperf.Result
+		err error
+	}
+	srvDone := make(chan result, 1)
+	before, err := procCPU(r.d1.pid())
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	go func() {
+		c, err := ctl.Dial(ctl.SocketPath(r.dir, dev1))
+		if err != nil {
+			srvDone <- result{err: err}
+			return
+		}
+		defer c.Close()
+		res, err := c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfServer, Addr: addr})
+		srvDone <- result{res, err}
+	}()
+	c, err := ctl.Dial(ctl.SocketPath(r.dir, dev0))
+	if err != nil {
+		r.failed(what, err)
+		<-srvDone
+		return
+	}
+	res, err := c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfClient, Addr: addr, Mode: w.mode.String(),
+		Size: w.size, DurationMS: int(r.cfg.Duration.Milliseconds())})
+	c.Close()
+	srv := <-srvDone
+	if err := errors.Join(err, srv.err); err != nil {
+		r.failed(what, err)
+		return
+	}
+	after, err := procCPU(r.d1.pid())
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	row := tcpRow(mtu, StackGVisor, w, res)
+	if w.mode == tcpperf.Bulk {
+		row.RNICCPUPerGB = perGB(after-before, float64(srv.res.Bytes))
+	}
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+var opNames = map[string]string{"write": "RDMA WRITE", "read": "RDMA READ", "send": "SEND"}
+
+// perfPair runs `siwtun perf` as server on siwtun1 and client on siwtun0
+// with the same test arguments and returns both, exited.
+func (r *runner) perfPair(op string, args ...string) (srv, cli *proc, err error) {
+	port := r.nextPort()
+	common := append([]string{"perf", op, "--socket-dir", r.dir, "-p", port, "--json"}, args...)
+	srv, err = r.start("siwtun perf server", r.nsRNIC, append(common, "--dev", dev1)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cli, err = r.start("siwtun perf client", r.nsRNIC, append(common, "--dev", dev0, rnic1Addr)...)
+	if err != nil {
+		srv.stop()
+		return nil, nil, err
+	}
+	cerr := cli.wait(r.cfg.Duration + 2*time.Minute)
+	serr := srv.wait(30 * time.Second)
+	return srv, cli, errors.Join(cerr, serr)
+}
+
+// perfOutput is `siwtun perf --json`'s document.
+type perfOutput struct {
+	Results json.RawMessage `json:"results"`
+}
+
+func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
+	what := fmt.Sprintf("MTU %d siwtun %s bw %s CRC %s", mtu, opNames[op], FormatSize(size), onOff(crc))
+	r.logf("%s", what)
+	rnic := r.d1
+	if op == "read" {
+		rnic = r.d0 // Read Responses are placed by the client's RNIC
+	}
+	before, err := procCPU(rnic.pid())
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	secs := int(r.cfg.Duration / time.Second)
+	srv, cli, err := r.perfPair(op, "-s", fmt.Sprint(size), "-D", fmt.Sprint(secs))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	after, err := procCPU(rnic.pid())
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	// Write and Read: the client's row (the server prints it too); Send:
+	// the receiver's own.
+	src, recv := cli, srv
+	if op == "send" {
+		src = srv
+	}
+	if op == "read" {
+		recv = cli
+	}
+	bw, err := bwFigure(src.stdout.String())
+	if err != nil {
+		r.failed(what, fmt.Errorf("%s output: %w", src.name, err))
+		return
+	}
+	mbps := bw.Average * (1 << 20) / 1e6
+	// A -D run moves data for its whole duration; the report's average
+	// is over the middle half, which is the best estimate of the rate.
+	bytes := mbps * 1e6 * float64(secs)
+	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindBW, Test: opNames[op], Size: size,
+		CRC: boolp(crc), Value: mbps, AppCPUPerGB: perGB(recv.cpu(), bytes), RNICCPUPerGB: perGB(after-before, bytes)})
+}
+
+func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {
+	what := fmt.Sprintf("MTU %d siwtun %s lat %s CRC %s", mtu, opNames[op], FormatSize(size), onOff(crc))
+	r.logf("%s", what)
+	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	var out perfOutput
+	if err := decodeJSON(cli.stdout.String(), &out); err != nil {
+		r.failed(what, fmt.Errorf("client output: %w", err))
+		return
+	}
+	var rows []perftest.LatResult
+	if err := json.Unmarshal(out.Results, &rows); err != nil || len(rows) != 1 {
+		r.failed(what, fmt.Errorf("client output: want one latency row: %v\n%s", err, out.Results))
+		return
+	}
+	// perftest prints half the round trip for Write and Send ping-pongs,
+	// the whole one for Read.
+	rtt := rows[0].Typical * 2
+	if op == "read" {
+		rtt = rows[0].Typical
+	}
+	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindLat, Test: opNames[op], Size: size,
+		CRC: boolp(crc), Value: rtt})
+}
+
+func bwFigure(stdout string) (perftest.BWResult, error) {
+	var out perfOutput
+	if err := decodeJSON(stdout, &out); err != nil {
+		return perftest.BWResult{}, err
+	}
+	var rows []perftest.BWResult
+	if err := json.Unmarshal(out.Results, &rows); err != nil || len(rows) != 1 {
+		return perftest.BWResult{}, fmt.Errorf("want one bandwidth row: %v\n%s", err, out.Results)
+	}
+	return rows[0], nil
+}
+
+// decodeJSON decodes the JSON document in a process's output (anything
+// before its first '{' is skipped).
+func decodeJSON(s string, v any) error {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return fmt.Errorf("no JSON document in %q", s)
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(s[i:])))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w in %q", err, s)
+	}
+	return nil
+}
+
+// sortRows orders the rows by MTU, then kernel, gVisor, siwtun, then
+// bandwidth before latency, the operation, the size and CRC on before off.
+func (r *runner) sortRows() {
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2}
+	kind := map[string]int{KindBW: 0, KindLat: 1}
+	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, "RDMA READ": 3, "SEND": 4}
+	crc := func(b *bool) int {
+		if b == nil || *b {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
+		for _, d := range []int{a.MTU - b.MTU, stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
+			test[a.Test] - test[b.Test], a.Size - b.Size, crc(a.CRC) - crc(b.CRC)} {
+			if d != 0 {
+				return d
+			}
+		}
+		return 0
+	})
+}

@@ -1,0 +1,153 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/bench"
+)
+
+// benchNamespaces lists the network namespaces `siwtun bench` (pid) made.
+func benchNamespaces(t *testing.T, pid int) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	var ns []string
+	prefix := "siwtun-bench-" + strconv.Itoa(pid)
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
+}
+
+// TestMakeBenchTiny runs a tiny `siwtun bench` (MTU 1500, RDMA WRITE only,
+// 1 MiB bandwidth and 4 B latency, 1 s runs, CRC on and off): every row
+// has positive figures, every target a figure, the JSON parses and
+// agrees with the table, and the namespaces are gone afterwards.
+func TestMakeBenchTiny(t *testing.T) {
+	requireRoot(t)
+	bin := siwtunBin(t)
+	out := t.TempDir()
+	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "1", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("siwtun bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	if ns := benchNamespaces(t, cmd.Process.Pid); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	files, _ := filepath.Glob(filepath.Join(out, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v, want one JSON file", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results JSON: %v\n%s", err, b)
+	}
+	// kernel bulk, rr 64 B; gVisor bulk, rr 64 B; RDMA WRITE bw and lat,
+	// each with CRC on and off.
+	if len(res.Rows) != 8 {
+		t.Fatalf("%d rows, want 8:\n%s", len(res.Rows), stdout.String())
+	}
+	for _, r := range res.Rows {
+		if r.Value <= 0 {
+			t.Errorf("row without a figure: %+v", r)
+		}
+		if r.Stack != bench.StackKernel && r.VsKernel <= 0 {
+			t.Errorf("row without its ratio to kernel TCP: %+v", r)
+		}
+		if r.Stack == bench.StackSiwtun && r.VsGVisor <= 0 {
+			t.Errorf("row without its ratio to raw gVisor TCP: %+v", r)
+		}
+		if r.Kind == bench.KindBW && r.Stack != bench.StackGVisor && r.AppCPUPerGB <= 0 {
+			t.Errorf("bandwidth row without the receiving application's CPU: %+v", r)
+		}
+		if r.Kind == bench.KindBW && r.Stack != bench.StackKernel && r.RNICCPUPerGB <= 0 {
+			t.Errorf("bandwidth row without the receiving daemon's CPU: %+v", r)
+		}
+	}
+	if len(res.Targets) != 3 { // the bandwidth target is judged at MTU 9000
+		t.Fatalf("targets %+v, want 3", res.Targets)
+	}
+	for _, tg := range res.Targets {
+		if tg.Missing != "" || tg.Figure == 0 {
+			t.Errorf("target without a figure: %+v", tg)
+		}
+		if verdict := map[bool]string{true: "PASS", false: "MISS"}[tg.Pass]; !strings.Contains(stdout.String(), verdict) {
+			t.Errorf("table lacks %s for %q", verdict, tg.Name)
+		}
+	}
+	if res.ElapsedS <= 0 || !strings.Contains(stdout.String(), "total elapsed") {
+		t.Errorf("no elapsed time: %v", res.ElapsedS)
+	}
+}
+
+// TestMakeBenchInterrupted: SIGINT in the middle of `siwtun bench` stops
+// every process it started and removes its namespaces.
+func TestMakeBenchInterrupted(t *testing.T) {
+	requireRoot(t)
+	bin := siwtunBin(t)
+	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "3", "--out", "")
+	var stdout bytes.Buffer
+	stderr := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	eventually(t, time.Minute, "bench reaching siwtun's runs", func() (bool, string) {
+		return strings.Contains(stderr.String(), "siwtun RDMA WRITE bw"), stderr.String()
+	})
+	// The processes in the daemons' namespace: the two daemons and the
+	// perf server and client.
+	ns := "siwtun-bench-" + strconv.Itoa(cmd.Process.Pid)
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", ns, err)
+	}
+	pids := strings.Fields(string(out))
+	if len(pids) < 2 {
+		t.Fatalf("processes in %s: %v, want at least the two daemons", ns, pids)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("interrupted bench exited 0")
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("bench still running a minute after SIGINT\n%s", stderr.String())
+	}
+	if ns := benchNamespaces(t, cmd.Process.Pid); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	for _, p := range pids {
+		pid, _ := strconv.Atoi(p)
+		if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+			t.Errorf("process %d of the bench still there after it exited (kill 0: %v)", pid, err)
+		}
+	}
+	if !strings.Contains(stderr.String(), "removed the namespaces") {
+		t.Errorf("no cleanup logged:\n%s", stderr.String())
+	}
+}
