@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,7 @@ type upOptions struct {
 	socketGroup string
 	logLevel    string
 	logFormat   string
+	cpuProfile  string
 }
 
 func newUpCmd() *cobra.Command {
@@ -83,6 +85,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
 	return cmd
 }
 
@@ -191,6 +194,22 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--cpuprofile: %w", cerr)
+			}
+		}()
 	}
 	addrs, err := parsePrefixes("addr", o.addrs)
 	if err != nil {
