@@ -49,10 +49,11 @@ func (s *session) runRDMABW() error {
 				return err
 			}
 		}
-		res, err := s.bwRun(size, true, false)
+		r, err := s.bwRun(size, true, false)
 		if err != nil {
 			return err
 		}
+		res := r.result()
 		if c.Bidirectional && c.All {
 			if err := s.sync("after the run"); err != nil {
 				return err
@@ -100,6 +101,7 @@ func (s *session) runSendBW() error {
 	printBWHeader(s.out, c)
 	sends := s.client || c.Bidirectional
 	recvs := !s.client || c.Bidirectional
+	var last *bwRun
 	for _, size := range c.sizes() {
 		if recvs {
 			if err := s.postReceives(size); err != nil {
@@ -114,10 +116,12 @@ func (s *session) runSendBW() error {
 				s.credit.storeCredit(creditSlot(c.QPs, i), 0)
 			}
 		}
-		res, err := s.bwRun(size, sends, recvs)
+		r, err := s.bwRun(size, sends, recvs)
 		if err != nil {
 			return err
 		}
+		last = r
+		res := r.result()
 		if c.Bidirectional && c.Duration == 0 {
 			theirs, err := s.xchgReports(res)
 			if err != nil {
@@ -134,6 +138,11 @@ func (s *session) runSendBW() error {
 		}
 	}
 	fmt.Fprint(s.out, resultLine)
+	if c.Duration > 0 {
+		// A timed run (one size) ends by each side's clock: the peer may
+		// still be finishing (see finishTimed).
+		return s.closeSyncServing(last.serve)
+	}
 	return s.closeSync()
 }
 
@@ -192,6 +201,10 @@ type bwRun struct {
 	sampleFrom, sampleTo, endNs int64
 	sampled                     uint64
 	lastCNs                     int64 // the last data completion
+	// the end of a timed Send run (finishTimed): per queue pair the
+	// Sends to post in all, and when to stop waiting for their credit
+	stop    []uint64
+	drainBy int64
 
 	wcs   []verbs.WorkCompletion
 	rwr   [1]verbs.RecvWR
@@ -202,8 +215,8 @@ type bwRun struct {
 	cred  [creditLen]byte
 }
 
-// bwRun runs one size and returns this side's result.
-func (s *session) bwRun(size int, send, recv bool) (BWResult, error) {
+// bwRun runs one size on this side.
+func (s *session) bwRun(size int, send, recv bool) (*bwRun, error) {
 	c := &s.cfg
 	nq := len(s.qps)
 	r := &bwRun{s: s, c: c, size: size, send: send, recv: recv, credits: c.Verb == Send,
@@ -235,12 +248,12 @@ func (s *session) bwRun(size int, send, recv bool) (BWResult, error) {
 		r.startClock(0)
 	}
 	if err := r.loop(); err != nil {
-		return BWResult{}, err
+		return nil, err
 	}
 	if send && r.credits {
 		r.waitFinalCredits()
 	}
-	return r.result(), nil
+	return r, nil
 }
 
 func (r *bwRun) now() int64 { return int64(time.Since(r.base)) }
@@ -267,7 +280,11 @@ func (r *bwRun) inSample(t int64) bool { return t >= r.sampleFrom && t < r.sampl
 // done reports whether an iterations run has finished its traffic.
 func (r *bwRun) done() bool {
 	if r.timed() {
-		return r.ended(r.now())
+		now := r.now()
+		if !r.ended(now) {
+			return false
+		}
+		return !r.send || !r.credits || r.sendsReceived(now)
 	}
 	for i := range r.scnt {
 		if r.send && r.ccnt[i] < r.iters {
@@ -305,9 +322,10 @@ func (r *bwRun) loop() error {
 			spins = 0
 			continue
 		}
-		if creditBlocked || !r.expectCompletion() {
+		if creditBlocked || r.stop != nil || !r.expectCompletion() {
 			// Waiting for a credit the peer writes into our memory (no
-			// completion tells us), or for the clock: poll.
+			// completion tells us, also at the end of a timed run), or
+			// for the clock: poll.
 			spins++
 			if spins%64 == 0 {
 				if err := r.s.checkQPs(); err != nil {
@@ -397,11 +415,11 @@ func (r *bwRun) post() (posted, creditBlocked bool, err error) {
 			r.credPending[i] = 0
 			posted = true
 		}
-		if !r.send || !r.started || r.ended(now) {
+		if !r.send || !r.started {
 			continue
 		}
 		r.batch = r.batch[:0]
-		for (r.timed() || r.scnt[i] < r.iters) && r.sqUse(i) < c.TxDepth {
+		for r.mayPost(i, now) && r.sqUse(i) < c.TxDepth {
 			if r.credits {
 				credit := s.credit.loadCredit(creditSlot(c.QPs, i))
 				if int64(r.scnt[i]+1)-int64(credit) >= int64(c.RxDepth) {
@@ -445,6 +463,59 @@ func (r *bwRun) post() (posted, creditBlocked bool, err error) {
 		}
 	}
 	return posted, creditBlocked, nil
+}
+
+// mayPost reports whether queue pair i is to post another request: in an
+// iterations run until it has posted them all, in a timed run until the
+// end, and Sends after it up to the count finishTimed set.
+func (r *bwRun) mayPost(i int, now int64) bool {
+	switch {
+	case !r.timed():
+		return r.scnt[i] < r.iters
+	case !r.ended(now):
+		return true
+	case r.credits:
+		r.finishTimed(now)
+		return r.scnt[i] < r.stop[i] && now < r.drainBy
+	}
+	return false
+}
+
+// finishTimed fixes, at the end of a timed Send run, how many Sends each
+// queue pair posts in all: the next count at which the receiver writes a
+// credit. The sender then waits for that credit (sendsReceived), so it
+// knows that every Send it posted has been received before it goes to the
+// closing handshake, after which the receiver tears its queue pairs down:
+// a Send still on its way would then meet an empty receive queue. The
+// receiver takes Sends and writes credits until the sender's closing
+// message (closeSyncServing); a perftest receiver does until the end of
+// its run, which starts at its first receive, after the sender's, so the
+// Sends after the sender's end are few and do not count in any figure.
+func (r *bwRun) finishTimed(now int64) {
+	if r.stop != nil {
+		return
+	}
+	r.stop = make([]uint64, len(r.scnt))
+	for i, n := range r.scnt {
+		r.stop[i] = nextCredit(n, uint64(r.c.RxDepth), r.creditCnt)
+	}
+	r.drainBy = now + int64(drainTimeout)
+}
+
+// sendsReceived reports whether, after the end of a timed run, every
+// queue pair has posted its last Send and the receiver's credit for it
+// has come, or the wait is over (drainTimeout).
+func (r *bwRun) sendsReceived(now int64) bool {
+	r.finishTimed(now)
+	if now >= r.drainBy {
+		return true
+	}
+	for i := range r.scnt {
+		if r.scnt[i] < r.stop[i] || uint64(r.s.credit.loadCredit(creditSlot(r.c.QPs, i))) < r.stop[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // sqUse is an upper bound of queue pair i's occupied send queue entries.
@@ -574,6 +645,45 @@ func finalCredit(n, rx, every uint64) uint64 {
 		}
 	}
 	return 0
+}
+
+// nextCredit is the first count from n on after which a receiver writes a
+// credit (n itself if it does after n receives).
+func nextCredit(n, rx, every uint64) uint64 {
+	for (n%rx)%every != 0 {
+		n++
+	}
+	return n
+}
+
+// serve is one turn of closeSyncServing after a timed run: it takes the
+// completions of the test CQ (receives are posted again and credited, so
+// that a sender that is still finishing gets its last credits), waiting
+// at most serveWait for them.
+func (r *bwRun) serve(ctx context.Context) error {
+	for i := range r.credPending {
+		if r.credPending[i] != 0 && r.sqUse(i) < r.c.TxDepth+2 {
+			if err := r.postCredit(i, r.credPending[i]); err != nil {
+				return err
+			}
+			r.credPending[i] = 0
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, serveWait)
+	defer cancel()
+	n, err := r.s.cq.Wait(wctx, r.wcs)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil
+		}
+		return fmt.Errorf("waiting for the test CQ: %w", err)
+	}
+	for k := range r.wcs[:n] {
+		if r.wcs[k].Status == verbs.WCFlushErr {
+			return errServeFlushed
+		}
+	}
+	return r.complete(r.wcs[:n])
 }
 
 // waitFinalCredits waits (briefly) until the peer's last credit of an

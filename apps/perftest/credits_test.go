@@ -12,28 +12,67 @@ import (
 
 // TestSendCredits: Send bandwidth with the smallest receive queue perftest
 // allows for credits (3) against a send queue of 128, on two queue pairs,
-// one way and both ways: the sender is held back by the receiver's
-// credits alone, and no Send meets an empty receive queue.
+// one way and both ways, by iterations and timed: the sender is held back
+// by the receiver's credits alone, and no Send meets an empty receive
+// queue. The deep timed runs stress the end of a timed run, where each
+// side stops by its own clock while up to a receive queue of Sends (here
+// 32 MiB) may be on its way.
 func TestSendCredits(t *testing.T) {
-	for _, bidir := range []bool{false, true} {
-		t.Run(fmt.Sprintf("bidirectional=%v", bidir), func(t *testing.T) {
+	rx3 := Config{Verb: Send, Iters: 3000, Size: 64, RxDepth: 3, TxDepth: 128, QPs: 2, Inline: -1}
+	deep := Config{Verb: Send, Duration: time.Second, Size: 16384, RxDepth: 1024, TxDepth: 128, QPs: 2, Inline: -1}
+	for i, tc := range []struct {
+		name  string
+		cfg   Config
+		bidir bool
+	}{
+		{"rx3", rx3, false},
+		{"rx3", rx3, true},
+		{"rx3-timed", Config{Verb: Send, Duration: time.Second, Size: 64, RxDepth: 3, TxDepth: 128, QPs: 2, Inline: -1}, false},
+		{"rx3-timed", Config{Verb: Send, Duration: time.Second, Size: 64, RxDepth: 3, TxDepth: 128, QPs: 2, Inline: -1}, true},
+		{"deep-timed", deep, false},
+		{"deep-timed", deep, true},
+	} {
+		t.Run(fmt.Sprintf("%s/bidirectional=%v", tc.name, tc.bidir), func(t *testing.T) {
+			timed := tc.cfg.Duration > 0
+			if testing.Short() && timed {
+				t.Skip("timed run")
+			}
 			cdev, sdev := devicePair(t, 1500)
-			cfg := Config{Verb: Send, Iters: 3000, Size: 64, RxDepth: 3, TxDepth: 128, QPs: 2, Inline: -1, Bidirectional: bidir}
-			cli, srv := runOn(t, cdev, sdev, cfg, 18600, nil)
+			cfg := tc.cfg
+			cfg.Bidirectional = tc.bidir
+			cli, srv := runOn(t, cdev, sdev, cfg, uint16(18600+i), nil)
 			if cli.err != nil || srv.err != nil {
 				t.Fatalf("client: %v\nserver: %v", cli.err, srv.err)
 			}
 			for _, d := range []*verbs.Device{cdev, sdev} {
 				st := d.Engine().Stats()
 				if n := st.RecvNoBuffer.Load(); n != 0 {
-					t.Fatalf("%s: %d Sends met an empty receive queue", d.Name(), n)
+					t.Errorf("%s: %d Sends met an empty receive queue", d.Name(), n)
+				}
+				if n := st.TerminatesTx.Load(); n != 0 {
+					t.Errorf("%s: %d Terminates sent", d.Name(), n)
 				}
 			}
-			// Every test Send arrived: 3000 per queue pair (and the same
-			// back with -b), besides the control exchange's.
-			got := sdev.Engine().Stats().SendsRx.Load()
-			if got < 2*3000 {
-				t.Fatalf("server received %d Sends, want at least %d", got, 2*3000)
+			// Every test Send arrived: 3000 per queue pair in an
+			// iterations run, in a timed one at least the Sends the
+			// sender counted (all of its run: a second has no margin),
+			// besides the control exchange's; the same back with -b.
+			want := func(r *Report) uint64 {
+				if !timed {
+					return 2 * 3000
+				}
+				if len(r.BW) != 1 || r.BW[0].Iters == 0 {
+					t.Fatalf("timed run: rows %+v", r.BW)
+				}
+				return r.BW[0].Iters
+			}
+			if got, w := sdev.Engine().Stats().SendsRx.Load(), want(cli.report); got < w {
+				t.Errorf("server received %d Sends, want at least %d", got, w)
+			}
+			if tc.bidir {
+				if got, w := cdev.Engine().Stats().SendsRx.Load(), want(srv.report); got < w {
+					t.Errorf("client received %d Sends, want at least %d", got, w)
+				}
 			}
 		})
 	}
@@ -49,6 +88,22 @@ func TestFinalCredit(t *testing.T) {
 	} {
 		if got := finalCredit(c.n, c.rx, c.every); got != c.want {
 			t.Errorf("finalCredit(%d, %d, %d) = %d, want %d", c.n, c.rx, c.every, got, c.want)
+		}
+	}
+}
+
+func TestNextCredit(t *testing.T) {
+	for _, c := range []struct{ n, rx, every, want uint64 }{
+		{0, 512, 170, 0},
+		{1, 512, 170, 170},
+		{170, 512, 170, 170},
+		{511, 512, 170, 512}, // 510 is one, then 512 (0 mod 512)
+		{513, 512, 170, 682},
+		{103528, 512, 170, 103594}, // 103594 % 512 = 170
+		{7, 3, 1, 7},
+	} {
+		if got := nextCredit(c.n, c.rx, c.every); got != c.want {
+			t.Errorf("nextCredit(%d, %d, %d) = %d, want %d", c.n, c.rx, c.every, got, c.want)
 		}
 	}
 }

@@ -15,7 +15,12 @@
 // credits for iWARP: the receiver RDMA-Writes its count of completed
 // receives into the sender's credit slot every third of the receive queue,
 // and the sender never has more Sends outstanding than the receiver has
-// receives posted.
+// receives posted. A timed (-D) Send run, which each side ends by its own
+// clock, ends with no Send on its way: the sender posts up to the count
+// of the receiver's next credit and waits for that credit, the client of
+// a latency run for the answer to its last ping, and the receiving side
+// goes on taking Sends (and answering pings) until the peer's closing
+// handshake, before it tears its queue pairs down.
 //
 // Registered memory is mapped outside the Go heap (the verbs socket's
 // shared memory, or an anonymous mapping in-process), because the write

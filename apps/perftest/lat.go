@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -46,6 +47,7 @@ func (s *session) runLatency() error {
 		return nil
 	}
 	printLatHeader(s.out, c)
+	var last *latRun
 	for _, size := range c.sizes() {
 		if c.Verb == Send {
 			if err := s.postReceives(size); err != nil {
@@ -56,6 +58,7 @@ func (s *session) runLatency() error {
 			}
 		}
 		l := &latRun{s: s, c: c, size: size}
+		last = l
 		res, err := l.run()
 		if err != nil {
 			return err
@@ -76,6 +79,10 @@ func (s *session) runLatency() error {
 		return nil
 	}
 	fmt.Fprint(s.out, resultLine)
+	if c.Duration > 0 && !s.client {
+		// The client may still wait for the answer to its last ping.
+		return s.closeSyncServing(last.serve)
+	}
 	return s.closeSync()
 }
 
@@ -103,6 +110,8 @@ type latRun struct {
 	endNs      int64
 	sampled    uint64
 	spins      int
+	answered   uint64 // Sends posted by pingPongSend and serve
+	got        int    // receives completed but not yet answered
 
 	wr  [1]verbs.SendWR
 	sge [1]verbs.SGE
@@ -322,33 +331,37 @@ func (l *latRun) pingPongWrite() error {
 
 // pingPongSend is run_iter_lat_send: the client sends first; each side
 // answers a receive with a Send, posting its receive again while more are
-// to come (the receives were posted before the run started).
+// to come (the receives were posted before the run started). A timed run
+// ends on the client with the answer to its last ping (waiting for it at
+// most drainTimeout after the end): a ping left on its way could reach the
+// server after it tore its queue pair down. The server answers every ping
+// it gets, in its run and after it (serve) until the client's closing
+// message.
 func (l *latRun) pingPongSend() error {
 	s := l.s
 	iters := uint64(l.c.Iters)
 	rx := uint64(l.c.RxDepth)
 	var scnt, rcnt uint64
-	got := 0 // receives completed but not yet waited for
 	onRecv := func(wc *verbs.WorkCompletion) error {
 		if wc.Status != verbs.WCSuccess {
-			return fmt.Errorf("receive %d: %v: %w", rcnt+uint64(got)+1, wc.Status, errIncomplete)
+			return fmt.Errorf("receive %d: %v: %w", rcnt+uint64(l.got)+1, wc.Status, errIncomplete)
 		}
-		got++
+		l.got++
 		return nil
 	}
 	for l.timed() || scnt < iters || rcnt < iters {
-		if l.ended() {
+		if l.ended() && !(s.client && scnt > rcnt) {
 			return nil
 		}
 		if (l.timed() || rcnt < iters) && !(scnt == 0 && s.client) {
 			l.beginWait()
-			for got == 0 {
+			for l.got == 0 {
 				n, err := s.cq.Poll(l.wcs[:1])
 				if err != nil {
 					return fmt.Errorf("polling the test CQ: %w", err)
 				}
 				if n == 0 {
-					if l.ended() {
+					if l.ended() && (!s.client || l.now() >= l.endNs+int64(drainTimeout)) {
 						return nil
 					}
 					if err := l.idle(); err != nil {
@@ -363,7 +376,7 @@ func (l *latRun) pingPongSend() error {
 					return err
 				}
 			}
-			got--
+			l.got--
 			rcnt++
 			l.countSample()
 			if l.timed() || rcnt+rx <= iters {
@@ -372,8 +385,12 @@ func (l *latRun) pingPongSend() error {
 				}
 			}
 		}
+		if s.client && l.ended() {
+			return nil
+		}
 		if l.timed() || scnt < iters {
 			scnt++
+			l.answered = scnt
 			if err := l.postOne(scnt); err != nil {
 				return err
 			}
@@ -383,6 +400,49 @@ func (l *latRun) pingPongSend() error {
 		}
 	}
 	return nil
+}
+
+// serve is one turn of the server's closeSyncServing after a timed Send
+// latency run: it answers the pings that come (waiting at most serveWait
+// for one) and takes its answers' completions.
+func (l *latRun) serve(ctx context.Context) error {
+	for ; l.got > 0; l.got-- {
+		if err := l.answer(); err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, serveWait)
+	defer cancel()
+	n, err := l.s.cq.Wait(wctx, l.wcs[:])
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil
+		}
+		return fmt.Errorf("waiting for the test CQ: %w", err)
+	}
+	for k := range l.wcs[:n] {
+		wc := &l.wcs[k]
+		switch {
+		case wc.Status == verbs.WCFlushErr:
+			return errServeFlushed
+		case wc.Status != verbs.WCSuccess:
+			return fmt.Errorf("%v %d after the run: %v: %w", wc.Opcode, wc.ID, wc.Status, errIncomplete)
+		case wc.Opcode == verbs.WCRecv:
+			if err := l.answer(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// answer posts the receive a ping took again and answers it.
+func (l *latRun) answer() error {
+	if _, err := l.s.qps[0].PostRecv(l.rwr[:]); err != nil {
+		return fmt.Errorf("posting a receive: %w", err)
+	}
+	l.answered++
+	return l.postOne(l.answered)
 }
 
 // readLoop is run_iter_lat: the client reads size bytes from the server's

@@ -93,14 +93,6 @@ func TestModes(t *testing.T) {
 			for _, d := range []*verbs.Device{cdev, sdev} {
 				st := d.Engine().Stats()
 				if n := st.RecvNoBuffer.Load(); n != 0 {
-					if m.cfg.Verb == Send && m.cfg.Duration > 0 {
-						// Open bug: in about 1 timed Send run of 10, one
-						// Send meets an empty receive queue (credit
-						// accounting of -D runs, not yet found). Logged,
-						// not asserted, until it is fixed.
-						t.Logf("KNOWN BUG: %s: %d Sends met an empty receive queue in a timed run", d.Name(), n)
-						continue
-					}
 					t.Errorf("%s: %d Sends met an empty receive queue", d.Name(), n)
 				}
 				if n := st.TerminatesTx.Load(); n != 0 {

@@ -423,6 +423,63 @@ func (s *session) closeSync() error {
 	return s.sync("closing")
 }
 
+// closeSyncServing is closeSync at the end of a timed Send run: while the
+// handshake runs, serve keeps taking this side's test completions, for the
+// peer may still be finishing its run (waiting for its last Sends to be
+// received and credited, or for the answer to its last ping) and this
+// side must not tear its queue pairs down while Sends are on their way to
+// them. The peer's closing message says it has finished: it sends it only
+// once its own Sends have all been received. A flushed completion while
+// the handshake runs is the peer tearing down after it: not a failure if
+// the handshake completes.
+func (s *session) closeSyncServing(serve func(ctx context.Context) error) error {
+	s.ctl.lastExchange = true
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.ctl.handshake(ctx, &s.my[0])
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("closing: %w", err)
+			}
+			return nil
+		default:
+		}
+		err := serve(ctx)
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, errServeFlushed):
+			if herr := <-done; herr != nil {
+				return fmt.Errorf("closing: %w (%w)", herr, err)
+			}
+			return nil
+		default:
+			cancel()
+			<-done
+			return fmt.Errorf("closing: %w", err)
+		}
+	}
+}
+
+// errServeFlushed: a test completion was flushed while closeSyncServing
+// served.
+var errServeFlushed = errors.New("a test request was flushed during the closing handshake")
+
+// serveWait bounds one wait for a test completion while a closing
+// handshake runs, so that its end is noticed.
+const serveWait = time.Millisecond
+
+// drainTimeout bounds how long a timed Send run waits after its end for
+// the peer to receive its last Sends (a perftest peer stops taking them at
+// the end of its own run).
+const drainTimeout = 2 * time.Second
+
 // xchgReports is xchg_bw_reports: size, iterations, peak, average and
 // message rate, each its own 8-byte exchange.
 func (s *session) xchgReports(mine BWResult) (BWResult, error) {
