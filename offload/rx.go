@@ -268,6 +268,10 @@ func (r *rxState) startSend() error {
 		refill()
 		qp.mu.Lock()
 	}
+	if qp.state == QPErr {
+		qp.mu.Unlock()
+		return errAborted // the receives were flushed: not the peer's error
+	}
 	if qp.rqHead == qp.rqTail {
 		qp.mu.Unlock()
 		qp.stats.RecvNoBuffer.Add(1)
@@ -480,8 +484,15 @@ func statusForTerminate(c rdmap.Code) WCStatus {
 // request the error hit completes with status local (if not success), the
 // rest is flushed, and a Terminate carrying code and the offending headers is
 // queued for the TX goroutine, which sends it and closes the stream.
+//
+// A QP already in ERR (destroyed, disconnected, or after an earlier error)
+// sends no Terminate: what still arrives is dropped quietly.
 func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
 	qp := r.qp
+	if qp.aborted() {
+		r.sendActive = false
+		return errAborted
+	}
 	var ddpHdr, rdmapHdr []byte
 	if n := ddp.HeaderLen(r.hdr[0]); r.have >= n && r.have > 0 {
 		ddpHdr = r.hdr[:n]
