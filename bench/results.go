@@ -50,8 +50,9 @@ type Row struct {
 	VsKernel float64 `json:"vs_kernel,omitempty"`
 	// AppCPUPerGB is the receiving application process's user+system CPU
 	// seconds (its own rusage) per 10^9 bytes it received (bandwidth rows
-	// whose receiver is an application: kernel TCP's socket receiver and
-	// siwtun's perftest receiver).
+	// whose receiver is an application: kernel TCP's socket receiver, over
+	// its whole life, and siwtun's perftest receiver, over its runs as it
+	// reports them in "siwtun_cpu", without its start-up).
 	AppCPUPerGB float64 `json:"app_cpu_s_per_gb,omitempty"`
 	// RNICCPUPerGB is the receiving daemon's CPU seconds per 10^9 bytes
 	// (/proc/<pid>/stat), for rows whose receiver is a siwtun daemon.

@@ -460,6 +460,19 @@ func (r *runner) perfPair(op string, args ...string) (srv, cli *proc, err error)
 // perfOutput is `siwtun perf --json`'s document.
 type perfOutput struct {
 	Results json.RawMessage `json:"results"`
+	// CPU is the process's own CPU time while the runs went on (after
+	// its start-up and connection set-up).
+	CPU *perftest.CPUUsage `json:"siwtun_cpu"`
+}
+
+// appCPU is the CPU time of a perf process's runs as it reported it, or
+// else its whole life's.
+func appCPU(p *proc) time.Duration {
+	var out perfOutput
+	if err := decodeJSON(p.stdout.String(), &out); err == nil && out.CPU != nil {
+		return time.Duration((out.CPU.User + out.CPU.System) * float64(time.Second))
+	}
+	return p.cpu()
 }
 
 func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
@@ -504,7 +517,7 @@ func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
 	// is over the middle half, which is the best estimate of the rate.
 	bytes := mbps * 1e6 * float64(secs)
 	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindBW, Test: opNames[op], Size: size,
-		CRC: boolp(crc), Value: mbps, AppCPUPerGB: perGB(recv.cpu(), bytes), RNICCPUPerGB: perGB(after-before, bytes)})
+		CRC: boolp(crc), Value: mbps, AppCPUPerGB: perGB(appCPU(recv), bytes), RNICCPUPerGB: perGB(after-before, bytes)})
 }
 
 func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {

@@ -105,6 +105,18 @@ type Report struct {
 	// BW holds bandwidth rows, Lat latency rows (one per message size).
 	BW  []BWResult
 	Lat []LatResult
+	// CPU is this process's own CPU time while the runs went on (from
+	// after the connection set-up to the last run's end), from getrusage.
+	// It is siwtun's addition to perftest's JSON ("siwtun_cpu"), written
+	// when known, so a benchmark can tell the application's work from its
+	// start-up.
+	CPU *CPUUsage
+}
+
+// CPUUsage is user and system CPU time in seconds.
+type CPUUsage struct {
+	User   float64 `json:"user_s"`
+	System float64 `json:"system_s"`
 }
 
 // MarshalJSON writes {"test_info": {...}, "results": [...]}; the result
@@ -125,9 +137,10 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		res = []struct{}{}
 	}
 	return json.Marshal(struct {
-		Info    TestInfo `json:"test_info"`
-		Results any      `json:"results"`
-	}{r.Info, res})
+		Info    TestInfo  `json:"test_info"`
+		Results any       `json:"results"`
+		CPU     *CPUUsage `json:"siwtun_cpu,omitempty"`
+	}{r.Info, res, r.CPU})
 }
 
 // title is the banner's test name ("RDMA_Write BW Test").

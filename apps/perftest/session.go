@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
@@ -160,14 +161,28 @@ func (s *session) run(addr netip.AddrPort) error {
 	}
 	s.setUpDests()
 	printBanner(s.out, c, &s.report.Info, !s.client)
+	before, berr := processCPU()
 	switch {
 	case c.Latency:
-		return s.runLatency()
+		err = s.runLatency()
 	case c.Verb == Send:
-		return s.runSendBW()
+		err = s.runSendBW()
 	default:
-		return s.runRDMABW()
+		err = s.runRDMABW()
 	}
+	if after, aerr := processCPU(); err == nil && berr == nil && aerr == nil {
+		s.report.CPU = &CPUUsage{User: after.User - before.User, System: after.System - before.System}
+	}
+	return err
+}
+
+// processCPU is this process's CPU time so far.
+func processCPU() (CPUUsage, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return CPUUsage{}, fmt.Errorf("getrusage: %w", err)
+	}
+	return CPUUsage{User: time.Duration(ru.Utime.Nano()).Seconds(), System: time.Duration(ru.Stime.Nano()).Seconds()}, nil
 }
 
 // connectControl makes the control connection: the server accepts one
