@@ -539,6 +539,18 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
 }
 
+// ReceiveWindow returns what this end last told the peer about its receive
+// side, from the segments it sent: the cumulative ACK (every octet before
+// it was received in order) and the right edge of the advertised receive
+// window (the first sequence number the peer may not send yet). Octets in
+// [ack, edge) are inside the window. ok is false until an ACK was sent
+// after both SYNs were seen. Like the peer's ACKs, these are tracked only
+// while some connection of the stack has a segment hook (SetSegmentHook),
+// as the engine's connections do. It is safe to call from a segment hook.
+func (c *Conn) ReceiveWindow() (ack, edge uint32, ok bool) {
+	return c.flow.advertised()
+}
+
 // CoalescedWrites returns how many aligned writes were queued while small
 // segments were being coalesced (see WriteAligned).
 func (c *Conn) CoalescedWrites() uint64 { return c.coalescedWrites.Load() }

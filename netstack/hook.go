@@ -186,6 +186,9 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	}
 	if f != nil && h.flags&(FlagSYN|FlagRST) == 0 {
 		f.sentSeen(h.seq + uint32(pkt.Data().Size()))
+		if h.flags&FlagACK != 0 {
+			f.advertisedSeen(h.ack, h.window)
+		}
 	}
 	fh, fhPayload := f.getHook()
 	tap := s.tap.Load()
@@ -288,10 +291,17 @@ type flow struct {
 	peerISS uint32
 	issSet  atomic.Bool
 
-	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
-	edge     atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
-	sent     atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
-	peerWS   atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
+	ack    atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
+	edge   atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	sent   atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
+	peerWS atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
+	// rcvAck and rcvEdge are what our own segments told the peer: the
+	// highest cumulative ACK and the right edge of our receive window
+	// (1<<32|seq; 0 = none yet). ourWS is our window scale in use, -1
+	// until both SYNs were seen.
+	rcvAck   atomic.Uint64
+	rcvEdge  atomic.Uint64
+	ourWS    atomic.Int32
 	waiting  atomic.Bool
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
 
@@ -323,7 +333,30 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 			ws = int32(f.in.ws)
 		}
 		f.peerWS.Store(ws)
+		ws = 0
+		if f.in.ws >= 0 && f.out.ws >= 0 {
+			ws = int32(f.out.ws)
+		}
+		f.ourWS.Store(ws)
 	}
+}
+
+// advertisedSeen records the ACK and the right edge of the receive window
+// that one of our (non-SYN) segments carries, where they move forward.
+func (f *flow) advertisedSeen(ack uint32, wnd uint16) {
+	ws := f.ourWS.Load()
+	if ws < 0 {
+		return
+	}
+	advanceSeq(&f.rcvAck, ack)
+	advanceSeq(&f.rcvEdge, ack+uint32(wnd)<<uint(ws))
+}
+
+// advertised returns our highest ACK and receive window edge sent, once
+// known.
+func (f *flow) advertised() (ack, edge uint32, ok bool) {
+	a, e := f.rcvAck.Load(), f.rcvEdge.Load()
+	return uint32(a), uint32(e), a != 0 && e != 0
 }
 
 // windowSeen records the right edge of the peer's receive window (ack plus
@@ -474,6 +507,7 @@ func (t *flowTable) getOrCreate(k flowKey) *flow {
 	}
 	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
 	f.peerWS.Store(-1)
+	f.ourWS.Store(-1)
 	t.m[k] = f
 	return f
 }
