@@ -543,10 +543,13 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 // side, from the segments it sent: the cumulative ACK (every octet before
 // it was received in order) and the right edge of the advertised receive
 // window (the first sequence number the peer may not send yet). Octets in
-// [ack, edge) are inside the window. ok is false until an ACK was sent
-// after both SYNs were seen. Like the peer's ACKs, these are tracked only
-// while some connection of the stack has a segment hook (SetSegmentHook),
-// as the engine's connections do. It is safe to call from a segment hook.
+// [ack, edge) are inside the window. ok is false until both SYNs were
+// seen. They start as what the handshake offered (the
+// peer's ISN+1 and our SYN's window) and then follow our segments, which
+// are looked at only while some connection of the stack has a segment hook
+// (SetSegmentHook), as the engine's connections do: the values may lag
+// behind TCP's own, never run ahead of them. It is safe to call from a
+// segment hook.
 func (c *Conn) ReceiveWindow() (ack, edge uint32, ok bool) {
 	return c.flow.advertised()
 }

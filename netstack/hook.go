@@ -180,7 +180,7 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
+		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS, win: h.window}, h.seq)
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
@@ -272,7 +272,8 @@ type flowKey struct {
 type synInfo struct {
 	mss      uint16
 	ts, sack bool
-	ws       int // window scale shift, -1 when absent
+	ws       int    // window scale shift, -1 when absent
+	win      uint16 // the SYN's window (never scaled)
 }
 
 // flow is the link-level state of one connection.
@@ -338,6 +339,10 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 			ws = int32(f.out.ws)
 		}
 		f.ourWS.Store(ws)
+		// What our SYN offered, until later segments say more (they are
+		// seen only while some connection has a hook).
+		advanceSeq(&f.rcvAck, f.peerISS+1)
+		advanceSeq(&f.rcvEdge, f.peerISS+1+uint32(f.out.win))
 	}
 }
 

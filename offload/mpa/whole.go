@@ -38,12 +38,23 @@ const maxFound = 8192
 // with an FPDU, or a Marker then an FPDU, and the lengths chain exactly to
 // its end) or, with Markers, by a Marker's FPDUPTR pointing at an FPDU
 // start in the segment, followed by the FPDUs chaining from there. A run
-// with a Marker that disagrees with it is dropped. Only the framing is
+// stops before an FPDU holding a Marker that disagrees with it. FPDUs of an
+// aligned run are ByMarker from the first one holding a Marker on. Only the framing is
 // read: the caller checks CRCs (WholeFPDU.ULPDU) and decides whether an
 // FPDU found by alignment alone is to be trusted.
 func FindFPDUs(dst []WholeFPDU, seg []byte, pos uint32, markers bool) []WholeFPDU {
 	start := len(dst)
 	if run, ok := chain(dst, seg, pos, markers, 0); ok && len(run) > start {
+		if markers {
+			// The run's Markers all agree with it (chain checked them):
+			// from the first FPDU holding one on, a Marker vouches for
+			// the boundaries.
+			confirmed := false
+			for i := start; i < len(run); i++ {
+				confirmed = confirmed || run[i].holdsMarker(pos)
+				run[i].ByMarker = confirmed
+			}
+		}
 		return run
 	}
 	dst = dst[:start]
@@ -163,6 +174,12 @@ func lenAt(seg []byte, pos uint32, markers bool, q int) (int, bool) {
 		q++
 	}
 	return int(binary.BigEndian.Uint16(b[:])), true
+}
+
+// holdsMarker reports whether a Marker lies inside the FPDU.
+func (w WholeFPDU) holdsMarker(pos uint32) bool {
+	first := w.Off + int((MarkerInterval-(pos+uint32(w.Off))%MarkerInterval)%MarkerInterval)
+	return first < w.Off+w.Len
 }
 
 // markersAgree reports whether every Marker inside the FPDU points at its

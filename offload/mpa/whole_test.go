@@ -196,6 +196,10 @@ func TestFindFPDUsStreams(t *testing.T) {
 							t.Fatalf("segment [%d, %d): FPDU at %d: ULPDU differs (crc ok %v)", lo, hi, r.off, ok)
 						}
 						seen[r.off] = true
+						hasMarker := markers && (r.off%MarkerInterval == 0 || r.off/MarkerInterval != (r.off+r.n-1)/MarkerInterval)
+						if hasMarker && !g.ByMarker {
+							t.Fatalf("segment [%d, %d): FPDU at %d holds a Marker but is not ByMarker", lo, hi, r.off)
+						}
 					}
 					for _, r := range fpdus {
 						if r.off < lo || r.off+r.n > hi {
