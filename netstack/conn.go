@@ -540,16 +540,15 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 }
 
 // ReceiveWindow returns what this end last told the peer about its receive
-// side, from the segments it sent: the cumulative ACK (every octet before
-// it was received in order) and the right edge of the advertised receive
-// window (the first sequence number the peer may not send yet). Octets in
-// [ack, edge) are inside the window. ok is false until both SYNs were
-// seen. They start as what the handshake offered (the
-// peer's ISN+1 and our SYN's window) and then follow our segments, which
-// are looked at only while some connection of the stack has a segment hook
-// (SetSegmentHook), as the engine's connections do: the values may lag
-// behind TCP's own, never run ahead of them. It is safe to call from a
-// segment hook.
+// side: the cumulative ACK (every octet before it was received in order)
+// and the right edge of the advertised receive window (the first sequence
+// number the peer may not send yet); octets in [ack, edge) are inside the
+// window. ok is false until both SYNs were seen. The values start as what
+// the handshake offered (the peer's ISN+1 and our SYN's window) and then
+// follow our segments, which are looked at only while some connection of
+// the stack has a segment hook (SetSegmentHook), as the engine's
+// connections do: they may lag behind TCP's own, never run ahead of them.
+// It is safe to call from a segment hook.
 func (c *Conn) ReceiveWindow() (ack, edge uint32, ok bool) {
 	return c.flow.advertised()
 }
