@@ -34,6 +34,8 @@ func qpCounters() map[string]counterInfo {
 		"mpaAlignedSegsRx":     {layerMPA, "Data segments received starting with an FPDU (or a Marker then an FPDU) and holding whole FPDUs only."},
 		"mpaSplitSegsTx":       {layerMPA, "Data segments sent that cut an FPDU (at their start or end)."},
 		"mpaSplitSegsRx":       {layerMPA, "Data segments received that cut an FPDU (at their start or end)."},
+		"mpaOooPlacedFpdus":    {layerMPA, "Tagged FPDUs (RDMA Write, Read Response) placed out of order: found whole in a segment that arrived with a gap in front of it, checked and placed before the gap was filled."},
+		"mpaOooPlacedOctets":   {layerMPA, "Payload octets of the FPDUs placed out of order (placed again, in order, once the gap is filled)."},
 		"mpaCrcErrors":         {layerMPA, "FPDUs whose MPA CRC did not match."},
 		"mpaErrors":            {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
 		"tcpOutSegs":           {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},

@@ -539,6 +539,20 @@ func (c *Conn) StreamSeqs() (send, recv uint32, ok bool) {
 	return iss + 1 + uint32(written), piss + 1 + uint32(read), ok1 && ok2
 }
 
+// ReceiveWindow returns what this end last told the peer about its receive
+// side: the cumulative ACK (every octet before it was received in order)
+// and the right edge of the advertised receive window (the first sequence
+// number the peer may not send yet); octets in [ack, edge) are inside the
+// window. ok is false until both SYNs were seen. The values start as what
+// the handshake offered (the peer's ISN+1 and our SYN's window) and then
+// follow our segments, which are looked at only while some connection of
+// the stack has a segment hook (SetSegmentHook), as the engine's
+// connections do: they may lag behind TCP's own, never run ahead of them.
+// It is safe to call from a segment hook.
+func (c *Conn) ReceiveWindow() (ack, edge uint32, ok bool) {
+	return c.flow.advertised()
+}
+
 // CoalescedWrites returns how many aligned writes were queued while small
 // segments were being coalesced (see WriteAligned).
 func (c *Conn) CoalescedWrites() uint64 { return c.coalescedWrites.Load() }

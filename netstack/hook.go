@@ -180,12 +180,15 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	if h.flags&FlagSYN != 0 {
 		f = s.flows.getOrCreate(key)
 		opts := header.ParseSynOptions(h.options, h.flags&FlagACK != 0)
-		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS}, h.seq)
+		f.setSyn(true, synInfo{mss: opts.MSS, ts: opts.TS, sack: opts.SACKPermitted, ws: opts.WS, win: h.window}, h.seq)
 	} else if s.flows.hooks.Load() > 0 {
 		f = s.flows.get(key)
 	}
 	if f != nil && h.flags&(FlagSYN|FlagRST) == 0 {
 		f.sentSeen(h.seq + uint32(pkt.Data().Size()))
+		if h.flags&FlagACK != 0 {
+			f.advertisedSeen(h.ack, h.window)
+		}
 	}
 	fh, fhPayload := f.getHook()
 	tap := s.tap.Load()
@@ -269,7 +272,8 @@ type flowKey struct {
 type synInfo struct {
 	mss      uint16
 	ts, sack bool
-	ws       int // window scale shift, -1 when absent
+	ws       int    // window scale shift, -1 when absent
+	win      uint16 // the SYN's window (never scaled)
 }
 
 // flow is the link-level state of one connection.
@@ -288,10 +292,17 @@ type flow struct {
 	peerISS uint32
 	issSet  atomic.Bool
 
-	ack      atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
-	edge     atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
-	sent     atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
-	peerWS   atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
+	ack    atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
+	edge   atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	sent   atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
+	peerWS atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
+	// rcvAck and rcvEdge are what our own segments told the peer: the
+	// highest cumulative ACK and the right edge of our receive window
+	// (1<<32|seq; 0 = none yet). ourWS is our window scale in use, -1
+	// until both SYNs were seen.
+	rcvAck   atomic.Uint64
+	rcvEdge  atomic.Uint64
+	ourWS    atomic.Int32
 	waiting  atomic.Bool
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
 
@@ -323,7 +334,34 @@ func (f *flow) setSyn(outbound bool, si synInfo, seq uint32) {
 			ws = int32(f.in.ws)
 		}
 		f.peerWS.Store(ws)
+		ws = 0
+		if f.in.ws >= 0 && f.out.ws >= 0 {
+			ws = int32(f.out.ws)
+		}
+		f.ourWS.Store(ws)
+		// What our SYN offered, until later segments say more (they are
+		// seen only while some connection has a hook).
+		advanceSeq(&f.rcvAck, f.peerISS+1)
+		advanceSeq(&f.rcvEdge, f.peerISS+1+uint32(f.out.win))
 	}
+}
+
+// advertisedSeen records the ACK and the right edge of the receive window
+// that one of our (non-SYN) segments carries, where they move forward.
+func (f *flow) advertisedSeen(ack uint32, wnd uint16) {
+	ws := f.ourWS.Load()
+	if ws < 0 {
+		return
+	}
+	advanceSeq(&f.rcvAck, ack)
+	advanceSeq(&f.rcvEdge, ack+uint32(wnd)<<uint(ws))
+}
+
+// advertised returns our highest ACK and receive window edge sent, once
+// known.
+func (f *flow) advertised() (ack, edge uint32, ok bool) {
+	a, e := f.rcvAck.Load(), f.rcvEdge.Load()
+	return uint32(a), uint32(e), a != 0 && e != 0
 }
 
 // windowSeen records the right edge of the peer's receive window (ack plus
@@ -474,6 +512,7 @@ func (t *flowTable) getOrCreate(k flowKey) *flow {
 	}
 	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
 	f.peerWS.Store(-1)
+	f.ourWS.Store(-1)
 	t.m[k] = f
 	return f
 }

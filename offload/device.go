@@ -471,13 +471,16 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.mu.Lock()
 	qp.conn = conn
+	var pl *oooPlacer
 	if tx, rx, ok := conn.StreamSeqs(); ok {
 		qp.alignTx.SetStart(tx)
 		qp.alignRx.SetStart(rx)
 		qp.alignTx.Configure(p.MarkersTx)
 		qp.alignRx.Configure(p.MarkersRx)
+		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
 	}
-	conn.SetSegmentHook(netstack.HeaderHookFunc(qp.observeSegment))
+	qp.rx.place = pl
+	conn.SetSegmentHook(netstack.HeaderHookFunc(func(s *netstack.Segment) { qp.observeSegment(s, pl) }))
 	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
 	// only so).
 	conn.SetOneWritePerSegment(p.MarkersTx)
@@ -517,7 +520,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	default:
 		qp.state = QPRTS
 	}
-	qp.rx.init(qp, p.CRC, p.MarkersRx, await)
+	qp.rx.init(qp, p.CRC, p.MarkersRx, await, pl)
 	qp.done = make(chan struct{})
 	qp.running.Add(2)
 	qp.mu.Unlock()
@@ -551,6 +554,9 @@ const drainTimeout = 3 * time.Second
 // parsed and placed as it is handed over.
 func (qp *QP) rxLoop() {
 	defer qp.running.Done()
+	if pl := qp.rx.place; pl != nil {
+		defer pl.stop() // before running.Done: no placement once the QP stopped
+	}
 	for {
 		_, err := qp.conn.ReadTo(&qp.rx.mpa)
 		if err == nil {

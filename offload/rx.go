@@ -48,10 +48,15 @@ type rxState struct {
 
 	// awaitRTR is the RTR type a P2P responder waits for.
 	awaitRTR mpa.RTR
+
+	// place is the connection's out-of-order placer (nil when the stream
+	// start is not known): payload copies into tagged memory and remote
+	// invalidations take its lock.
+	place *oooPlacer
 }
 
-func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR) {
-	*r = rxState{qp: qp}
+func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR, place *oooPlacer) {
+	*r = rxState{qp: qp, place: place}
 	r.mpa.Init(crc, markers, r)
 	r.sendMSN, r.readMSN, r.termMSN = 1, 1, 1
 	r.awaitRTR = awaitRTR
@@ -62,6 +67,9 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 	r.ulpduLen = ulpduLen
 	r.have, r.need = 0, 2
 	r.dst, r.dstOff, r.payload = nil, 0, 0
+	if r.place != nil {
+		r.place.begin(r.mpa.FPDUStart())
+	}
 	if ulpduLen < 2 {
 		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes holds no DDP header", ulpduLen))
 	}
@@ -84,9 +92,12 @@ func (r *rxState) ULPDU(p []byte) error {
 			continue
 		}
 		switch {
+		case r.dst != nil && r.place != nil:
+			r.place.mu.Lock()
+			r.dstOff += copy(r.dst[r.dstOff:], p)
+			r.place.mu.Unlock()
 		case r.dst != nil:
-			n := copy(r.dst[r.dstOff:], p)
-			r.dstOff += n
+			r.dstOff += copy(r.dst[r.dstOff:], p)
 		case r.sendActive:
 			r.scatter(p)
 		}
@@ -144,16 +155,9 @@ func (r *rxState) headerDone() error {
 	qp := r.qp
 	h := &r.h
 	r.payload = r.ulpduLen - r.need
-	ver, op := rdmap.ParseCtrl(h.ULPCtrl)
-	switch {
-	case h.Version != ddp.Version && h.Tagged:
-		return r.fail(rdmap.TermDDPTaggedBadVersion, 0, fmt.Errorf("DDP version %d", h.Version))
-	case h.Version != ddp.Version:
-		return r.fail(rdmap.TermDDPUntaggedBadVersion, 0, fmt.Errorf("DDP version %d", h.Version))
-	case ver != rdmap.Version:
-		return r.fail(rdmap.TermRDMAPBadVersion, 0, fmt.Errorf("RDMAP version %d", ver))
-	case !op.Valid() || op.Tagged() != h.Tagged:
-		return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("unexpected opcode %d (tagged=%v)", uint8(op), h.Tagged))
+	op, code, err := checkHeader(h)
+	if err != nil {
+		return r.fail(code, 0, err)
 	}
 	if r.awaitRTR != 0 {
 		ok := false
@@ -179,18 +183,9 @@ func (r *rxState) headerDone() error {
 		if r.payload == 0 {
 			return nil // a zero-length Write references no memory (and is the RTR)
 		}
-		reg, ok := qp.dev.regions.Lookup(h.STag)
-		switch {
-		case !ok:
-			return r.fail(rdmap.TermDDPTaggedInvalidSTag, 0, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag))
-		case reg.pd != qp.pd:
-			return r.fail(rdmap.TermDDPTaggedStagNotAssoc, 0, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag))
-		case reg.access&AccessRemoteWrite == 0:
-			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access))
-		}
-		dst, ok := reg.slice(h.TO, uint64(r.payload))
-		if !ok {
-			return r.fail(rdmap.TermDDPTaggedBaseBounds, 0, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", r.payload, h.TO, h.STag, reg.addr, len(reg.buf)))
+		dst, code, err := qp.writeSink(h, r.payload)
+		if err != nil {
+			return r.fail(code, 0, err)
 		}
 		r.dst = dst
 		return nil
@@ -204,13 +199,15 @@ func (r *rxState) headerDone() error {
 		e := &qp.orq[0]
 		placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
 		qp.mu.Unlock()
-		switch {
-		case size == 0 && r.payload == 0:
+		if size == 0 && r.payload == 0 {
 			return nil
-		case h.STag != stag:
-			return r.fail(rdmap.TermDDPTaggedInvalidSTag, WCLocQPOpErr, fmt.Errorf("Read Response to STag 0x%08x, the Read's sink is 0x%08x", h.STag, stag))
-		case h.TO != to+uint64(placed) || uint64(placed)+uint64(r.payload) > uint64(size):
-			return r.fail(rdmap.TermDDPTaggedBaseBounds, WCLocQPOpErr, fmt.Errorf("Read Response of %d bytes at TO 0x%x outside the Read's sink [0x%x, +%d)", r.payload, h.TO, to, size))
+		}
+		off, code, err := readResponseSink(h, r.payload, stag, to, size)
+		if err == nil && off != uint64(placed) {
+			code, err = rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response at TO 0x%x, expected 0x%x (%d of the Read's %d bytes placed)", h.TO, to+uint64(placed), placed, size)
+		}
+		if err != nil {
+			return r.fail(code, WCLocQPOpErr, err)
 		}
 		r.dst = dst[placed : placed+uint32(r.payload)]
 		return nil
@@ -255,6 +252,60 @@ func (r *rxState) headerDone() error {
 		return nil
 	}
 	return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("opcode %v", op))
+}
+
+// checkHeader checks the versions and opcode of a DDP/RDMAP header and
+// returns the opcode, or the Terminate code and the reason.
+func checkHeader(h *ddp.Header) (rdmap.Opcode, rdmap.Code, error) {
+	ver, op := rdmap.ParseCtrl(h.ULPCtrl)
+	switch {
+	case h.Version != ddp.Version && h.Tagged:
+		return op, rdmap.TermDDPTaggedBadVersion, fmt.Errorf("DDP version %d", h.Version)
+	case h.Version != ddp.Version:
+		return op, rdmap.TermDDPUntaggedBadVersion, fmt.Errorf("DDP version %d", h.Version)
+	case ver != rdmap.Version:
+		return op, rdmap.TermRDMAPBadVersion, fmt.Errorf("RDMAP version %d", ver)
+	case !op.Valid() || op.Tagged() != h.Tagged:
+		return op, rdmap.TermRDMAPUnexpectedOp, fmt.Errorf("unexpected opcode %d (tagged=%v)", uint8(op), h.Tagged)
+	}
+	return op, 0, nil
+}
+
+// writeSink checks an RDMA Write of n payload octets (n > 0) against the
+// region its STag names — valid, same protection domain, REMOTE_WRITE,
+// inside its bounds — and returns the memory the payload goes to, or the
+// Terminate code and the reason. The in-order and the out-of-order paths
+// both place through it.
+func (qp *QP) writeSink(h *ddp.Header, n int) ([]byte, rdmap.Code, error) {
+	reg, ok := qp.dev.regions.Lookup(h.STag)
+	switch {
+	case !ok:
+		return nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
+	case reg.pd != qp.pd:
+		return nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
+	case reg.access&AccessRemoteWrite == 0:
+		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
+	}
+	dst, ok := reg.slice(h.TO, uint64(n))
+	if !ok {
+		return nil, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", n, h.TO, h.STag, reg.addr, len(reg.buf))
+	}
+	return dst, 0, nil
+}
+
+// readResponseSink checks a Read Response of n payload octets against the
+// sink of an outstanding Read (STag stag, TO to, size octets) and returns
+// the offset in the sink where the payload goes, or the Terminate code and
+// the reason.
+func readResponseSink(h *ddp.Header, n int, stag uint32, to uint64, size uint32) (uint64, rdmap.Code, error) {
+	if h.STag != stag {
+		return 0, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("Read Response to STag 0x%08x, the Read's sink is 0x%08x", h.STag, stag)
+	}
+	off := h.TO - to
+	if h.TO < to || off > uint64(size) || uint64(n) > uint64(size)-off {
+		return 0, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response of %d bytes at TO 0x%x outside the Read's sink [0x%x, +%d)", n, h.TO, to, size)
+	}
+	return off, 0, nil
 }
 
 // startSend takes the head of the receive queue for a new Send message and
@@ -359,7 +410,7 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 		r.sendActive = false
 		var inv uint32
 		if r.op.Invalidates() {
-			if err := qp.dev.regions.Invalidate(h.ULPData, qp.pd); err != nil {
+			if err := r.invalidate(h.ULPData); err != nil {
 				r.sendActive = true // the receive completes with the error
 				return r.fail(rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
 			}
@@ -380,6 +431,16 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 		return r.terminateArrived()
 	}
 	return nil
+}
+
+// invalidate invalidates stag for a Send with Invalidate, under the
+// placement lock: no out-of-order placement into it lands after this.
+func (r *rxState) invalidate(stag uint32) error {
+	if pl := r.place; pl != nil {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+	}
+	return r.qp.dev.regions.Invalidate(stag, r.qp.pd)
 }
 
 // readRequest validates an inbound RDMA Read and queues its response.

@@ -35,6 +35,12 @@ type QPStats struct {
 	AlignedSegsRx atomic.Uint64 `stat:"mpaAlignedSegsRx"`
 	SplitSegsTx   atomic.Uint64 `stat:"mpaSplitSegsTx"`
 	SplitSegsRx   atomic.Uint64 `stat:"mpaSplitSegsRx"`
+	// PlacedOOOFPDUs and PlacedOOOBytes count the tagged FPDUs (RDMA Write,
+	// Read Response) placed out of order — found whole in a segment that
+	// arrived with a gap in front of it — and their payload octets. The
+	// in-order path places and counts them again when the gap is filled.
+	PlacedOOOFPDUs atomic.Uint64 `stat:"mpaOooPlacedFpdus"`
+	PlacedOOOBytes atomic.Uint64 `stat:"mpaOooPlacedOctets"`
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// PlacedBytes counts payload octets placed directly into regions.
@@ -126,8 +132,10 @@ func (s *QPStats) Counters() []Counter {
 }
 
 // observeSegment is the QP's segment hook: TCP counters and FPDU alignment.
-// It reads only the FPDU headers of a segment, in place.
-func (qp *QP) observeSegment(seg *netstack.Segment) {
+// It reads only the FPDU headers of a segment, in place — except for an
+// inbound segment that arrived with a gap in front of it, which pl (if not
+// nil) may place out of order.
+func (qp *QP) observeSegment(seg *netstack.Segment, pl *oooPlacer) {
 	qp.stats.countSegment(seg)
 	if seg.Len == 0 {
 		return
@@ -136,12 +144,16 @@ func (qp *QP) observeSegment(seg *netstack.Segment) {
 	if seg.Dir == netstack.Outbound {
 		a, aligned, split = &qp.alignTx, &qp.stats.AlignedSegsTx, &qp.stats.SplitSegsTx
 	}
-	switch r := a.Classify(seg.Seq, seg.Len, seg); {
+	r := a.Classify(seg.Seq, seg.Len, seg)
+	switch {
 	case !r.Known:
 	case r.Aligned:
 		aligned.Add(1)
 	default:
 		split.Add(1)
+	}
+	if r.Beyond && seg.Dir == netstack.Inbound && pl != nil {
+		pl.segment(seg)
 	}
 }
 

@@ -96,14 +96,46 @@ const joinAge = 200 * time.Millisecond
 type joiner struct {
 	q    []*segBlock
 	sink func(*segBlock) error
+	// early holds out-of-order placements: the engine places them from
+	// the segment hook, so they are reported just before their segment.
+	early []earlyPlace
+}
+
+// earlyPlace is an out-of-order placement waiting for its segment.
+type earlyPlace struct {
+	p ctl.WatchPlace
+	t time.Time
 }
 
 func (j *joiner) segment(b *segBlock) error {
+	for i := 0; i < len(j.early); {
+		if b.expects(&j.early[i].p) {
+			// The FPDU stays expected: it is placed again in order.
+			b.places = append(b.places, j.early[i].p)
+			j.early = append(j.early[:i], j.early[i+1:]...)
+			continue
+		}
+		i++
+	}
 	j.q = append(j.q, b)
 	return j.flush(false)
 }
 
+// expects reports whether p places one of the FPDUs b still expects.
+func (b *segBlock) expects(p *ctl.WatchPlace) bool {
+	for _, k := range b.keys {
+		if k.match(p) {
+			return true
+		}
+	}
+	return false
+}
+
 func (j *joiner) place(p ctl.WatchPlace, t time.Time) error {
+	if p.OutOfOrder {
+		j.early = append(j.early, earlyPlace{p: p, t: t})
+		return j.flush(false)
+	}
 	for _, b := range j.q {
 		for i, k := range b.keys {
 			if k.match(&p) {
@@ -134,6 +166,13 @@ func (j *joiner) completion(wc ctl.WatchWC, t time.Time) error {
 // placements or have waited joinAge (all of them when all is set).
 func (j *joiner) flush(all bool) error {
 	now := time.Now()
+	for len(j.early) > 0 && (all || now.Sub(j.early[0].t) >= joinAge) {
+		e := j.early[0]
+		j.early = j.early[1:]
+		if err := j.sink(&segBlock{time: e.t, places: []ctl.WatchPlace{e.p}}); err != nil {
+			return err
+		}
+	}
 	for len(j.q) > 0 {
 		b := j.q[0]
 		if !all && len(b.keys) > 0 && now.Sub(b.arrived) < joinAge {

@@ -32,6 +32,10 @@ type Alignment struct {
 	// (0 when unknown: the segment begins inside an FPDU, or the FPDU's
 	// header itself is cut).
 	SplitBy int
+	// Beyond is true when the segment starts beyond the in-order edge:
+	// octets in front of it have not been seen yet (it arrived out of
+	// order, or ahead of a lost segment).
+	Beyond bool
 }
 
 // Aligner classifies the TCP segments of one direction of an MPA
@@ -57,7 +61,16 @@ type Aligner struct {
 	synced bool
 	starts [64]uint32 // recent FPDU starts, a ring
 	nstart int
+	// edge is the in-order edge: every octet from base to edge was seen.
+	// ahead holds ranges seen beyond it (a few; more are forgotten, which
+	// only makes the edge lag until the data is seen again).
+	edge   uint32
+	ahead  [8]seqRange
+	nahead int
 }
+
+// seqRange is the sequence numbers [from, to).
+type seqRange struct{ from, to uint32 }
 
 // Configure tells the Aligner whether Markers are sent in its direction.
 // Segments are classified from then on.
@@ -78,6 +91,70 @@ func (a *Aligner) SetStart(seq uint32) {
 func (a *Aligner) setStartLocked(seq uint32) {
 	a.base, a.baseKnown = seq, true
 	a.next, a.synced = seq, true
+	a.edge, a.nahead = seq, 0
+}
+
+// seen records that the octets [seq, end) arrived and reports whether they
+// start beyond the in-order edge.
+func (a *Aligner) seen(seq, end uint32) (beyond bool) {
+	if seqLT(a.edge, seq) {
+		a.addAhead(seq, end)
+		return true
+	}
+	if !seqLT(a.edge, end) {
+		return false
+	}
+	a.edge = end
+	// Ranges seen earlier may now join the edge.
+	for merged := true; merged && a.nahead > 0; {
+		merged = false
+		for i := 0; i < a.nahead; i++ {
+			r := a.ahead[i]
+			if seqLT(a.edge, r.from) {
+				continue
+			}
+			if seqLT(a.edge, r.to) {
+				a.edge = r.to
+			}
+			a.nahead--
+			a.ahead[i] = a.ahead[a.nahead]
+			i--
+			merged = true
+		}
+	}
+	return false
+}
+
+// addAhead remembers [seq, end) beyond the edge, joining it to a range it
+// touches; when all slots are taken it replaces the farthest range.
+func (a *Aligner) addAhead(seq, end uint32) {
+	for i := 0; i < a.nahead; i++ {
+		r := &a.ahead[i]
+		if seqLT(end, r.from) || seqLT(r.to, seq) {
+			continue
+		}
+		if seqLT(seq, r.from) {
+			r.from = seq
+		}
+		if seqLT(r.to, end) {
+			r.to = end
+		}
+		return
+	}
+	if a.nahead < len(a.ahead) {
+		a.ahead[a.nahead] = seqRange{seq, end}
+		a.nahead++
+		return
+	}
+	far := 0
+	for i := range a.ahead {
+		if seqLT(a.ahead[far].from, a.ahead[i].from) {
+			far = i
+		}
+	}
+	if seqLT(seq, a.ahead[far].from) {
+		a.ahead[far] = seqRange{seq, end}
+	}
 }
 
 // seqLT reports a < b in sequence space.
@@ -106,13 +183,15 @@ func (a *Aligner) Classify(seq uint32, n int, r PayloadReader) Alignment {
 		return Alignment{}
 	}
 	end := seq + uint32(n)
+	beyond := a.seen(seq, end)
 	atNext := a.synced && seq == a.next
 	known := atNext || a.isStart(seq)
 	w := a.walk(seq, end, r)
+	w.result.Beyond = beyond
 	if !known && !w.result.Aligned {
 		// Not at a known boundary and not a run of whole FPDUs: the
 		// segment begins inside an FPDU.
-		return Alignment{Known: true, SplitOff: -1}
+		return Alignment{Known: true, SplitOff: -1, Beyond: beyond}
 	}
 	// At a known boundary, or reading as whole FPDUs (out of order, sent
 	// again, or after sync was lost): remember its boundaries.

@@ -197,3 +197,43 @@ func FuzzAligner(f *testing.F) {
 		}
 	})
 }
+
+// TestAlignerBeyond follows the in-order edge through gaps, fills,
+// retransmissions and more gaps than the Aligner remembers.
+func TestAlignerBeyond(t *testing.T) {
+	const base = 0xffff_ff00 // the edge wraps
+	type seg struct {
+		off, n int
+		beyond bool
+	}
+	cases := []struct {
+		name string
+		segs []seg
+	}{
+		{"in order", []seg{{0, 100, false}, {100, 100, false}, {200, 50, false}}},
+		{"one gap", []seg{{0, 100, false}, {200, 100, true}, {300, 100, true}, {100, 100, false}, {400, 10, false}}},
+		{"retransmission", []seg{{0, 100, false}, {50, 100, false}, {0, 150, false}, {150, 10, false}}},
+		{"overlapping ahead", []seg{{100, 100, true}, {150, 100, true}, {0, 100, false}, {250, 10, false}}},
+		{"fill bridges two ranges", []seg{{100, 50, true}, {200, 50, true}, {150, 50, true}, {0, 100, false}, {250, 1, false}}},
+		{"many gaps", []seg{
+			{20, 10, true}, {40, 10, true}, {60, 10, true}, {80, 10, true}, {100, 10, true},
+			{120, 10, true}, {140, 10, true}, {160, 10, true}, {180, 10, true}, {200, 10, true},
+			// Only eight ranges are kept: [180, 190) and [200, 210) were
+			// forgotten, so after the fill up to 200 the edge stops there.
+			{0, 200, false}, {210, 10, true}, {200, 10, false}, {220, 1, false},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var a Aligner
+			a.SetStart(base)
+			a.Configure(false)
+			for i, s := range c.segs {
+				r := a.Classify(base+uint32(s.off), s.n, sliceReader(make([]byte, s.n)))
+				if r.Beyond != s.beyond {
+					t.Fatalf("segment %d [%d, +%d): Beyond %v, want %v", i, s.off, s.n, r.Beyond, s.beyond)
+				}
+			}
+		})
+	}
+}

@@ -94,6 +94,11 @@ func (r *Receiver) Stats() ReceiverStats {
 	return s
 }
 
+// FPDUStart returns the stream offset of the first octet (its leading
+// Marker included) of the FPDU being received, or of the last one when
+// the Receiver is between FPDUs. A Handler may call it from BeginFPDU on.
+func (r *Receiver) FPDUStart() uint64 { return r.start }
+
 // Write consumes stream octets. It returns len(p) and nil, or on error how
 // much of p was consumed, up to and including the octets that caused it. Errors from the Handler are returned
 // as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker).
