@@ -108,6 +108,9 @@ type Conn struct {
 	wNotify chan struct{} // wEntry's channel
 	iss     uint32        // guarded by writeMu; our ISS once issOK
 	issOK   bool          // guarded by writeMu
+	// windowTimer bounds a wait for the peer's window (waitRoomSlow);
+	// guarded by writeMu, kept so a wait does not allocate a timer.
+	windowTimer *time.Timer
 	// partialWrites counts WriteAligned calls that gVisor accepted only in
 	// part (the rest was written immediately after).
 	partialWrites atomic.Uint64
@@ -722,11 +725,14 @@ func (c *Conn) windowRoom(n int) bool {
 }
 
 func (c *Conn) waitRoomSlow(n int) error {
-	registered := false
+	registered, timing := false, false
 	defer func() {
 		c.flow.waiting.Store(false)
 		if registered {
 			c.wq.EventUnregister(&c.wEntry)
+		}
+		if timing {
+			c.windowTimer.Stop()
 		}
 	}()
 	var windowDeadline <-chan time.Time
@@ -744,9 +750,13 @@ func (c *Conn) waitRoomSlow(n int) error {
 			return nil
 		}
 		if bufOK && windowDeadline == nil {
-			t := time.NewTimer(maxWindowWait)
-			defer t.Stop()
-			windowDeadline = t.C
+			if c.windowTimer == nil {
+				c.windowTimer = time.NewTimer(maxWindowWait)
+			} else {
+				c.windowTimer.Reset(maxWindowWait)
+			}
+			timing = true
+			windowDeadline = c.windowTimer.C
 		}
 		if !registered {
 			drain(c.wNotify)

@@ -29,6 +29,7 @@ type txState struct {
 	src  [MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
 	fp   fpduPayload // the FPDUs being written
+	msg  ddp.Header  // the DDP header of the message being sent (fp refers to it)
 	// perWrite caps the FPDUs of one TCP write (1: one FPDU per write).
 	perWrite int
 }
@@ -275,13 +276,13 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 			total += uint64(s.Length)
 		}
 	}
-	var h ddp.Header
-	h.Version = ddp.Version
+	h := &t.msg
+	*h = ddp.Header{Version: ddp.Version}
 	if w.op == WRWrite {
 		h.Tagged = true
 		h.ULPCtrl = rdmap.Ctrl(rdmap.OpWrite)
 		h.STag = w.rkey
-		err := qp.sendMessage(&h, w.raddr, total, false)
+		err := qp.sendMessage(h, w.raddr, total, false)
 		if err == nil {
 			qp.stats.WritesTx.Add(1)
 			qp.stats.WriteBytesTx.Add(total)
@@ -305,7 +306,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 		h.ULPData = w.invRKey
 	}
 	qp.sendMSN++
-	err := qp.sendMessage(&h, 0, total, false)
+	err := qp.sendMessage(h, 0, total, false)
 	if err == nil {
 		qp.stats.SendsTx.Add(1)
 		qp.stats.SendBytesTx.Add(total)
@@ -419,8 +420,9 @@ func (qp *QP) sendReadResponse(e *irqEntry) error {
 	t := &qp.tx
 	t.src[0] = e.src
 	t.nsrc = 1
-	h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadResponse), STag: e.sinkSTag}
-	if err := qp.sendMessage(&h, e.sinkTO, uint64(len(e.src)), true); err != nil {
+	h := &t.msg
+	*h = ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadResponse), STag: e.sinkSTag}
+	if err := qp.sendMessage(h, e.sinkTO, uint64(len(e.src)), true); err != nil {
 		return err
 	}
 	qp.stats.ReadResponsesTx.Add(1)
@@ -435,8 +437,9 @@ func (qp *QP) sendRTR(rtr mpa.RTR) error {
 	case mpa.RTRWrite:
 		t := &qp.tx
 		t.nsrc = 0
-		h := ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: rtrSTag}
-		return qp.sendMessage(&h, 0, 0, false)
+		h := &t.msg
+		*h = ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: rtrSTag}
+		return qp.sendMessage(h, 0, 0, false)
 	case mpa.RTRRead:
 		rr := rdmap.ReadRequest{SinkSTag: rtrSTag, SrcSTag: rtrSTag}
 		return qp.sendReadRequest(&rr)

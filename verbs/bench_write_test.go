@@ -40,7 +40,8 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 	fill(src.buf(), 1)
 	dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
 	done := srv.region(8, AccessLocalWrite)
-	wr := SendWR{Opcode: WRWrite, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}
+	wrs := []SendWR{{Opcode: WRWrite, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}}
+	wr := &wrs[0]
 	const window = 64
 	wcs := make([]WorkCompletion, window)
 	ctx := context.Background()
@@ -67,7 +68,7 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 				outstanding -= 16
 			}
 		}
-		if _, err := cli.qp.PostSend([]SendWR{wr}); err != nil {
+		if _, err := cli.qp.PostSend(wrs); err != nil {
 			b.Fatal(err)
 		}
 		outstanding++

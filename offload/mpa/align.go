@@ -61,6 +61,7 @@ type Aligner struct {
 	synced bool
 	starts [64]uint32 // recent FPDU starts, a ring
 	nstart int
+	lenBuf [2]byte // readLen's buffer (a local would escape to the heap)
 	// edge is the in-order edge: every octet from base to edge was seen.
 	// ahead holds ranges seen beyond it (a few; more are forgotten, which
 	// only makes the edge lag until the data is seen again).
@@ -279,7 +280,7 @@ func (a *Aligner) walk(seq, end uint32, r PayloadReader) (w walkResult) {
 // Marker between its two octets), or ok=false if it is not inside [seq,
 // end).
 func (a *Aligner) readLen(p, seq, end uint32, r PayloadReader) (int, bool) {
-	var b [2]byte
+	b := &a.lenBuf
 	for i := range 2 {
 		if a.markers && (p-a.base)%MarkerInterval == 0 {
 			p += MarkerLen
