@@ -89,11 +89,17 @@ func TestImpairedDaemons(t *testing.T) {
 	}
 	el := time.Since(start)
 	s0, s1 := ctlStats(t, r.d0), ctlStats(t, r.d1)
-	t.Logf("%d MiB verified in %v (%.0f MB/s) under %s; retransmitted segments %d / %d, CRC errors %d / %d",
+	t.Logf("%d MiB verified in %v (%.0f MB/s) under %s; retransmitted segments %d / %d, CRC errors %d / %d, placed out of order %d / %d FPDUs (%d / %d octets)",
 		moved>>20, el.Round(time.Millisecond), float64(moved)/el.Seconds()/1e6, imp,
-		s0["tcpRetransSegs"], s1["tcpRetransSegs"], s0["mpaCrcErrors"], s1["mpaCrcErrors"])
+		s0["tcpRetransSegs"], s1["tcpRetransSegs"], s0["mpaCrcErrors"], s1["mpaCrcErrors"],
+		s0["mpaOooPlacedFpdus"], s1["mpaOooPlacedFpdus"], s0["mpaOooPlacedOctets"], s1["mpaOooPlacedOctets"])
 	if s0["tcpRetransSegs"]+s1["tcpRetransSegs"] == 0 {
 		t.Error("no TCP retransmissions: the impairments were not applied")
+	}
+	// WRITEs go to siwtun1, READ responses to siwtun0: both place tagged
+	// FPDUs out of order behind the lost and reordered segments.
+	if s0["mpaOooPlacedFpdus"] == 0 || s1["mpaOooPlacedFpdus"] == 0 {
+		t.Errorf("no FPDU placed out of order (siwtun0 %d, siwtun1 %d) under loss and reorder", s0["mpaOooPlacedFpdus"], s1["mpaOooPlacedFpdus"])
 	}
 }
 
