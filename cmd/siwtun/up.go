@@ -47,6 +47,7 @@ type upOptions struct {
 	logLevel    string
 	logFormat   string
 	cpuProfile  string
+	perWrite    int
 }
 
 func newUpCmd() *cobra.Command {
@@ -85,6 +86,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
 	return cmd
 }
@@ -241,6 +243,10 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
+	if o.perWrite < 0 {
+		return fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
+	}
+	cfg.FPDUsPerWrite = o.perWrite
 	cfg.Logger = log
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
 		return fmt.Errorf("socket directory: %w", err)
