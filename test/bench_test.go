@@ -2,6 +2,8 @@ package test
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +21,7 @@ import (
 func BenchmarkDaemonWrite(b *testing.B) {
 	for _, mtu := range []int{1500, 9000} {
 		b.Run(fmt.Sprintf("mtu%d", mtu), func(b *testing.B) {
-			r := newTwoRNICs(b, mtu)
+			r := newTwoRNICs(b, mtu, strings.Fields(os.Getenv("SIWTUN_UP_FLAGS"))...)
 			cli, srv := r.connect(b, 7174, 64)
 			const size = 1 << 20
 			b.Run("1MiB", func(b *testing.B) { benchDaemonWrite(b, cli, srv, size) })
