@@ -40,7 +40,7 @@ func TestImpairedDaemons(t *testing.T) {
 	r := newTwoRNICs(t, 9000, "--impair", imp)
 	cli, srv := r.connect(t, 7174, 16)
 	const msg = 4 << 20
-	const perOp = (1 << 30) / 3 / msg // messages per operation: 85 × 4 MiB
+	const perOp = ((1 << 30) + 3*msg - 1) / 3 / msg // messages per operation: 86 × 4 MiB, 1032 MiB in all
 	smr, sbuf := cli.mr(t, msg, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	kmr, kbuf := cli.mr(t, msg, verbs.AccessLocalWrite)
 	dmr, dbuf := srv.mr(t, msg, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
