@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,6 +58,9 @@ type Row struct {
 	// RNICCPUPerGB is the receiving daemon's CPU seconds per 10^9 bytes
 	// (/proc/<pid>/stat), for rows whose receiver is a siwtun daemon.
 	RNICCPUPerGB float64 `json:"rnic_cpu_s_per_gb,omitempty"`
+	// Samples are the Values of each round, in the order measured, when
+	// the run had more than one round; Value is their median.
+	Samples []float64 `json:"samples,omitempty"`
 }
 
 // Target is one of the issue's targets, judged on the figures.
@@ -83,9 +87,13 @@ type Results struct {
 	// CPUs is the number of CPUs of the machine.
 	CPUs int `json:"cpus"`
 	// DurationS is each bandwidth and request/response run's length.
-	DurationS float64  `json:"duration_s"`
-	Rows      []Row    `json:"rows"`
-	Targets   []Target `json:"targets"`
+	DurationS float64 `json:"duration_s"`
+	// Rounds is how many times every measurement was taken, the rounds
+	// one after the other, so that a noisy moment hits one sample of
+	// every figure rather than every sample of one.
+	Rounds  int      `json:"rounds,omitempty"`
+	Rows    []Row    `json:"rows"`
+	Targets []Target `json:"targets"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
 }
@@ -313,7 +321,11 @@ func (r *Results) WriteTable(w io.Writer) error {
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "\nCPU profiles: %s\n", strings.Join(r.Profiles, ", "))
 	}
-	_, err := fmt.Fprintf(w, "\n%d CPUs, %.0f s per run; total elapsed %s\n", r.CPUs, r.DurationS,
+	rounds := ""
+	if r.Rounds > 1 {
+		rounds = fmt.Sprintf(", medians of %d rounds", r.Rounds)
+	}
+	_, err := fmt.Fprintf(w, "\n%d CPUs, %.0f s per run%s; total elapsed %s\n", r.CPUs, r.DurationS, rounds,
 		time.Duration(r.ElapsedS*float64(time.Second)).Round(time.Second))
 	return err
 }
@@ -323,4 +335,69 @@ func (r *Results) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// MergeRounds replaces the rows of several rounds (the same measurements
+// taken again, rows of one key in round order) by one row per key: Value
+// and the CPU figures are the medians of the rounds' (of those measured),
+// Samples the rounds' Values. Rows keep the order of their first round.
+func (r *Results) MergeRounds() {
+	type key struct {
+		mtu               int
+		stack, kind, test string
+		size              int
+		crc               string
+	}
+	keyOf := func(row *Row) key {
+		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-"}
+		if row.CRC != nil {
+			k.crc = fmt.Sprint(*row.CRC)
+		}
+		return k
+	}
+	groups := map[key][]Row{}
+	var order []key
+	for _, row := range r.Rows {
+		k := keyOf(&row)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], row)
+	}
+	merged := make([]Row, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		row := g[0]
+		if len(g) > 1 {
+			var vals, app, rnic []float64
+			for _, x := range g {
+				vals = append(vals, x.Value)
+				if x.AppCPUPerGB > 0 {
+					app = append(app, x.AppCPUPerGB)
+				}
+				if x.RNICCPUPerGB > 0 {
+					rnic = append(rnic, x.RNICCPUPerGB)
+				}
+			}
+			row.Samples = vals
+			row.Value, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(app), median(rnic)
+		}
+		merged = append(merged, row)
+	}
+	r.Rows = merged
+}
+
+// median is the middle value of v (the mean of the middle two for an even
+// count), 0 for none. v is not changed.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

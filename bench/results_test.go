@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -122,5 +123,37 @@ func TestProcCPU(t *testing.T) {
 	}
 	if d < 0 {
 		t.Fatalf("procCPU = %v", d)
+	}
+}
+
+// TestMergeRounds: rows of the same key from several rounds become one row
+// with the median value and CPU figures and the samples in round order;
+// rows keep the order of the first round.
+func TestMergeRounds(t *testing.T) {
+	on, off := true, false
+	r := &Results{Rows: []Row{
+		{MTU: 1500, Stack: StackGVisor, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 100, RNICCPUPerGB: 4},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &on, Value: 90, AppCPUPerGB: 0.01, RNICCPUPerGB: 5},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &off, Value: 95},
+		{MTU: 1500, Stack: StackGVisor, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 140, RNICCPUPerGB: 3},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &on, Value: 70, AppCPUPerGB: 0.03, RNICCPUPerGB: 6},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &off, Value: 99},
+		{MTU: 1500, Stack: StackGVisor, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 120, RNICCPUPerGB: 9},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &on, Value: 80, AppCPUPerGB: 0.02},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &off, Value: 97},
+	}}
+	r.MergeRounds()
+	want := []Row{
+		{MTU: 1500, Stack: StackGVisor, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 120, RNICCPUPerGB: 4, Samples: []float64{100, 140, 120}},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &on, Value: 80, AppCPUPerGB: 0.02, RNICCPUPerGB: 5.5, Samples: []float64{90, 70, 80}},
+		{MTU: 1500, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: &off, Value: 97, Samples: []float64{95, 99, 97}},
+	}
+	if !reflect.DeepEqual(r.Rows, want) {
+		t.Fatalf("merged rows\n%+v\nwant\n%+v", r.Rows, want)
+	}
+	one := &Results{Rows: []Row{{MTU: 9000, Stack: StackKernel, Kind: KindLat, Test: TestTCPRR, Size: RRSmall, Value: 17}}}
+	one.MergeRounds()
+	if len(one.Rows) != 1 || one.Rows[0].Samples != nil || one.Rows[0].Value != 17 {
+		t.Fatalf("a single round changed: %+v", one.Rows)
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	Ops []string
 	// CRCs are the MPA CRC settings measured.
 	CRCs []bool
+	// Rounds is how many times every measurement is taken (the whole set
+	// once per round); the table shows medians. 0 means 1.
+	Rounds int
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
@@ -118,11 +121,18 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
-	for _, mtu := range cfg.MTUs {
-		if err := r.measureMTU(mtu); err != nil {
-			return nil, err
+	r.res.Rounds = max(cfg.Rounds, 1)
+	for round := range r.res.Rounds {
+		if r.res.Rounds > 1 {
+			r.logf("round %d of %d", round+1, r.res.Rounds)
+		}
+		for _, mtu := range cfg.MTUs {
+			if err := r.measureMTU(mtu); err != nil {
+				return nil, err
+			}
 		}
 	}
+	r.res.MergeRounds()
 	r.sortRows()
 	r.res.ElapsedS = time.Since(start).Seconds()
 	r.res.Analyze()

@@ -33,14 +33,15 @@ func benchNamespaces(t *testing.T, pid int) []string {
 }
 
 // TestMakeBenchTiny runs a tiny `siwtun bench` (MTU 1500, RDMA WRITE only,
-// 1 MiB bandwidth and 4 B latency, 1 s runs, CRC on and off): every row
+// 1 MiB bandwidth and 4 B latency, 1 s runs, CRC on and off, two rounds
+// merged into medians): every row
 // has positive figures, every target a figure, the JSON parses and
 // agrees with the table, and the namespaces are gone afterwards.
 func TestMakeBenchTiny(t *testing.T) {
 	requireRoot(t)
 	bin := siwtunBin(t)
 	out := t.TempDir()
-	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "1", "--out", out)
+	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "1", "--rounds", "2", "--out", out)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -67,9 +68,15 @@ func TestMakeBenchTiny(t *testing.T) {
 	if len(res.Rows) != 8 {
 		t.Fatalf("%d rows, want 8:\n%s", len(res.Rows), stdout.String())
 	}
+	if res.Rounds != 2 || !strings.Contains(stdout.String(), "medians of 2 rounds") {
+		t.Errorf("rounds %d, want 2 (and the table saying so)", res.Rounds)
+	}
 	for _, r := range res.Rows {
 		if r.Value <= 0 {
 			t.Errorf("row without a figure: %+v", r)
+		}
+		if len(r.Samples) != 2 || r.Value != (r.Samples[0]+r.Samples[1])/2 {
+			t.Errorf("row's value is not the median of its 2 samples: %+v", r)
 		}
 		if r.Stack != bench.StackKernel && r.VsKernel <= 0 {
 			t.Errorf("row without its ratio to kernel TCP: %+v", r)
@@ -105,7 +112,7 @@ func TestMakeBenchTiny(t *testing.T) {
 func TestMakeBenchInterrupted(t *testing.T) {
 	requireRoot(t)
 	bin := siwtunBin(t)
-	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "3", "--out", "")
+	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "3", "--rounds", "1", "--out", "")
 	var stdout bytes.Buffer
 	stderr := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr

@@ -25,6 +25,7 @@ type benchOptions struct {
 	duration int
 	out      string
 	quick    bool
+	rounds   int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -52,6 +53,7 @@ the same as JSON to --out.`,
 	f.IntSliceVar(&o.mtus, "mtu", []int{1500, 9000}, "link MTUs to measure")
 	f.IntVarP(&o.duration, "duration", "D", 3, "seconds per bandwidth and request/response run")
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
+	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
 	cmd.AddCommand(newBenchTCPCmd())
 	return cmd
@@ -65,13 +67,16 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.duration < 1 {
 		return fmt.Errorf("--duration %d: at least 1 second", o.duration)
 	}
+	if o.rounds < 1 {
+		return fmt.Errorf("--rounds %d: at least 1", o.rounds)
+	}
 	for _, m := range o.mtus {
 		if m < 1280 || m > 65535 {
 			return fmt.Errorf("--mtu %d: want 1280..65535", m)
 		}
 	}
 	cfg := bench.DefaultConfig(self)
-	cfg.MTUs, cfg.Duration, cfg.Log = o.mtus, time.Duration(o.duration)*time.Second, cmd.ErrOrStderr()
+	cfg.MTUs, cfg.Duration, cfg.Rounds, cfg.Log = o.mtus, time.Duration(o.duration)*time.Second, o.rounds, cmd.ErrOrStderr()
 	if o.quick {
 		cfg.BWSizes, cfg.LatSizes, cfg.Ops = []int{1 << 20}, []int{4}, []string{"write"}
 		cfg.LatIters = func(int) int { return 200 }
