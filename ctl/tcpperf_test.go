@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -32,10 +33,13 @@ func TestTCPPerfEngines(t *testing.T) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	s0 := engineServer(t, la, "198.18.0.1/24")
 	s1 := engineServer(t, lb, "198.18.0.2/24")
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		mode string
 		size int
 	}{{"bulk", 65536}, {"rr", 64}} {
+		// A port of its own: the previous run's connection may still hold
+		// its port (TIME-WAIT), and the server's listen would fail.
+		addr := fmt.Sprintf("198.18.0.2:%d", 5201+i)
 		t.Run(tc.mode, func(t *testing.T) {
 			srv := make(chan tcpperf.Result, 1)
 			errc := make(chan error, 1)
@@ -46,7 +50,7 @@ func TestTCPPerfEngines(t *testing.T) {
 					return
 				}
 				defer c.Close()
-				r, err := c.TCPPerf(TCPPerfRequest{Role: TCPPerfServer, Addr: "198.18.0.2:5201"})
+				r, err := c.TCPPerf(TCPPerfRequest{Role: TCPPerfServer, Addr: addr})
 				if err != nil {
 					errc <- err
 					return
@@ -54,10 +58,15 @@ func TestTCPPerfEngines(t *testing.T) {
 				srv <- r
 			}()
 			c := dial(t, s0.Path())
-			got, err := c.TCPPerf(TCPPerfRequest{Role: TCPPerfClient, Addr: "198.18.0.2:5201",
+			got, err := c.TCPPerf(TCPPerfRequest{Role: TCPPerfClient, Addr: addr,
 				Mode: tc.mode, Size: tc.size, DurationMS: 200})
 			if err != nil {
-				t.Fatal(err)
+				select {
+				case serr := <-errc:
+					t.Fatalf("client: %v; server: %v", err, serr)
+				default:
+					t.Fatal(err)
+				}
 			}
 			var s tcpperf.Result
 			select {
