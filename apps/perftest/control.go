@@ -18,8 +18,8 @@ type control struct {
 	client bool
 	trace  func(sent bool, n int)
 	// lastExchange: a flushed Send completion is taken as sent (the peer
-	// closes once it has the message; the engine may flush a request it
-	// already handed to TCP when the connection ends under it).
+	// closes once it has the message, and a request not yet all with TCP
+	// when the connection ends under it is flushed).
 	lastExchange bool
 	qp           *verbs.QP
 	scq          *verbs.CQ

@@ -232,8 +232,8 @@ var errPeerDone = errors.New("the peer finished")
 // receives seen meanwhile are handed to onRecv. A Write flushed after the
 // peer can have finished (the last iteration, or a timed run's end) means
 // the peer closed first: ib_write_lat has no closing handshake, so the
-// side that sees the other's last message first tears down, and the
-// engine may flush a Write it already handed to TCP.
+// side that sees the other's last message first tears down, and a Write
+// not yet all with TCP when the connection ends is flushed.
 func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
 	l.beginWait()
 	for {
