@@ -278,8 +278,10 @@ type synInfo struct {
 
 // flow is the link-level state of one connection.
 type flow struct {
+	key     flowKey // set at creation
 	created time.Time
 	claimed atomic.Bool
+	removed atomic.Bool // the flow left the table (a new one may take its key)
 
 	mu    sync.Mutex
 	in    synInfo // guarded by mu; peer's SYN
@@ -474,6 +476,10 @@ type flowTable struct {
 	m         map[flowKey]*flow // guarded by mu
 	lastSweep time.Time         // guarded by mu
 	hooks     atomic.Int32      // flows with a per-connection hook
+	// last is the flow found last: every packet of a busy connection
+	// finds it here, without the lock or the map. A flow marks itself
+	// removed before it leaves the map, so a stale last is never used.
+	last atomic.Pointer[flow]
 }
 
 const (
@@ -487,9 +493,16 @@ const (
 func (t *flowTable) init() { t.m = make(map[flowKey]*flow) }
 
 func (t *flowTable) get(k flowKey) *flow {
+	if f := t.last.Load(); f != nil && f.key == k && !f.removed.Load() {
+		return f
+	}
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.m[k]
+	f := t.m[k]
+	t.mu.RUnlock()
+	if f != nil {
+		t.last.Store(f)
+	}
+	return f
 }
 
 func (t *flowTable) getOrCreate(k flowKey) *flow {
@@ -506,11 +519,12 @@ func (t *flowTable) getOrCreate(k flowKey) *flow {
 		t.lastSweep = now
 		for k, f := range t.m {
 			if !f.claimed.Load() && now.Sub(f.created) > flowOrphanAge {
+				f.removed.Store(true)
 				delete(t.m, k)
 			}
 		}
 	}
-	f := &flow{created: now, ackAdvCh: make(chan struct{}, 1)}
+	f := &flow{key: k, created: now, ackAdvCh: make(chan struct{}, 1)}
 	f.peerWS.Store(-1)
 	f.ourWS.Store(-1)
 	t.m[k] = f
@@ -533,6 +547,7 @@ func (t *flowTable) remove(k flowKey, f *flow) {
 		if cur.hook.Swap(nil) != nil {
 			t.hooks.Add(-1)
 		}
+		cur.removed.Store(true)
 		delete(t.m, k)
 	}
 }
