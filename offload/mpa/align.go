@@ -281,6 +281,13 @@ func (a *Aligner) walk(seq, end uint32, r PayloadReader) (w walkResult) {
 // end).
 func (a *Aligner) readLen(p, seq, end uint32, r PayloadReader) (int, bool) {
 	b := &a.lenBuf
+	if !a.markers && seqLT(p+1, end) {
+		// Both octets in the segment, no Marker between: one read.
+		if r.ReadPayload(b[:], int(p-seq)) != 2 {
+			return 0, false
+		}
+		return int(binary.BigEndian.Uint16(b[:])), true
+	}
 	for i := range 2 {
 		if a.markers && (p-a.base)%MarkerInterval == 0 {
 			p += MarkerLen
