@@ -257,11 +257,11 @@ func (t *nativeTun) Close() error {
 	return t.closeErr
 }
 
-// Configure sets the MTU of the link name, adds the host-side addresses
-// (IPv4 and IPv6; IPv6 ones without duplicate address detection, so they
-// are usable at once) and brings the link up, through netlink in the
-// calling thread's namespace. Addresses already present are kept, so
-// Configure can be repeated.
+// Configure sets the MTU of the link name and its transmit queue length
+// (HostQueueLen), adds the host-side addresses (IPv4 and IPv6; IPv6 ones
+// without duplicate address detection, so they are usable at once) and
+// brings the link up, through netlink in the calling thread's namespace.
+// Addresses already present are kept, so Configure can be repeated.
 func Configure(name string, mtu int, hostAddrs []netip.Prefix) error {
 	if mtu < MinMTU || mtu > MaxMTU {
 		return fmt.Errorf("tun: configure %q: MTU %d out of range [%d,%d]", name, mtu, MinMTU, MaxMTU)
@@ -287,6 +287,9 @@ func Configure(name string, mtu int, hostAddrs []netip.Prefix) error {
 	}
 	if err := netlink.LinkSetMTU(link, mtu); err != nil {
 		return fmt.Errorf("tun: configure %q: set MTU %d: %w", name, mtu, err)
+	}
+	if err := netlink.LinkSetTxQLen(link, HostQueueLen); err != nil {
+		return fmt.Errorf("tun: configure %q: set transmit queue length %d: %w", name, HostQueueLen, err)
 	}
 	for i, addr := range addrs {
 		if err := netlink.AddrReplace(link, addr); err != nil {

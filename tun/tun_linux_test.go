@@ -366,8 +366,8 @@ func checkLink(t *testing.T, mtu int) {
 		t.Fatal(err)
 	}
 	a := link.Attrs()
-	if a.Flags&net.FlagUp == 0 || a.MTU != mtu {
-		t.Fatalf("link flags %v MTU %d; want up, MTU %d", a.Flags, a.MTU, mtu)
+	if a.Flags&net.FlagUp == 0 || a.MTU != mtu || a.TxQLen != tun.HostQueueLen {
+		t.Fatalf("link flags %v MTU %d queue %d; want up, MTU %d, queue %d", a.Flags, a.MTU, a.TxQLen, mtu, tun.HostQueueLen)
 	}
 	if tt, ok := link.(*netlink.Tuntap); !ok || tt.Mode != netlink.TUNTAP_MODE_TUN || tt.Flags&netlink.TUNTAP_NO_PI == 0 {
 		t.Fatalf("link is %T %+v, want a TUN with IFF_NO_PI", link, link)
