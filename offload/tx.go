@@ -164,26 +164,20 @@ func (qp *QP) txLoop() {
 					w.byteLen = uint32(w.length())
 				}
 			}
+			qp.retireLocked()
+			if err == nil && st != WCSuccess && qp.state != QPErr {
+				qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
+			}
+			qp.mu.Unlock()
 			switch {
 			case errors.Is(err, errAborted):
-				qp.retireLocked()
-				qp.mu.Unlock()
-				continue
+				// The QP entered ERR: the loop sends its Terminate, if any.
 			case err != nil:
-				qp.retireLocked()
-				qp.mu.Unlock()
 				qp.txFailed(err)
 				return
 			case st != WCSuccess:
-				qp.retireLocked()
-				if qp.state != QPErr {
-					qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
-				}
-				qp.mu.Unlock()
 				return
 			}
-			qp.retireLocked()
-			qp.mu.Unlock()
 		}
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/netip"
 	"testing"
-
-	"github.com/siwtun/siwtun/netstack"
 )
 
 // BenchmarkLatencyVsTCP measures round trips between the same two in-process
@@ -116,42 +113,23 @@ func benchSendLat(b *testing.B, mtu, size int) {
 }
 
 func benchTCPLat(b *testing.B, mtu, size int) {
-	la, lb := netstack.Pipe(mtu, netstack.Impairments{})
-	cs := newStack(b, la, cliAddr, mtu)
-	ss := newStack(b, lb, srvAddr, mtu)
-	l, err := ss.Listen(netip.AddrPortFrom(srvAddr.Addr(), 5002))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	ctx := context.Background()
+	c, sc, _ := tcpPair(b, mtu)
 	n := b.N
 	done := make(chan error, 1)
 	go func() {
-		c, err := l.Accept(ctx)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer c.Close()
 		buf := make([]byte, size)
 		for i := 0; i < n; i++ {
-			if _, err := io.ReadFull(c, buf); err != nil {
+			if _, err := io.ReadFull(sc, buf); err != nil {
 				done <- err
 				return
 			}
-			if _, err := c.Write(buf); err != nil {
+			if _, err := sc.Write(buf); err != nil {
 				done <- err
 				return
 			}
 		}
 		done <- nil
 	}()
-	c, err := cs.Dial(ctx, netip.Addr{}, netip.AddrPortFrom(srvAddr.Addr(), 5002))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	buf := make([]byte, size)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()

@@ -83,28 +83,14 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 }
 
 func benchTCP(b *testing.B, mtu, size int) {
-	la, lb := netstack.Pipe(mtu, netstack.Impairments{})
-	cs := newStack(b, la, cliAddr, mtu)
-	ss := newStack(b, lb, srvAddr, mtu)
-	l, err := ss.Listen(netip.AddrPortFrom(srvAddr.Addr(), 5001))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	ctx := context.Background()
+	c, sc, la := tcpPair(b, mtu)
 	got := make(chan error, 1)
 	total := int64(size) * int64(b.N)
 	go func() {
-		c, err := l.Accept(ctx)
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
 		buf := make([]byte, size)
 		var n int64
 		for n < total {
-			k, err := c.Read(buf)
+			k, err := sc.Read(buf)
 			n += int64(k)
 			if err != nil {
 				got <- err
@@ -113,11 +99,6 @@ func benchTCP(b *testing.B, mtu, size int) {
 		}
 		got <- nil
 	}()
-	c, err := cs.Dial(ctx, netip.Addr{}, netip.AddrPortFrom(srvAddr.Addr(), 5001))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	src := make([]byte, size)
 	fill(src, 1)
 	b.SetBytes(int64(size))
@@ -154,4 +135,30 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// tcpPair connects a TCP client on one stack to a server on another, the
+// two joined by an in-memory link of the given MTU, and returns both ends
+// and the client's link. Everything is closed when the benchmark ends.
+func tcpPair(b *testing.B, mtu int) (cli, srv *netstack.Conn, link *netstack.Link) {
+	la, lb := netstack.Pipe(mtu, netstack.Impairments{})
+	cs := newStack(b, la, cliAddr, mtu)
+	ss := newStack(b, lb, srvAddr, mtu)
+	addr := netip.AddrPortFrom(srvAddr.Addr(), 5001)
+	l, err := ss.Listen(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	cli, err = cs.Dial(ctx, netip.Addr{}, addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cli.Close() })
+	if srv, err = l.Accept(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	return cli, srv, la
 }
