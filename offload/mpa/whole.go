@@ -64,7 +64,7 @@ func FindFPDUs(dst []WholeFPDU, seg []byte, pos uint32, markers bool) []WholeFPD
 	// Markers sit at the stream offsets that are multiples of
 	// MarkerInterval.
 	next := 0 // the first segment offset a new run may start at
-	for m := int((MarkerInterval - pos%MarkerInterval) % MarkerInterval); m+MarkerLen <= len(seg); m += MarkerInterval {
+	for m := nextMarker(pos, 0); m+MarkerLen <= len(seg); m += MarkerInterval {
 		if m < next {
 			continue
 		}
@@ -109,6 +109,12 @@ func markerTarget(seg []byte, pos uint32, m int) (int, bool) {
 		f -= MarkerLen
 	}
 	return f, true
+}
+
+// nextMarker returns the segment offset of the first Marker at or after
+// segment offset off.
+func nextMarker(pos uint32, off int) int {
+	return off + int((MarkerInterval-(pos+uint32(off))%MarkerInterval)%MarkerInterval)
 }
 
 // isMarkerAt reports whether a Marker starts at segment offset off.
@@ -178,7 +184,7 @@ func lenAt(seg []byte, pos uint32, markers bool, q int) (int, bool) {
 
 // holdsMarker reports whether a Marker lies inside the FPDU.
 func (w WholeFPDU) holdsMarker(pos uint32) bool {
-	first := w.Off + int((MarkerInterval-(pos+uint32(w.Off))%MarkerInterval)%MarkerInterval)
+	first := nextMarker(pos, w.Off)
 	return first < w.Off+w.Len
 }
 
@@ -186,7 +192,7 @@ func (w WholeFPDU) holdsMarker(pos uint32) bool {
 // first octet (or, after a leading Marker, at its ULPDU_Length).
 func (w WholeFPDU) markersAgree(seg []byte, pos uint32) bool {
 	leading := isMarkerAt(pos, w.Off)
-	first := w.Off + int((MarkerInterval-(pos+uint32(w.Off))%MarkerInterval)%MarkerInterval)
+	first := nextMarker(pos, w.Off)
 	for m := first; m < w.Off+w.Len; m += MarkerInterval {
 		ptr := int(binary.BigEndian.Uint16(seg[m+2:m+4]) &^ 3)
 		d := m - w.Off
