@@ -3,7 +3,6 @@ package uverbs
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
@@ -309,7 +308,7 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		return nil, nil, err
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
-		doorbell: os.NewFile(uintptr(dbfd), "siwtun-doorbell"), stop: make(chan struct{})}
+		doorbell: dbfd, stop: make(chan struct{})}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon.

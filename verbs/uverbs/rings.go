@@ -2,7 +2,6 @@ package uverbs
 
 import (
 	"errors"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -79,8 +78,11 @@ type sQP struct {
 	sq, rq   *uabi.Ring
 	// rqMu serialises draining the RQ ring: the ring goroutine and the
 	// engine's receive path (SetRecvRefill) both do it.
-	rqMu     sync.Mutex
-	doorbell *os.File
+	rqMu sync.Mutex
+	// doorbell is the eventfd the client signals after publishing to a
+	// ring whose Notify flag is set. The ring goroutine sleeps on it in
+	// poll(2) (uabi.Wait); destroy signals it too, after closing stop.
+	doorbell int
 	stop     chan struct{}
 	done     sync.WaitGroup
 	once     sync.Once
@@ -104,7 +106,6 @@ const spinFor = 10 * time.Microsecond
 
 func (q *sQP) run() {
 	defer q.done.Done()
-	var buf [8]byte
 	backoff := time.Duration(0)
 	for {
 		select {
@@ -137,10 +138,10 @@ func (q *sQP) run() {
 			q.rq.Notify().Store(0)
 			continue
 		}
-		_, err := q.doorbell.Read(buf[:])
+		err := uabi.Wait(q.doorbell)
 		q.sq.Notify().Store(0)
 		q.rq.Notify().Store(0)
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		if err != nil {
 			return
 		}
 	}
@@ -296,8 +297,9 @@ func (q *sQP) destroy() {
 	q.once.Do(func() {
 		q.qp.Destroy()
 		close(q.stop)
-		q.doorbell.Close()
+		uabi.Signal(q.doorbell) // wakes the ring goroutine to see stop
 		q.done.Wait()
+		uabi.Close(q.doorbell)
 		uabi.Unmap(q.mem)
 		q.ss.mu.Lock()
 		q.scq.users--
