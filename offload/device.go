@@ -557,9 +557,15 @@ func (qp *QP) rxLoop() {
 	if pl := qp.rx.place; pl != nil {
 		defer pl.stop() // before running.Done: no placement once the QP stopped
 	}
+	qp.mu.Lock()
+	idle := qp.rxIdle
+	qp.mu.Unlock()
 	for {
 		_, err := qp.conn.ReadTo(&qp.rx.mpa)
 		if err == nil {
+			if idle != nil {
+				idle()
+			}
 			continue
 		}
 		var te *terminateError

@@ -222,6 +222,9 @@ type QP struct {
 	// refill, if set, is asked for receives when a Send finds none (the
 	// verbs socket's daemon moves them from the client's ring).
 	refill func()
+	// rxIdle, if set, is called by the receive goroutine after each batch
+	// of incoming data (the verbs socket's daemon watches its rings).
+	rxIdle func()
 }
 
 // SetRecvRefill sets f to be called from the receive path, with no QP lock
@@ -232,6 +235,18 @@ type QP struct {
 func (qp *QP) SetRecvRefill(f func()) {
 	qp.mu.Lock()
 	qp.refill = f
+	qp.mu.Unlock()
+}
+
+// SetRxIdle sets f to be called by the QP's receive goroutine, with no lock
+// held, each time it has handed the data TCP had ready to the MPA receiver
+// and before it waits for more. An application that answers what arrives
+// posts its next request about then; the verbs socket's daemon uses f to
+// catch that request without a doorbell. f must return soon: the QP
+// receives nothing while it runs. Set it before the QP connects.
+func (qp *QP) SetRxIdle(f func()) {
+	qp.mu.Lock()
+	qp.rxIdle = f
 	qp.mu.Unlock()
 }
 

@@ -317,6 +317,7 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		q.drainRQ()
 		q.rqMu.Unlock()
 	})
+	eqp.SetRxIdle(q.rxIdle)
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()

@@ -76,8 +76,10 @@ type sQP struct {
 	scq, rcq *sCQ
 	mem      []byte
 	sq, rq   *uabi.Ring
-	// rqMu serialises draining the RQ ring: the ring goroutine and the
-	// engine's receive path (SetRecvRefill) both do it.
+	// sqMu serialises draining the SQ ring and rqMu the RQ ring: the
+	// ring goroutine and the engine's receive goroutine (SetRecvRefill,
+	// SetRxIdle) both do it.
+	sqMu sync.Mutex
 	rqMu sync.Mutex
 	// doorbell is the eventfd the client signals after publishing to a
 	// ring whose Notify flag is set. The ring goroutine sleeps on it in
@@ -87,8 +89,12 @@ type sQP struct {
 	done     sync.WaitGroup
 	once     sync.Once
 
-	sqCons uint32
-	rqCons uint32 // guarded by rqMu
+	sqCons uint32 // guarded by sqMu, as are sbatch and sbufs
+	rqCons uint32 // guarded by rqMu, as are rbatch and rsgl
+	// rxSkip and rxMisses pace rxIdle's spinning; only the engine's
+	// receive goroutine uses them.
+	rxSkip, rxMisses int
+
 	sbatch [16]offload.SendWR
 	sbufs  [16]uabi.SQEBuf
 	rbatch [16]offload.RecvWR
@@ -148,7 +154,9 @@ func (q *sQP) run() {
 }
 
 func (q *sQP) pending() bool {
+	q.sqMu.Lock()
 	_, s := q.sq.Ready(q.sqCons)
+	q.sqMu.Unlock()
 	q.rqMu.Lock()
 	_, r := q.rq.Ready(q.rqCons)
 	q.rqMu.Unlock()
@@ -168,6 +176,65 @@ func (q *sQP) spin() bool {
 	}
 }
 
+// rxSpinFor is how long the engine's receive goroutine, having placed
+// incoming data, watches the rings of a QP whose ring goroutine sleeps
+// (rxIdle). An application answering what arrived (a ping-pong, rping,
+// perftest's latency tests) posts within a few microseconds; caught there,
+// its request costs no doorbell and no thread wake-up in the daemon.
+const rxSpinFor = 20 * time.Microsecond
+
+// rxMaxBackoff bounds rxIdle's backoff: after n fruitless watches in a row
+// it skips the next 2^n-1 arrivals, up to 2^rxMaxBackoff-1, so a QP that
+// only receives (an RDMA WRITE sink) costs almost nothing.
+const rxMaxBackoff = 10
+
+// rxIdle is the engine's receive-idle hook (offload.QP.SetRxIdle): it runs
+// on the QP's receive goroutine after incoming data was handed to the MPA
+// receiver, and watches the rings for up to rxSpinFor while the ring
+// goroutine sleeps, moving whatever the client posts to the engine itself.
+func (q *sQP) rxIdle() {
+	if q.rxSkip > 0 {
+		q.rxSkip--
+		return
+	}
+	if q.sq.Notify().Load() == 0 {
+		return // the ring goroutine is awake and takes it
+	}
+	// Clear the flags so the client does not ring the doorbell for what
+	// this watch takes; set them again, then look once more, before
+	// leaving (the ring goroutine's own protocol).
+	q.sq.Notify().Store(0)
+	q.rq.Notify().Store(0)
+	srv := q.ss.srv
+	srv.rxWatches.Add(1)
+	hit := false
+	start := time.Now()
+	for i := 0; ; i++ {
+		if q.pending() {
+			hit = true
+			srv.rxTaken.Add(1)
+			break
+		}
+		if i%16 == 15 && time.Since(start) > srv.rxSpin {
+			break
+		}
+		runtime.Gosched()
+	}
+	q.sq.Notify().Store(1)
+	q.rq.Notify().Store(1)
+	if q.pending() {
+		if _, blocked := q.drain(); blocked {
+			uabi.Signal(q.doorbell) // the ring goroutine retries as the engine drains
+		}
+	}
+	if hit {
+		q.rxMisses = 0
+		return
+	}
+	q.rxMisses = min(q.rxMisses+1, rxMaxBackoff)
+	q.rxSkip = 1<<q.rxMisses - 1
+}
+
 // drain moves what the client published to the engine.
 func (q *sQP) drain() (progress, blocked bool) {
 	for {
@@ -176,7 +243,9 @@ func (q *sQP) drain() (progress, blocked bool) {
 		q.rqMu.Lock()
 		r, rb := q.drainRQ()
 		q.rqMu.Unlock()
+		q.sqMu.Lock()
 		p, b := q.drainSQ()
+		q.sqMu.Unlock()
 		progress = progress || p || r
 		if b || rb {
 			return progress, true

@@ -19,7 +19,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -41,6 +43,24 @@ type Server struct {
 	nextHandle uint32
 	closed     bool
 	wg         sync.WaitGroup
+
+	// rxSpin is rxIdle's watch (rxSpinFor; tests lengthen it).
+	rxSpin             time.Duration
+	rxWatches, rxTaken atomic.Uint64
+}
+
+// Stats are a server's counters.
+type Stats struct {
+	// RxWatches counts the times an engine receive goroutine watched a
+	// QP's rings after placing incoming data (the QP's ring goroutine
+	// asleep); RxTaken the watches that found a request the client had
+	// posted, and moved it to the engine without a doorbell.
+	RxWatches, RxTaken uint64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{RxWatches: s.rxWatches.Load(), RxTaken: s.rxTaken.Load()}
 }
 
 // NewServer returns a server of dev, which must be in-process (verbs.Open).
@@ -53,7 +73,7 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	}
 	return &Server{dev: dev, eng: dev.Engine(), log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
-		owners: make(map[uint32]*session), nextHandle: 1}, nil
+		owners: make(map[uint32]*session), nextHandle: 1, rxSpin: rxSpinFor}, nil
 }
 
 // Serve serves dev on l until l is closed; see Server.Serve.

@@ -1,0 +1,87 @@
+package uverbs
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/siwtun/siwtun/verbs"
+)
+
+// TestRxIdleTakesAnswers plays ping-pong with Sends between a client on the
+// verbs socket and the in-process peer. Each ping reaches the client's QP
+// while its ring goroutine sleeps, so the engine's receive goroutine
+// watches the rings (lengthened here, so the client is never too slow);
+// the client's answers must all arrive, in order, and the watch must have
+// taken them without the doorbell.
+func TestRxIdleTakesAnswers(t *testing.T) {
+	r := newRig(t)
+	r.srv.rxSpin = 2 * time.Second
+	const rounds = 20
+	cli := newEnd(t, r.dial(), 2*rounds)
+	srv := newEnd(t, r.peer, 2*rounds)
+	connect(t, cli, srv)
+	cbuf := cli.region(t, 16*rounds, verbs.AccessLocalWrite)
+	sbuf := srv.region(t, 16*rounds, verbs.AccessLocalWrite)
+	for i := range rounds {
+		if _, err := cli.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{cbuf.SGE(16*i, 16)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{sbuf.SGE(16*i, 16)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := r.srv.Stats()
+	for i := range rounds {
+		// Long enough for the client's ring goroutine to go to sleep.
+		time.Sleep(5 * time.Millisecond)
+		ping := fmt.Sprintf("ping %d", i)
+		post(t, srv.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte(ping)})
+		wc := poll(t, cli.rcq, 1)[0]
+		if got := string(cbuf.Bytes()[16*i : 16*i+int(wc.ByteLen)]); wc.ID != uint64(i) || got != ping {
+			t.Fatalf("round %d: client received %q (%+v)", i, got, wc)
+		}
+		pong := fmt.Sprintf("pong %d", i)
+		post(t, cli.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte(pong)})
+		wc = poll(t, srv.rcq, 1)[0]
+		if got := string(sbuf.Bytes()[16*i : 16*i+int(wc.ByteLen)]); wc.ID != uint64(i) || got != pong {
+			t.Fatalf("round %d: peer received %q (%+v)", i, got, wc)
+		}
+	}
+	st := r.srv.Stats()
+	watches, taken := st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken
+	t.Logf("%d rounds: %d watches, %d answers taken by them", rounds, watches, taken)
+	// The client may post before the watch begins (then its doorbell
+	// wakes the ring goroutine), but not every time.
+	if taken == 0 || taken > watches || watches > rounds {
+		t.Fatalf("%d watches took %d answers in %d rounds", watches, taken, rounds)
+	}
+}
+
+// TestRxIdleBacksOff: a QP that only receives (an RDMA WRITE sink) is
+// watched a few times and then almost never.
+func TestRxIdleBacksOff(t *testing.T) {
+	r := newRig(t)
+	cli := newEnd(t, r.dial(), 16)
+	srv := newEnd(t, r.peer, 16)
+	connect(t, cli, srv)
+	dst := cli.region(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	src := srv.region(t, 64, verbs.AccessLocalWrite)
+	before := r.srv.Stats()
+	const writes = 1000
+	for i := range writes {
+		src.Bytes()[0] = byte(i)
+		post(t, srv.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		poll(t, srv.scq, 1)
+		// One Write per arrival: wait until it is placed.
+		eventually(t, "the write placed", func() bool { return dst.Bytes()[0] == byte(i) })
+	}
+	st := r.srv.Stats()
+	watches, taken := st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken
+	t.Logf("%d arrivals: %d watches", writes, watches)
+	// Misses n = 1..10 skip 2^n-1 arrivals each: 10 watches cover 1023.
+	if taken != 0 || watches == 0 || watches > 10 {
+		t.Fatalf("%d Writes received: %d watches, %d taken", writes, watches, taken)
+	}
+}
