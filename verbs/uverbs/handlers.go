@@ -3,6 +3,7 @@ package uverbs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
@@ -308,7 +309,7 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		return nil, nil, err
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
-		doorbell: dbfd, stop: make(chan struct{})}
+		doorbell: dbfd, stop: make(chan struct{}), epoch: time.Now()}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/siwtun/siwtun/offload"
@@ -94,6 +95,13 @@ type sQP struct {
 	// rxSkip and rxMisses pace rxIdle's spinning; only the engine's
 	// receive goroutine uses them.
 	rxSkip, rxMisses int
+	// lastRx is when rxIdle last ran (nanoseconds since epoch); rxRearm
+	// is set by the ring goroutine when the doorbell rang soon after it,
+	// for a request a watch would have caught: rxIdle then stops backing
+	// off.
+	epoch   time.Time
+	lastRx  atomic.Int64
+	rxRearm atomic.Bool
 
 	sbatch [16]offload.SendWR
 	sbufs  [16]uabi.SQEBuf
@@ -147,6 +155,9 @@ func (q *sQP) run() {
 		err := uabi.Wait(q.doorbell)
 		q.sq.Notify().Store(0)
 		q.rq.Notify().Store(0)
+		if time.Since(q.epoch)-time.Duration(q.lastRx.Load()) < 2*time.Duration(q.ss.srv.rxSpin.Load()) {
+			q.rxRearm.Store(true)
+		}
 		if err != nil {
 			return
 		}
@@ -185,7 +196,9 @@ const rxSpinFor = 20 * time.Microsecond
 
 // rxMaxBackoff bounds rxIdle's backoff: after n fruitless watches in a row
 // it skips the next 2^n-1 arrivals, up to 2^rxMaxBackoff-1, so a QP that
-// only receives (an RDMA WRITE sink) costs almost nothing.
+// only receives (an RDMA WRITE sink) costs almost nothing. A doorbell soon
+// after an arrival (within twice rxSpinFor: an answer a watch would have
+// caught) ends the backoff.
 const rxMaxBackoff = 10
 
 // rxIdle is the engine's receive-idle hook (offload.QP.SetRxIdle): it runs
@@ -193,6 +206,10 @@ const rxMaxBackoff = 10
 // receiver, and watches the rings for up to rxSpinFor while the ring
 // goroutine sleeps, moving whatever the client posts to the engine itself.
 func (q *sQP) rxIdle() {
+	q.lastRx.Store(int64(time.Since(q.epoch)))
+	if q.rxRearm.Load() && q.rxRearm.Swap(false) {
+		q.rxMisses, q.rxSkip = 0, 0
+	}
 	if q.rxSkip > 0 {
 		q.rxSkip--
 		return
@@ -208,6 +225,7 @@ func (q *sQP) rxIdle() {
 	srv := q.ss.srv
 	srv.rxWatches.Add(1)
 	hit := false
+	spin := time.Duration(srv.rxSpin.Load())
 	start := time.Now()
 	for i := 0; ; i++ {
 		if q.pending() {
@@ -215,7 +233,7 @@ func (q *sQP) rxIdle() {
 			srv.rxTaken.Add(1)
 			break
 		}
-		if i%16 == 15 && time.Since(start) > srv.rxSpin {
+		if i%16 == 15 && time.Since(start) > spin {
 			break
 		}
 		runtime.Gosched()

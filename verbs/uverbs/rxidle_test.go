@@ -8,21 +8,12 @@ import (
 	"github.com/siwtun/siwtun/verbs"
 )
 
-// TestRxIdleTakesAnswers plays ping-pong with Sends between a client on the
-// verbs socket and the in-process peer. Each ping reaches the client's QP
-// while its ring goroutine sleeps, so the engine's receive goroutine
-// watches the rings (lengthened here, so the client is never too slow);
-// the client's answers must all arrive, in order, and the watch must have
-// taken them without the doorbell.
-func TestRxIdleTakesAnswers(t *testing.T) {
-	r := newRig(t)
-	r.srv.rxSpin = 2 * time.Second
-	const rounds = 20
-	cli := newEnd(t, r.dial(), 2*rounds)
-	srv := newEnd(t, r.peer, 2*rounds)
-	connect(t, cli, srv)
-	cbuf := cli.region(t, 16*rounds, verbs.AccessLocalWrite)
-	sbuf := srv.region(t, 16*rounds, verbs.AccessLocalWrite)
+// pingPong has the in-process peer (srv) send rounds pings to the client
+// on the verbs socket (cli), each answered at once, and checks every
+// message. pause before each ping lets the client's ring goroutine go to
+// sleep. Each end has rounds receives posted into bufs of 16*rounds bytes.
+func pingPong(t *testing.T, cli, srv *side, cbuf, sbuf *verbs.MR, rounds int, pause time.Duration) {
+	t.Helper()
 	for i := range rounds {
 		if _, err := cli.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{cbuf.SGE(16*i, 16)}}}); err != nil {
 			t.Fatal(err)
@@ -31,10 +22,8 @@ func TestRxIdleTakesAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := r.srv.Stats()
 	for i := range rounds {
-		// Long enough for the client's ring goroutine to go to sleep.
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(pause)
 		ping := fmt.Sprintf("ping %d", i)
 		post(t, srv.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte(ping)})
 		wc := poll(t, cli.rcq, 1)[0]
@@ -48,6 +37,24 @@ func TestRxIdleTakesAnswers(t *testing.T) {
 			t.Fatalf("round %d: peer received %q (%+v)", i, got, wc)
 		}
 	}
+}
+
+// TestRxIdleTakesAnswers: each ping reaches the client's QP while its
+// ring goroutine sleeps, so the engine's receive goroutine watches the
+// rings (lengthened here, so the client is never too slow). The answers
+// must all arrive, in order, and the watches must have taken them without
+// the doorbell.
+func TestRxIdleTakesAnswers(t *testing.T) {
+	r := newRig(t)
+	r.srv.rxSpin.Store(int64(2 * time.Second))
+	const rounds = 20
+	cli := newEnd(t, r.dial(), rounds)
+	srv := newEnd(t, r.peer, rounds)
+	connect(t, cli, srv)
+	cbuf := cli.region(t, 16*rounds, verbs.AccessLocalWrite)
+	sbuf := srv.region(t, 16*rounds, verbs.AccessLocalWrite)
+	before := r.srv.Stats()
+	pingPong(t, cli, srv, cbuf, sbuf, rounds, 5*time.Millisecond)
 	st := r.srv.Stats()
 	watches, taken := st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken
 	t.Logf("%d rounds: %d watches, %d answers taken by them", rounds, watches, taken)
@@ -58,17 +65,20 @@ func TestRxIdleTakesAnswers(t *testing.T) {
 	}
 }
 
-// TestRxIdleBacksOff: a QP that only receives (an RDMA WRITE sink) is
-// watched a few times and then almost never.
-func TestRxIdleBacksOff(t *testing.T) {
+// TestRxIdleBacksOffAndRearms: a QP that only receives (an RDMA WRITE
+// sink) is watched a few times and then almost never; once its client
+// answers what arrives, the watches resume.
+func TestRxIdleBacksOffAndRearms(t *testing.T) {
 	r := newRig(t)
-	cli := newEnd(t, r.dial(), 16)
-	srv := newEnd(t, r.peer, 16)
+	r.srv.rxSpin.Store(int64(time.Millisecond))
+	const rounds = 20
+	cli := newEnd(t, r.dial(), rounds)
+	srv := newEnd(t, r.peer, rounds)
 	connect(t, cli, srv)
 	dst := cli.region(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	src := srv.region(t, 64, verbs.AccessLocalWrite)
 	before := r.srv.Stats()
-	const writes = 1000
+	const writes = 300
 	for i := range writes {
 		src.Bytes()[0] = byte(i)
 		post(t, srv.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled,
@@ -79,9 +89,23 @@ func TestRxIdleBacksOff(t *testing.T) {
 	}
 	st := r.srv.Stats()
 	watches, taken := st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken
-	t.Logf("%d arrivals: %d watches", writes, watches)
-	// Misses n = 1..10 skip 2^n-1 arrivals each: 10 watches cover 1023.
-	if taken != 0 || watches == 0 || watches > 10 {
+	t.Logf("%d Writes received: %d watches", writes, watches)
+	// Misses 1..k skip 2^n-1 arrivals each: 8 watches cover 510.
+	if taken != 0 || watches == 0 || watches > 8 {
 		t.Fatalf("%d Writes received: %d watches, %d taken", writes, watches, taken)
+	}
+
+	// Now the client answers; the first answers ring the doorbell soon
+	// after their ping (well within twice the watch), which rearms.
+	r.srv.rxSpin.Store(int64(2 * time.Second))
+	before = r.srv.Stats()
+	cbuf := cli.region(t, 16*rounds, verbs.AccessLocalWrite)
+	sbuf := srv.region(t, 16*rounds, verbs.AccessLocalWrite)
+	pingPong(t, cli, srv, cbuf, sbuf, rounds, 5*time.Millisecond)
+	st = r.srv.Stats()
+	watches, taken = st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken
+	t.Logf("then %d rounds: %d watches, %d answers taken by them", rounds, watches, taken)
+	if taken < rounds/2 {
+		t.Fatalf("after the client began answering: %d watches took %d answers in %d rounds", watches, taken, rounds)
 	}
 }

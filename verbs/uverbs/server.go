@@ -21,7 +21,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -44,8 +43,9 @@ type Server struct {
 	closed     bool
 	wg         sync.WaitGroup
 
-	// rxSpin is rxIdle's watch (rxSpinFor; tests lengthen it).
-	rxSpin             time.Duration
+	// rxSpin is rxIdle's watch in nanoseconds (rxSpinFor; tests change
+	// it).
+	rxSpin             atomic.Int64
 	rxWatches, rxTaken atomic.Uint64
 }
 
@@ -71,9 +71,11 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{dev: dev, eng: dev.Engine(), log: log.With("dev", dev.Name()),
+	s := &Server{dev: dev, eng: dev.Engine(), log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
-		owners: make(map[uint32]*session), nextHandle: 1, rxSpin: rxSpinFor}, nil
+		owners: make(map[uint32]*session), nextHandle: 1}
+	s.rxSpin.Store(int64(rxSpinFor))
+	return s, nil
 }
 
 // Serve serves dev on l until l is closed; see Server.Serve.
