@@ -113,6 +113,15 @@ func tcpCounters() []tcpCounter {
 	}
 }
 
+// socketCounters documents the verbs socket's counters
+// (uverbs.Server.Counters), which the daemon adds to its engine's.
+func socketCounters() map[string]counterInfo {
+	return map[string]counterInfo{
+		"verbsRxWatches": {layerVerbs, "Times a QP's receive path, having placed incoming data while the QP's verbs-socket ring goroutine slept, watched the client's rings for its answer."},
+		"verbsRxTaken":   {layerVerbs, "Watches that found a request the client had posted and moved it to the engine without a doorbell."},
+	}
+}
+
 // buildStats arranges a device's counters by layer. The tcp layer starts
 // with the stack-wide TCP-MIB counters; the queue pairs' own tcp* counters
 // follow, except where a stack-wide counter has the same name (tcpInSegs,
@@ -121,6 +130,9 @@ func tcpCounters() []tcpCounter {
 func buildStats(link string, tcp netstack.TCPStats, qp []offload.Counter, qps, mrs int) Stats {
 	s := Stats{Link: link}
 	tcpTable, qpTable := tcpCounters(), qpCounters()
+	for name, info := range socketCounters() {
+		qpTable[name] = info
+	}
 	seen := make(map[string]bool, len(tcpTable)+len(qp))
 	for _, c := range tcpTable {
 		s.TCP = append(s.TCP, Counter{Name: c.name, Value: c.get(&tcp), Doc: c.doc})

@@ -1,11 +1,14 @@
 package ctl
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // TestQPCountersDocumented checks that every offload.QPStats counter has a
@@ -100,5 +103,52 @@ func TestStatsLayers(t *testing.T) {
 	}
 	if n := len(s.Verbs); n < 2 || s.Verbs[n-2].Name != nameQPActive || s.Verbs[n-2].Value != 2 || s.Verbs[n-1].Value != 3 {
 		t.Errorf("verbs object counts = %+v", s.Verbs)
+	}
+}
+
+// TestSocketCounters: the verbs socket's counters, added by the daemon as
+// an extra source, land documented in the verbs layer with their values.
+func TestSocketCounters(t *testing.T) {
+	la, _ := netstack.Pipe(1500, netstack.Impairments{})
+	st, err := netstack.New(la, netstack.Options{Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}, MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := offload.NewDevice(st, offload.DefaultConfig("siwtun0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	vdev := verbs.Open(eng)
+	defer vdev.Close()
+	srv, err := uverbs.NewServer(vdev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	source := func() []offload.Counter {
+		cs := srv.Counters()
+		for i := range cs {
+			cs[i].Value = uint64(70 + i) // as if counted
+		}
+		return cs
+	}
+	s := NewProvider("", eng, nil, source).Stats()
+	if len(s.Other) != 0 {
+		t.Errorf("counters in layer other: %+v", s.Other)
+	}
+	verbsLayer := map[string]Counter{}
+	for _, c := range s.Verbs {
+		verbsLayer[c.Name] = c
+	}
+	for i, want := range srv.Counters() {
+		got, ok := verbsLayer[want.Name]
+		if !ok || got.Doc == "" || got.Value != uint64(70+i) {
+			t.Errorf("%s in the verbs layer: %+v (present %v), want value %d and a doc", want.Name, got, ok, 70+i)
+		}
+	}
+	if len(socketCounters()) != len(srv.Counters()) {
+		t.Errorf("socketCounters documents %d counters, the server has %d", len(socketCounters()), len(srv.Counters()))
 	}
 }

@@ -51,6 +51,7 @@ type engineProvider struct {
 	netdev string
 	eng    *offload.Device
 	host   []netip.Prefix
+	extra  []func() []offload.Counter
 }
 
 // NewProvider returns a Provider over the engine eng. netdev is the name of
@@ -60,11 +61,14 @@ type engineProvider struct {
 // The device attributes come from verbs.QueryEngine, what applications get
 // from verbs.Device.Query (in process or over the verbs socket), so
 // `siwtun ctl devinfo` and ibv_query_device cannot disagree.
-func NewProvider(netdev string, eng *offload.Device, hostAddrs []netip.Prefix) Provider {
+//
+// extra are more sources of counters for Stats, such as the verbs socket's
+// (uverbs.Server.Counters); they are placed by name like the engine's.
+func NewProvider(netdev string, eng *offload.Device, hostAddrs []netip.Prefix, extra ...func() []offload.Counter) Provider {
 	if netdev == "" {
 		netdev = eng.Config().Name
 	}
-	return &engineProvider{netdev: netdev, eng: eng, host: append([]netip.Prefix(nil), hostAddrs...)}
+	return &engineProvider{netdev: netdev, eng: eng, host: append([]netip.Prefix(nil), hostAddrs...), extra: extra}
 }
 
 func (p *engineProvider) link() string { return LinkName(p.eng.Config().Name) }
@@ -151,7 +155,11 @@ func (p *engineProvider) QPs() []QP {
 
 // Stats implements Provider.Stats.
 func (p *engineProvider) Stats() Stats {
-	return buildStats(p.link(), p.eng.Stack().Stats(), p.eng.Stats().Counters(),
+	counters := p.eng.Stats().Counters()
+	for _, f := range p.extra {
+		counters = append(counters, f()...)
+	}
+	return buildStats(p.link(), p.eng.Stack().Stats(), counters,
 		len(p.eng.QPs()), p.eng.Regions().Len())
 }
 

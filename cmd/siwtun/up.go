@@ -288,8 +288,12 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	vdev := verbs.Open(eng)
 	defer vdev.Close()
 
+	vsrv, err := uverbs.NewServer(vdev, log)
+	if err != nil {
+		return fmt.Errorf("verbs socket: %w", err)
+	}
 	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
-	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs), log)
+	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
 	if err != nil {
 		return err
 	}
@@ -299,7 +303,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	go cs.Serve()
 
-	stopVerbs, verbsPath, err := serveVerbs(vdev, o, log)
+	stopVerbs, verbsPath, err := serveVerbs(vsrv, o, log)
 	if err != nil {
 		return err
 	}
@@ -321,9 +325,9 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 }
 
 // serveVerbs serves the device to applications on the verbs socket,
-// <socket-dir>/<dev>.sock. The returned stop tells every client the device
-// is gone, destroys their objects and removes the socket.
-func serveVerbs(vdev *verbs.Device, o upOptions, log *slog.Logger) (stop func(), path string, err error) {
+// <socket-dir>/<dev>.sock, with srv. The returned stop tells every client
+// the device is gone, destroys their objects and removes the socket.
+func serveVerbs(srv *uverbs.Server, o upOptions, log *slog.Logger) (stop func(), path string, err error) {
 	path = filepath.Join(o.socketDir, o.dev+".sock")
 	gid := -1
 	if o.socketGroup != "" {
@@ -335,11 +339,6 @@ func serveVerbs(vdev *verbs.Device, o upOptions, log *slog.Logger) (stop func(),
 	}
 	l, err := uverbs.Listen(path, gid)
 	if err != nil {
-		return nil, "", fmt.Errorf("verbs socket: %w", err)
-	}
-	srv, err := uverbs.NewServer(vdev, log)
-	if err != nil {
-		l.Close()
 		return nil, "", fmt.Errorf("verbs socket: %w", err)
 	}
 	go func() {

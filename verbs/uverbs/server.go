@@ -63,6 +63,13 @@ func (s *Server) Stats() Stats {
 	return Stats{RxWatches: s.rxWatches.Load(), RxTaken: s.rxTaken.Load()}
 }
 
+// Counters returns the server's counters by their stable names, for the
+// control plane's stats (ctl.NewProvider).
+func (s *Server) Counters() []offload.Counter {
+	st := s.Stats()
+	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken}}
+}
+
 // NewServer returns a server of dev, which must be in-process (verbs.Open).
 func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	if dev.Engine() == nil {
