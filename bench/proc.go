@@ -9,31 +9,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/siwtun/siwtun/internal/syncbuf"
 )
 
 // stopWait is how long a process has to exit after SIGINT before SIGKILL.
 const stopWait = 15 * time.Second
-
-// syncBuffer is a bytes.Buffer safe for a process's output copier and the
-// reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // proc is a process the run started: `ip netns exec <ns> <bin> <args>`.
 // ip execs the command in place, so the PID, the exit status and the
@@ -41,8 +23,8 @@ func (s *syncBuffer) String() string {
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout syncbuf.Buffer
+	stderr syncbuf.Buffer
 	done   chan struct{} // closed once waited for
 	err    error         // the exit status, set before done closes
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/capture"
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -56,8 +57,8 @@ func needTshark(t *testing.T) string {
 // watcher is a `siwtun capture` or `siwtun trace` process of the test.
 type watcher struct {
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -65,7 +66,7 @@ type watcher struct {
 // has started.
 func startWatcher(t *testing.T, bin string, args ...string) *watcher {
 	t.Helper()
-	w := &watcher{cmd: exec.Command(bin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	w := &watcher{cmd: exec.Command(bin, args...), stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -147,7 +148,7 @@ func TestClientKilled(t *testing.T) {
 		envHelperRKey+"="+strconv.FormatUint(uint64(dmr.RKey()), 10),
 		envHelperSize+"="+strconv.Itoa(size),
 	)
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	child.Stderr = stderr
 	stdout, err := child.StdoutPipe()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/bench"
+	"github.com/siwtun/siwtun/internal/syncbuf"
 )
 
 // benchNamespaces lists the network namespaces `siwtun bench` (pid) made.
@@ -114,7 +115,7 @@ func TestMakeBenchInterrupted(t *testing.T) {
 	bin := siwtunBin(t)
 	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "3", "--rounds", "1", "--out", "")
 	var stdout bytes.Buffer
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

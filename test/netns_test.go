@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/internal/syncbuf"
 )
 
 // requireRoot skips a test that needs root, /dev/net/tun and ip(8).
@@ -91,32 +92,11 @@ func (n *netns) command(args ...string) *exec.Cmd {
 type daemon struct {
 	dev       string
 	cmd       *exec.Cmd
-	log       *syncBuffer
+	log       *syncbuf.Buffer
 	socketDir string
 	exited    chan struct{} // closed when the process has been waited for
 	err       error         // its exit status, set before exited closes
 }
-
-// syncBuffer is a bytes.Buffer safe for the process's output copier and
-// the test reading it at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]byte(nil), s.b.Bytes()...)
-}
-
-func (s *syncBuffer) String() string { return string(s.Bytes()) }
 
 // startDaemon runs siwtun up in n and waits until its control socket answers.
 func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
@@ -124,7 +104,7 @@ func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu in
 	dir := t.TempDir()
 	args := append([]string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
 		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}, extra...)
-	d := &daemon{dev: dev, cmd: n.command(args...), log: &syncBuffer{}, socketDir: dir, exited: make(chan struct{})}
+	d := &daemon{dev: dev, cmd: n.command(args...), log: &syncbuf.Buffer{}, socketDir: dir, exited: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("siwtun up: %v", err)

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/tools/rping"
 )
 
 // pingProc is a `siwtun ping` process in the test's namespace.
 type pingProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	exited         chan struct{}
 	err            error
 }
@@ -22,7 +23,7 @@ type pingProc struct {
 func startPingProc(t testing.TB, r *twoRNICs, args ...string) *pingProc {
 	t.Helper()
 	p := &pingProc{cmd: r.ns.command(append([]string{r.bin, "ping"}, args...)...),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("siwtun ping: %v", err)

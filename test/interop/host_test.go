@@ -1,18 +1,17 @@
 package interop
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/syncbuf"
 )
 
 // proc is a process this test started in the peer's namespace (ip netns
@@ -20,28 +19,9 @@ import (
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	exited         chan struct{}
 	err            error
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output copier and the
-// test reading it at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startProc starts args in namespace netns; at cleanup a process still
@@ -49,7 +29,7 @@ func (s *syncBuffer) String() string {
 func startProc(t *testing.T, netns, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command("ip", append([]string{"netns", "exec", netns}, args...)...),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", name, err)

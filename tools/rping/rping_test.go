@@ -1,7 +1,6 @@
 package rping_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/tools/rping"
@@ -53,33 +53,15 @@ func newDevice(t testing.TB, link *netstack.Link, addr netip.Prefix, mtu int, na
 	return dev
 }
 
-// syncBuffer collects a run's output; the connection's event watcher and
-// its main loop write at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // run is one side's result and output.
 type run struct {
-	err            error
-	stdout, stderr *syncBuffer
+	err error
+	// The connection's event watcher and its main loop write at once.
+	stdout, stderr *syncbuf.Buffer
 }
 
 func opts(o rping.Options) (rping.Options, *run) {
-	r := &run{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	r := &run{stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}}
 	o.Stdout, o.Stderr = r.stdout, r.stderr
 	return o, r
 }
