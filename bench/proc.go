@@ -126,27 +126,3 @@ func procCPU(pid int) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * clockTick, nil
 }
-
-// ipCmd runs ip(8) with args.
-func ipCmd(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// CanRun says why the benchmark cannot run here, if it cannot: it needs
-// root, /dev/net/tun and ip(8).
-func CanRun() error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root (network namespaces and TUN devices)")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		return errors.New("needs /dev/net/tun (modprobe tun)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		return errors.New("needs ip(8) from iproute2")
-	}
-	return nil
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/siwtun/siwtun/apps/perftest"
 	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/netns"
 )
 
 // Config is what a run measures.
@@ -100,7 +101,7 @@ type runner struct {
 // A measurement that fails is reported in the error after the others ran;
 // the results hold what was measured.
 func Run(ctx context.Context, cfg Config) (res *Results, err error) {
-	if err := CanRun(); err != nil {
+	if err := netns.CanRun(); err != nil {
 		return nil, err
 	}
 	if cfg.Log == nil {
@@ -153,16 +154,16 @@ func (r *runner) setup() error {
 		return err
 	}
 	for _, ns := range []string{r.nsRNIC, r.nsK0, r.nsK1} {
-		if err := ipCmd("netns", "add", ns); err != nil {
+		if err := netns.IP("netns", "add", ns); err != nil {
 			return err
 		}
 		r.nsMade = append(r.nsMade, ns)
-		if err := ipCmd("-n", ns, "link", "set", "lo", "up"); err != nil {
+		if err := netns.IP("-n", ns, "link", "set", "lo", "up"); err != nil {
 			return err
 		}
 	}
 	// The RNICs' namespace routes between their TUN devices.
-	if err := ipCmd("netns", "exec", r.nsRNIC, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+	if err := netns.IP("netns", "exec", r.nsRNIC, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
 		return err
 	}
 	steps := [][]string{
@@ -173,7 +174,7 @@ func (r *runner) setup() error {
 		{"-n", r.nsK1, "link", "set", veth1, "up"},
 	}
 	for _, s := range steps {
-		if err := ipCmd(s...); err != nil {
+		if err := netns.IP(s...); err != nil {
 			return err
 		}
 	}
@@ -189,7 +190,7 @@ func (r *runner) cleanup() error {
 	}
 	var errs []error
 	for _, ns := range r.nsMade {
-		if err := ipCmd("netns", "del", ns); err != nil {
+		if err := netns.IP("netns", "del", ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -226,7 +227,7 @@ func (r *runner) failed(what string, err error) {
 func (r *runner) measureMTU(mtu int) error {
 	for _, l := range [][]string{{"-n", r.nsK0, "link", "set", veth0, "mtu", fmt.Sprint(mtu)},
 		{"-n", r.nsK1, "link", "set", veth1, "mtu", fmt.Sprint(mtu)}} {
-		if err := ipCmd(l...); err != nil {
+		if err := netns.IP(l...); err != nil {
 			return err
 		}
 	}

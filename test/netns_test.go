@@ -17,20 +17,17 @@ import (
 	"testing"
 	"time"
 
+	// Renamed: this package's type netns is a namespace a test created.
+	ipnetns "github.com/siwtun/siwtun/internal/netns"
 	"github.com/siwtun/siwtun/internal/syncbuf"
 )
 
-// requireRoot skips a test that needs root, /dev/net/tun and ip(8).
+// requireRoot skips a test that needs root, /dev/net/tun and ip(8),
+// saying which is missing.
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_NET_ADMIN) for network namespaces and TUN devices")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("needs /dev/net/tun (modprobe tun)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) from iproute2 to create network namespaces")
+	if err := ipnetns.CanRun(); err != nil {
+		t.Skip(err)
 	}
 }
 
@@ -63,11 +60,11 @@ type netns struct {
 func newNetns(t testing.TB) *netns {
 	t.Helper()
 	name := fmt.Sprintf("siwtun-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
+	if err := ipnetns.IP("netns", "add", name); err != nil {
+		t.Fatal(err)
 	}
 	n := &netns{t: t, name: name}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	t.Cleanup(func() { ipnetns.IP("netns", "del", name) })
 	n.run("ip", "link", "set", "lo", "up")
 	// The namespace's kernel routes between the RNICs' TUN devices.
 	n.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")

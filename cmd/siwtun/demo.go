@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/siwtun/siwtun/internal/netns"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -55,7 +56,7 @@ and demo prints what crossed the wire, segment by segment.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
 			if !o.inProc && o.pcap == "" {
-				err := canRunNetnsDemo()
+				err := netns.CanRun()
 				if err == nil {
 					return runNetnsDemo(w, o)
 				}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -12,22 +11,9 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/netns"
 	"github.com/siwtun/siwtun/verbs"
 )
-
-// canRunNetnsDemo says why the two-daemon demo cannot run here, if it cannot.
-func canRunNetnsDemo() error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root (network namespaces and TUN devices)")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		return errors.New("needs /dev/net/tun (modprobe tun)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		return errors.New("needs ip(8) from iproute2")
-	}
-	return nil
-}
 
 // runNetnsDemo is the main job: a private network namespace with two RNICs
 // (siwtun0 and siwtun1, each its own siwtun up process and address, routed
@@ -40,25 +26,18 @@ func runNetnsDemo(w io.Writer, o demoOptions) (err error) {
 		return err
 	}
 	ns := fmt.Sprintf("siwtun-demo-%d", os.Getpid())
-	ip := func(args ...string) error {
-		out, err := exec.Command("ip", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-		return nil
-	}
-	if err := ip("netns", "add", ns); err != nil {
+	if err := netns.IP("netns", "add", ns); err != nil {
 		return err
 	}
 	defer func() {
-		if e := ip("netns", "del", ns); e != nil && err == nil {
+		if e := netns.IP("netns", "del", ns); e != nil && err == nil {
 			err = e
 		}
 	}()
-	if err := ip("netns", "exec", ns, "ip", "link", "set", "lo", "up"); err != nil {
+	if err := netns.IP("netns", "exec", ns, "ip", "link", "set", "lo", "up"); err != nil {
 		return err
 	}
-	if err := ip("netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
+	if err := netns.IP("netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "siwtun-demo-")

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/netns"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/tools/rping"
 )
@@ -81,16 +82,11 @@ func TestInterop(t *testing.T) {
 	if os.Getenv("SIWTUN_INTEROP") != "1" {
 		t.Skip("boots the siw peer VM: run `make interop` (SIWTUN_INTEROP=1, as root)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces, TUN devices, qemu on a tap device")
+	if err := netns.CanRun(); err != nil {
+		t.Skip(err)
 	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("needs /dev/net/tun (modprobe tun)")
-	}
-	for _, tool := range []string{"ip", "tshark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (apt-get install iproute2 tshark)", tool)
-		}
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Skip("needs tshark (apt-get install tshark)")
 	}
 	t0 := time.Now()
 	e := &env{}
