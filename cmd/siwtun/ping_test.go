@@ -1,42 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/tools/rping"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
-// lockedBuffer is a bytes.Buffer written by a command's goroutines and
-// read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // pingRun is one `siwtun ping` run through the root command.
 type pingRun struct {
-	stdout, stderr lockedBuffer
+	stdout, stderr syncbuf.Buffer
 	err            error
 	done           chan struct{}
 }

@@ -1,31 +1,12 @@
 package uverbs
 
 import (
-	"bytes"
 	"context"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/siwtun/siwtun/verbs"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // BenchmarkPostPoll is the cost of one small RDMA Write: post it (inline,
 // signaled) on a connected QP and poll until its completion arrives, with

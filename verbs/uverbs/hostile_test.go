@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
@@ -219,7 +220,7 @@ func TestClientKilled(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGKILLChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "UVERBS_TEST_SOCKET="+r.path,
 		fmt.Sprintf("UVERBS_TEST_ADDR=%d", dst.Addr()), fmt.Sprintf("UVERBS_TEST_RKEY=%d", dst.RKey()))
-	out := &lockedBuf{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
