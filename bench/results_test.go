@@ -3,33 +3,14 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
-}
 
 // fixture is a small run at one MTU with made-up figures: every kind of
 // row, and targets that pass and miss.
@@ -59,12 +40,12 @@ func TestTableGolden(t *testing.T) {
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "table.golden", b.Bytes())
+	testkit.Golden(t, filepath.Join("testdata", "table.golden"), b.Bytes())
 	b.Reset()
 	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "results.json.golden", b.Bytes())
+	testkit.Golden(t, filepath.Join("testdata", "results.json.golden"), b.Bytes())
 	var back Results
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)

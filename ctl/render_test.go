@@ -2,36 +2,14 @@ package ctl
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
-}
 
 func fixtureDevInfo() DevInfo {
 	return DevInfo{
@@ -112,7 +90,7 @@ func TestGoldenText(t *testing.T) {
 			if err := tt.write(&b); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.name, b.Bytes())
+			testkit.Golden(t, filepath.Join("testdata", tt.name), b.Bytes())
 		})
 	}
 }
@@ -135,7 +113,7 @@ func TestGoldenJSON(t *testing.T) {
 			if err := WriteJSON(&b, tt.v, tt.pretty); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.name, b.Bytes())
+			testkit.Golden(t, filepath.Join("testdata", tt.name), b.Bytes())
 		})
 	}
 }

@@ -15,7 +15,7 @@ import (
 // tiny segments), and every data segment must still hold whole writes only.
 func TestTinyWritesCoalesce(t *testing.T) {
 	if testing.Short() {
-		t.Skip("streams for a few seconds")
+		t.Skip("-short: streams for a few seconds; make test runs it")
 	}
 	const unit = 52
 	var badSegs, dataSegs atomic.Int64

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/testkit"
+
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -90,18 +92,6 @@ func (h *holdFirst) rule(s *netstack.Segment) netstack.GateVerdict {
 	return netstack.GatePass
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestOOOPlacementHeldSegment holds back the first segment of an 8 KiB RDMA
 // Write (it and the Send after it fit in TCP's initial window) and lets the rest through: the later FPDUs are placed out of order
 // (counters, tap events with OutOfOrder), the held part of the region is
@@ -133,7 +123,7 @@ func TestOOOPlacementHeldSegment(t *testing.T) {
 			// held first one is placed out of order.
 			writeFPDUs := cli.eng.Stats().FPDUsTx.Load() - fpdusBefore - 1
 			st := srv.eng.Stats()
-			waitFor(t, "out-of-order placement", func() bool { return srv.eng.Stats().PlacedOOOFPDUs.Load() >= writeFPDUs-1 })
+			testkit.Eventually(t, testTimeout, "out-of-order placement", func() bool { return srv.eng.Stats().PlacedOOOFPDUs.Load() >= writeFPDUs-1 })
 			st = srv.eng.Stats()
 			fpdus, octets := st.PlacedOOOFPDUs.Load(), st.PlacedOOOBytes.Load()
 			t.Logf("%d Write FPDUs; placed out of order: %d FPDUs, %d octets", writeFPDUs, fpdus, octets)
@@ -243,11 +233,11 @@ func TestOOOPlacementRejected(t *testing.T) {
 			wantOOO := uint64(0)
 			if c.corrupt > 0 {
 				wantOOO = writeFPDUs - 2 // all but the held and the corrupted one
-				waitFor(t, "out-of-order placement", func() bool { return srv.eng.Stats().PlacedOOOFPDUs.Load() >= wantOOO })
+				testkit.Eventually(t, testTimeout, "out-of-order placement", func() bool { return srv.eng.Stats().PlacedOOOFPDUs.Load() >= wantOOO })
 			} else {
 				// The server's hook counts each segment before it looks
 				// at it for placement.
-				waitFor(t, "the later segments", func() bool {
+				testkit.Eventually(t, testTimeout, "the later segments", func() bool {
 					return srv.eng.Stats().DataSegmentsRx.Load()-dataBefore >= uint64(passed)
 				})
 				time.Sleep(50 * time.Millisecond) // the last one was looked at

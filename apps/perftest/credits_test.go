@@ -35,7 +35,7 @@ func TestSendCredits(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/bidirectional=%v", tc.name, tc.bidir), func(t *testing.T) {
 			timed := tc.cfg.Duration > 0
 			if testing.Short() && timed {
-				t.Skip("timed run")
+				t.Skip("-short: a timed (-D) run takes seconds; make test runs it")
 			}
 			cdev, sdev := devicePair(t, 1500)
 			cfg := tc.cfg

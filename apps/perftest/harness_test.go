@@ -3,9 +3,7 @@ package perftest
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,8 +16,6 @@ import (
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // testTimeout guards against hangs; it is not a performance bound.
 const testTimeout = 2 * time.Minute
@@ -153,23 +149,4 @@ func masked(s string, timed bool) string {
 	return rowSpaces.ReplaceAllStringFunc(s, func(row string) string {
 		return strings.TrimRight(spaces.ReplaceAllString(maskFloat.ReplaceAllString(row, "#.##"), " "), " ")
 	})
-}
-
-// golden compares got with testdata/name.golden (-update rewrites it).
-func golden(t testing.TB, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from %s:\n--- got ---\n%s\n--- want ---\n%s", name, path, got, want)
-	}
 }

@@ -3,12 +3,14 @@ package perftest
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -67,7 +69,7 @@ func TestModes(t *testing.T) {
 	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			if testing.Short() && m.cfg.Duration > 0 {
-				t.Skip("timed run")
+				t.Skip("-short: a timed (-D) run takes seconds; make test runs it")
 			}
 			cdev, sdev := devicePair(t, 1500)
 			var ctrace, strace traceLog
@@ -81,14 +83,14 @@ func TestModes(t *testing.T) {
 			if cli.err != nil || srv.err != nil {
 				t.Fatalf("client: %v\nserver: %v\n--- client\n%s\n--- server\n%s", cli.err, srv.err, cli.out.String(), srv.out.String())
 			}
-			golden(t, m.name+".client", masked(cli.out.String(), m.cfg.Duration > 0))
-			golden(t, m.name+".server", masked(srv.out.String(), m.cfg.Duration > 0))
-			golden(t, m.name+".control", "client\n"+ctrace.buf.String()+"server\n"+strace.buf.String())
+			testkit.Golden(t, filepath.Join("testdata", m.name+".client.golden"), []byte(masked(cli.out.String(), m.cfg.Duration > 0)))
+			testkit.Golden(t, filepath.Join("testdata", m.name+".server.golden"), []byte(masked(srv.out.String(), m.cfg.Duration > 0)))
+			testkit.Golden(t, filepath.Join("testdata", m.name+".control.golden"), []byte("client\n"+ctrace.buf.String()+"server\n"+strace.buf.String()))
 			js, err := json.MarshalIndent(cli.report, "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, m.name+".json", maskJSON(string(js)))
+			testkit.Golden(t, filepath.Join("testdata", m.name+".json.golden"), []byte(maskJSON(string(js))))
 			checkAgreement(t, m, cli.report, srv.report)
 			for _, d := range []*verbs.Device{cdev, sdev} {
 				st := d.Engine().Stats()

@@ -2,21 +2,12 @@ package perftest
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"net/netip"
-	"strings"
 	"testing"
-)
 
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+	"github.com/siwtun/siwtun/internal/testkit"
+)
 
 // TestDestGolden: the 56-byte struct pingpong_dest, every integer
 // big-endian (rdma_write_keys with HAVE_ENDIAN), 4 bytes of padding before
@@ -24,7 +15,7 @@ func unhex(t testing.TB, s string) []byte {
 func TestDestGolden(t *testing.T) {
 	d := Dest{LID: 0, OutReads: 128, QPN: 0x11, PSN: 0x5e3e06, RKey: 0x00000300,
 		VAddr: 0x00007f0e0c8aa000, GID: gidFor(netip.MustParseAddr("198.18.1.2")), SRQN: 0, GIDIndex: 0}
-	want := unhex(t, "00000000 00000080 00000011 005e3e06 00000300 00000000 00007f0e0c8aa000"+
+	want := testkit.Hex(t, "00000000 00000080 00000011 005e3e06 00000300 00000000 00007f0e0c8aa000"+
 		" 00000000000000000000ffffc6120102 00000000 00000000")
 	got := d.Marshal()
 	if !bytes.Equal(got, want) {
@@ -57,13 +48,13 @@ func TestSmallMessagesGolden(t *testing.T) {
 		{"MTU 4096", marshalMTU(5), "3500"},
 	}
 	for _, c := range cases {
-		if w := unhex(t, c.want); !bytes.Equal(c.got, w) {
+		if w := testkit.Hex(t, c.want); !bytes.Equal(c.got, w) {
 			t.Errorf("%s: %x, want %x", c.name, c.got, w)
 		}
 	}
 	var cr [4]byte
 	marshalCredit(cr[:], 852)
-	if w := unhex(t, "54030000"); !bytes.Equal(cr[:], w) {
+	if w := testkit.Hex(t, "54030000"); !bytes.Equal(cr[:], w) {
 		t.Errorf("credit 852: %x, want %x (little-endian, the sender's host order)", cr, w)
 	}
 }
@@ -75,7 +66,7 @@ func TestReportGolden(t *testing.T) {
 	f := reportFields(r)
 	want := []string{"0000000000010000", "0000000000001388", "40c0d0ef5c28f5c3", "40b9c35c28f5c28f", "3fbb03c07ee0b0af"}
 	for i, w := range want {
-		if !bytes.Equal(f[i], unhex(t, w)) {
+		if !bytes.Equal(f[i], testkit.Hex(t, w)) {
 			t.Errorf("field %d: %x, want %s", i, f[i], w)
 		}
 	}

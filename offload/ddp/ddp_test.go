@@ -3,22 +3,14 @@ package ddp
 import (
 	"bufio"
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-func mustHex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
-	return b
-}
+	"github.com/siwtun/siwtun/internal/testkit"
+)
 
 // goldenCases covers every header form RDMAP uses. The control octets are
 // the canonical ones of the reference (§1.6): 0x41 0x43 Send last, 0xC1 0x40
@@ -117,7 +109,7 @@ func goldenCases() []goldenCase {
 func TestHeaderGolden(t *testing.T) {
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			if got := tc.hdr.Len(); got != len(want) {
 				t.Fatalf("Len() = %d, want %d", got, len(want))
 			}
@@ -172,7 +164,7 @@ func TestHeaderMarshalIgnoresOtherForm(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			buf := make([]byte, len(want))
 			if n := tc.hdr.Marshal(buf); n != len(want) || !bytes.Equal(buf, want) {
 				t.Fatalf("Marshal = %d %x, want %x", n, buf, want)
@@ -195,7 +187,7 @@ func TestHeaderUnmarshalShort(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := Header{STag: 77}
-			n, err := h.Unmarshal(mustHex(t, tc.wire))
+			n, err := h.Unmarshal(testkit.Hex(t, tc.wire))
 			if !errors.Is(err, ErrShort) || n != 0 {
 				t.Fatalf("Unmarshal = %d, %v; want 0, ErrShort", n, err)
 			}
@@ -260,7 +252,7 @@ func loadSiwSegments(t testing.TB) map[string]siwSegment {
 		if err != nil {
 			t.Fatalf("bad length in %q: %v", line, err)
 		}
-		segs[fs[0]] = siwSegment{name: fs[0], sender: fs[1], ulpduLen: n, prefix: mustHex(t, fs[4])}
+		segs[fs[0]] = siwSegment{name: fs[0], sender: fs[1], ulpduLen: n, prefix: testkit.Hex(t, fs[4])}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -407,11 +399,11 @@ func BenchmarkHeader(b *testing.B) {
 
 func FuzzDDPHeader(f *testing.F) {
 	for _, tc := range goldenCases() {
-		f.Add(mustHex(f, tc.wire))
+		f.Add(testkit.Hex(f, tc.wire))
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0xc1})
-	f.Add(mustHex(f, "41 43 00000000 00000000 00000001"))
+	f.Add(testkit.Hex(f, "41 43 00000000 00000000 00000001"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h Header
 		n, err := h.Unmarshal(b)

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli) // test oracle only
@@ -189,7 +191,7 @@ func TestSenderGolden(t *testing.T) {
 					got := s.Finish()
 					want := refFPDU(start, c.ulpdu, st.crc, st.markers, ptr)
 					if c.wire != "" && ptr == PtrFromFPDUStart {
-						if w := mustHex(t, c.wire); !bytes.Equal(want, w) {
+						if w := testkit.Hex(t, c.wire); !bytes.Equal(want, w) {
 							t.Fatalf("%s: oracle %x disagrees with golden %x", c.name, want, w)
 						}
 					}
@@ -435,7 +437,7 @@ func TestReceiverMarkerErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var r Receiver
 			r.Init(false, true, &recorder{t: t})
-			n, err := r.Write(mustHex(t, tt.wire))
+			n, err := r.Write(testkit.Hex(t, tt.wire))
 			var me *Error
 			if !errors.As(err, &me) || me.Code != CodeMarkerMismatch || n != 4 {
 				t.Fatalf("Write = %d, %v; want 4, code 0x03", n, err)
@@ -505,7 +507,7 @@ func (h *errHandler) EndFPDU(bool) error {
 }
 
 func TestReceiverHandlerErrors(t *testing.T) {
-	wire := mustHex(t, "0003112233000000 00000000 0001aa00 00000000")
+	wire := testkit.Hex(t, "0003112233000000 00000000 0001aa00 00000000")
 	tests := []struct {
 		failAt string
 		want   int // octets consumed when the error is returned

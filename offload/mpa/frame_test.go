@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
 
 // Hex of the two keys.
@@ -14,15 +16,6 @@ var (
 	hexReq = hex.EncodeToString([]byte(keyReq)) // 4d504120494420526571204672616d65
 	hexRep = hex.EncodeToString([]byte(keyRep)) // 4d504120494420526570204672616d65
 )
-
-func mustHex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func seq(n int) []byte {
 	b := make([]byte, n)
@@ -49,73 +42,73 @@ func frameVectors(t testing.TB) []struct {
 	}{
 		{
 			name:  "req rev1 plain",
-			wire:  mustHex(t, hexReq+"00 01 0000"),
+			wire:  testkit.Hex(t, hexReq+"00 01 0000"),
 			frame: Frame{Rev: 1},
 			str:   "mpa req rev 1 pd 0",
 		},
 		{
 			name:  "req rev1 M C pd",
-			wire:  mustHex(t, hexReq+"c0 01 0003 616263"),
+			wire:  testkit.Hex(t, hexReq+"c0 01 0003 616263"),
 			frame: Frame{Rev: 1, Markers: true, CRC: true, PrivateData: []byte("abc")},
 			str:   "mpa req rev 1 C M pd 3",
 		},
 		{
 			name:  "rep rev1 C",
-			wire:  mustHex(t, hexRep+"40 01 0000"),
+			wire:  testkit.Hex(t, hexRep+"40 01 0000"),
 			frame: Frame{Reply: true, Rev: 1, CRC: true},
 			str:   "mpa rep rev 1 C pd 0",
 		},
 		{
 			name:  "req rev2 enhanced siw default",
-			wire:  mustHex(t, hexReq+"10 02 0004 0001 0001"),
+			wire:  testkit.Hex(t, hexReq+"10 02 0004 0001 0001"),
 			frame: Frame{Rev: 2, Enhanced: true, IRD: 1, ORD: 1},
 			str:   "mpa req rev 2 enhanced ird 1 ord 1 pd 0",
 		},
 		{
 			name:  "req rev2 p2p write+read (siw, irdma)",
-			wire:  mustHex(t, hexReq+"50 02 0006 8080 c010 7a7a"),
+			wire:  testkit.Hex(t, hexReq+"50 02 0006 8080 c010 7a7a"),
 			frame: Frame{Rev: 2, CRC: true, Enhanced: true, IRD: 0x80, ORD: 0x10, P2P: true, RTR: RTRWrite | RTRRead, PrivateData: []byte("zz")},
 			str:   "mpa req rev 2 C enhanced ird 128 ord 16 p2p rtr=write|read pd 2",
 		},
 		{
 			name:  "req rev2 p2p send rtr, max ird/ord",
-			wire:  mustHex(t, hexReq+"10 02 0004 ffff 3fff"),
+			wire:  testkit.Hex(t, hexReq+"10 02 0004 ffff 3fff"),
 			frame: Frame{Rev: 2, Enhanced: true, IRD: IRDORDMax, ORD: IRDORDMax, P2P: true, RTR: RTRSend},
 			str:   "mpa req rev 2 enhanced ird 16383 ord 16383 p2p rtr=send pd 0",
 		},
 		{
 			name:  "rep rev2 p2p read rtr (chelsio)",
-			wire:  mustHex(t, hexRep+"50 02 0004 8020 4001"),
+			wire:  testkit.Hex(t, hexRep+"50 02 0004 8020 4001"),
 			frame: Frame{Reply: true, Rev: 2, CRC: true, Enhanced: true, IRD: 0x20, ORD: 1, P2P: true, RTR: RTRRead},
 			str:   "mpa rep rev 2 C enhanced ird 32 ord 1 p2p rtr=read pd 0",
 		},
 		{
 			name:  "rep reject rev2 enhanced with pd",
-			wire:  mustHex(t, hexRep+"30 02 0007 0002 0002 6e6f21"),
+			wire:  testkit.Hex(t, hexRep+"30 02 0007 0002 0002 6e6f21"),
 			frame: Frame{Reply: true, Reject: true, Rev: 2, Enhanced: true, IRD: 2, ORD: 2, PrivateData: []byte("no!")},
 			str:   "mpa rep rev 2 R enhanced ird 2 ord 2 pd 3",
 		},
 		{
 			name:  "rep reject rev1 M cleared",
-			wire:  mustHex(t, hexRep+"20 01 0000"),
+			wire:  testkit.Hex(t, hexRep+"20 01 0000"),
 			frame: Frame{Reply: true, Reject: true, Rev: 1},
 			str:   "mpa rep rev 1 R pd 0",
 		},
 		{
 			name:  "rep rev2 without enhanced flag",
-			wire:  mustHex(t, hexRep+"80 02 0002 0102"),
+			wire:  testkit.Hex(t, hexRep+"80 02 0002 0102"),
 			frame: Frame{Reply: true, Rev: 2, Markers: true, PrivateData: []byte{1, 2}},
 			str:   "mpa rep rev 2 M pd 2",
 		},
 		{
 			name:  "req rev2 pd 256 incl block",
-			wire:  append(mustHex(t, hexReq+"10 02 0100 0004 0004"), pd256...),
+			wire:  append(testkit.Hex(t, hexReq+"10 02 0100 0004 0004"), pd256...),
 			frame: Frame{Rev: 2, Enhanced: true, IRD: 4, ORD: 4, PrivateData: pd256},
 			str:   "mpa req rev 2 enhanced ird 4 ord 4 pd 252",
 		},
 		{
 			name:  "req rev1 pd 512",
-			wire:  append(mustHex(t, hexReq+"40 01 0200"), pd512...),
+			wire:  append(testkit.Hex(t, hexReq+"40 01 0200"), pd512...),
 			frame: Frame{Rev: 1, CRC: true, PrivateData: pd512},
 			str:   "mpa req rev 1 C pd 512",
 		},
@@ -148,11 +141,11 @@ func TestFrameCodec(t *testing.T) {
 
 func TestParseFrameIgnoresEnhancedBelowRev2(t *testing.T) {
 	// Bit 0x10 is reserved in rev 1: the 4 octets stay private data.
-	f, err := ParseFrame(mustHex(t, hexReq+"10 01 0004 8001 c001"))
+	f, err := ParseFrame(testkit.Hex(t, hexReq+"10 01 0004 8001 c001"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Frame{Rev: 1, PrivateData: mustHex(t, "8001c001")}
+	want := Frame{Rev: 1, PrivateData: testkit.Hex(t, "8001c001")}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("ParseFrame = %+v, want = %+v", f, want)
 	}
@@ -165,14 +158,14 @@ func TestParseFrameErrors(t *testing.T) {
 		want string // substring of the error
 	}{
 		{name: "empty", wire: nil, want: "short MPA frame"},
-		{name: "header short", wire: mustHex(t, hexReq+"00 01 00"), want: "short MPA frame"},
-		{name: "bad key", wire: mustHex(t, hex.EncodeToString([]byte("MPA ID Rex Frame"))+"00 01 0000"), want: "bad MPA frame key"},
-		{name: "lowercase key", wire: mustHex(t, hex.EncodeToString([]byte("mpa id req frame"))+"00 01 0000"), want: "bad MPA frame key"},
-		{name: "pd length 513", wire: append(mustHex(t, hexReq+"00 01 0201"), make([]byte, 513)...), want: "PD_Length 513 exceeds 512"},
-		{name: "pd short", wire: mustHex(t, hexReq+"00 01 0004 0102"), want: "only 2 octets"},
-		{name: "trailing", wire: mustHex(t, hexReq+"00 01 0000 00"), want: "1 extra octets"},
-		{name: "enhanced pd 3", wire: mustHex(t, hexReq+"10 02 0003 000100"), want: "shorter than the IRD/ORD block"},
-		{name: "enhanced pd 0", wire: mustHex(t, hexRep+"10 02 0000"), want: "shorter than the IRD/ORD block"},
+		{name: "header short", wire: testkit.Hex(t, hexReq+"00 01 00"), want: "short MPA frame"},
+		{name: "bad key", wire: testkit.Hex(t, hex.EncodeToString([]byte("MPA ID Rex Frame"))+"00 01 0000"), want: "bad MPA frame key"},
+		{name: "lowercase key", wire: testkit.Hex(t, hex.EncodeToString([]byte("mpa id req frame"))+"00 01 0000"), want: "bad MPA frame key"},
+		{name: "pd length 513", wire: append(testkit.Hex(t, hexReq+"00 01 0201"), make([]byte, 513)...), want: "PD_Length 513 exceeds 512"},
+		{name: "pd short", wire: testkit.Hex(t, hexReq+"00 01 0004 0102"), want: "only 2 octets"},
+		{name: "trailing", wire: testkit.Hex(t, hexReq+"00 01 0000 00"), want: "1 extra octets"},
+		{name: "enhanced pd 3", wire: testkit.Hex(t, hexReq+"10 02 0003 000100"), want: "shorter than the IRD/ORD block"},
+		{name: "enhanced pd 0", wire: testkit.Hex(t, hexRep+"10 02 0000"), want: "shorter than the IRD/ORD block"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,8 +257,8 @@ func TestFrameReaderErrors(t *testing.T) {
 		wire []byte
 		want uint8
 	}{
-		{name: "bad key", wire: mustHex(t, hexReq[:30]+"00 00 01 0000"), want: CodeInvalidFrame},
-		{name: "pd 0xffff", wire: mustHex(t, hexRep+"00 01 ffff"), want: CodeInvalidFrame},
+		{name: "bad key", wire: testkit.Hex(t, hexReq[:30]+"00 00 01 0000"), want: CodeInvalidFrame},
+		{name: "pd 0xffff", wire: testkit.Hex(t, hexRep+"00 01 ffff"), want: CodeInvalidFrame},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

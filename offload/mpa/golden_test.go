@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"reflect"
 	"testing"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
 
 // Golden captures of Linux kernel siw (rping, both ends siw), see
@@ -255,7 +257,7 @@ func TestSiwFPDUVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wire := mustHex(t, tt.wire)
+			wire := testkit.Hex(t, tt.wire)
 			body, trailer := wire[:len(wire)-4], wire[len(wire)-4:]
 			if tt.crc {
 				want := crc32.Checksum(body, castagnoli)

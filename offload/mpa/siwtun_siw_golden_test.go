@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/rdmap"
 )
@@ -43,7 +44,7 @@ func TestSiwtunSiwFrames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wire := mustHex(t, tt.wire)
+			wire := testkit.Hex(t, tt.wire)
 			f, err := ParseFrame(wire)
 			if err != nil {
 				t.Fatalf("ParseFrame: %v", err)
@@ -105,7 +106,7 @@ func TestSiwtunSiwFPDUs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			wire := mustHex(t, tt.wire)
+			wire := testkit.Hex(t, tt.wire)
 			ulpdu := int(binary.BigEndian.Uint16(wire))
 			if n := 2 + ulpdu + padLen(ulpdu) + crcLen; n != len(wire) {
 				t.Fatalf("FPDU of %d octets, ULPDU_Length %d gives %d", len(wire), ulpdu, n)
@@ -155,7 +156,7 @@ func TestSiwtunSiwFPDUs(t *testing.T) {
 				}
 				return
 			}
-			if !bytes.Equal(rest, mustHex(t, tt.payload)) {
+			if !bytes.Equal(rest, testkit.Hex(t, tt.payload)) {
 				t.Errorf("payload %x, want %s", rest, tt.payload)
 			}
 		})

@@ -3,23 +3,13 @@ package mpa
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"strings"
 	"testing"
-)
 
-// unhex decodes hex with spaces.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+	"github.com/siwtun/siwtun/internal/testkit"
+)
 
 // withCRC fills in the CRC trailer of the FPDU seg[off:off+n].
 func withCRC(seg []byte, off, n int) []byte {
@@ -45,7 +35,7 @@ func TestFindFPDUsGolden(t *testing.T) {
 		// Two FPDUs, no Markers: "ABCDEF" (2+6 = 8, no pad) and "xyz"
 		// (2+3 = 5, 3 pad octets), each with its CRC.
 		name: "aligned, no markers",
-		seg: withCRC(withCRC(unhex(t, "0006 414243444546 00000000"+
+		seg: withCRC(withCRC(testkit.Hex(t, "0006 414243444546 00000000"+
 			"0003 78797a 000000 00000000"), 0, 12), 12, 12),
 		pos:  1000,
 		crc:  true,
@@ -55,7 +45,7 @@ func TestFindFPDUsGolden(t *testing.T) {
 		// tail of an FPDU, then the Marker (FPDUPTR 0, a leading Marker)
 		// and an FPDU "ABCDEF".
 		name:    "leading marker inside the segment",
-		seg:     unhex(t, "0102030405060708090a0b0c 00000000 0006 414243444546 00000000"),
+		seg:     testkit.Hex(t, "0102030405060708090a0b0c 00000000 0006 414243444546 00000000"),
 		pos:     500,
 		markers: true,
 		want:    []want{{12, 16, true, "ABCDEF"}},
@@ -64,7 +54,7 @@ func TestFindFPDUsGolden(t *testing.T) {
 		// offset 8): FPDUPTR 4. The FPDU is "0006 'AB' marker 'CDEF'
 		// pad(none) CRC".
 		name:    "marker inside an FPDU",
-		seg:     unhex(t, "aaaaaaaaaaaaaaaa 0006 4142 00000004 43444546 00000000 bbbb"),
+		seg:     testkit.Hex(t, "aaaaaaaaaaaaaaaa 0006 4142 00000004 43444546 00000000 bbbb"),
 		pos:     500,
 		markers: true,
 		want:    []want{{8, 16, true, "ABCDEF"}},
@@ -72,19 +62,19 @@ func TestFindFPDUsGolden(t *testing.T) {
 		// A Marker whose FPDUPTR (16) points before the segment: the FPDU
 		// is not whole, nothing is found.
 		name:    "marker pointing before the segment",
-		seg:     unhex(t, "4142 0000 00000010 43444546"),
+		seg:     testkit.Hex(t, "4142 0000 00000010 43444546"),
 		pos:     508,
 		markers: true,
 	}, {
 		// A Marker that disagrees with the FPDU it sits in: dropped.
 		name:    "disagreeing marker",
-		seg:     unhex(t, "aaaaaaaaaaaaaaaa 0006 4142 00000008 43444546 00000000"),
+		seg:     testkit.Hex(t, "aaaaaaaaaaaaaaaa 0006 4142 00000008 43444546 00000000"),
 		pos:     500,
 		markers: true,
 	}, {
 		// Aligned but split at the end: nothing (no Markers to go by).
 		name: "split, no markers",
-		seg:  unhex(t, "0006 414243444546 00000000 0010 41"),
+		seg:  testkit.Hex(t, "0006 414243444546 00000000 0010 41"),
 		pos:  0,
 	}}
 	for _, c := range cases {

@@ -9,17 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/offload/ddp"
 )
-
-func mustHex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
-	return b
-}
 
 // TestCanonicalControl checks the first two octets of each message kind
 // against the canonical values of the reference (§1.6) and OSC's
@@ -151,7 +143,7 @@ func TestReadRequestGolden(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			buf := make([]byte, ReadRequestLen)
 			if n := tc.rr.Marshal(buf); n != ReadRequestLen || !bytes.Equal(buf, want) {
 				t.Fatalf("Marshal = %d %x, want %x", n, buf, want)
@@ -219,7 +211,7 @@ func loadSiw(t testing.TB) map[string][]byte {
 		if len(fs) != 5 {
 			t.Fatalf("bad testdata line %q", sc.Text())
 		}
-		segs[fs[0]] = mustHex(t, fs[4])
+		segs[fs[0]] = testkit.Hex(t, fs[4])
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -298,9 +290,9 @@ func TestSiwGolden(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
-	rrWire := mustHex(t, "11223344 00007fff00001000 00001000 aabbccdd 0000000000008000")
+	rrWire := testkit.Hex(t, "11223344 00007fff00001000 00001000 aabbccdd 0000000000008000")
 	term := NewTerminate(TermRDMAPInvalidSTag, 46,
-		mustHex(t, "4141 00000000 00000001 00000001 00000000"), rrWire)
+		testkit.Hex(t, "4141 00000000 00000001 00000001 00000000"), rrWire)
 	termBuf := make([]byte, 64)
 	tests := []struct {
 		name string
@@ -364,7 +356,7 @@ func BenchmarkReadRequest(b *testing.B) {
 func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, ReadRequestLen))
-	f.Add(mustHex(f, "11223344 00007fff00001000 00001000 aabbccdd 0000000000008000"))
+	f.Add(testkit.Hex(f, "11223344 00007fff00001000 00001000 aabbccdd 0000000000008000"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r ReadRequest
 		if err := r.Unmarshal(b); err != nil {

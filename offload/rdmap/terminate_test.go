@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
 
 // TestCodeTable pins every named Terminate code to its (layer, etype,
@@ -159,14 +161,14 @@ func TestTerminateGolden(t *testing.T) {
 		{
 			name: "DDP tagged invalid STag with tagged header",
 			term: Terminate{Code: TermDDPTaggedInvalidSTag, HasSegLen: true, HasDDPHeader: true, DDPSegLen: 1442,
-				DDPHeader: mustHex(t, failedWrite)},
+				DDPHeader: testkit.Hex(t, failedWrite)},
 			wire: "11 00 c0 00  05a2  " + failedWrite,
 			str:  "terminate DDP/tagged-buffer/invalid STag (0x00) hdrct MD seglen 1442 [ddp T L stag 0x12345678 to 0x1000 ulp 0x40] [rdmap v1 RDMA Write]",
 		},
 		{
 			name: "DDP untagged invalid MSN with untagged header",
 			term: Terminate{Code: TermDDPInvalidMSN, HasSegLen: true, HasDDPHeader: true, DDPSegLen: 34,
-				DDPHeader: mustHex(t, failedSend)},
+				DDPHeader: testkit.Hex(t, failedSend)},
 			wire: "12 03 c0 00  0022  " + failedSend,
 			str:  "terminate DDP/untagged-buffer/invalid MSN - MSN range is not valid (0x03) hdrct MD seglen 34 [ddp U L qn 0 msn 5 mo 0 ulp 0x43] [rdmap v1 Send]",
 		},
@@ -179,7 +181,7 @@ func TestTerminateGolden(t *testing.T) {
 		{
 			name: "RDMAP protection error on read request, M D R",
 			term: Terminate{Code: TermRDMAPInvalidSTag, HasSegLen: true, HasDDPHeader: true, HasRDMAPHeader: true, DDPSegLen: 46,
-				DDPHeader: mustHex(t, failedRead), RDMAPHeader: mustHex(t, failedReadHdr)},
+				DDPHeader: testkit.Hex(t, failedRead), RDMAPHeader: testkit.Hex(t, failedReadHdr)},
 			wire: "01 00 e0 00  002e  " + failedRead + failedReadHdr,
 			str: "terminate RDMAP/remote-protection/invalid STag (0x00) hdrct MDR seglen 46 [ddp U L qn 1 msn 2 mo 0 ulp 0x41] [rdmap v1 RDMA Read Request]" +
 				" [read request sink 0x11223344@0x7fff00001000 size 4096 src 0xaabbccdd@0x8000]",
@@ -187,7 +189,7 @@ func TestTerminateGolden(t *testing.T) {
 		{
 			name: "RDMAP remote operation with DDP header",
 			term: Terminate{Code: TermRDMAPCatastrophicStream, HasSegLen: true, HasDDPHeader: true, DDPSegLen: 46,
-				DDPHeader: mustHex(t, failedRead)},
+				DDPHeader: testkit.Hex(t, failedRead)},
 			wire: "02 07 c0 00  002e  " + failedRead,
 			str:  "terminate RDMAP/remote-operation/catastrophic error, localized to RDMAP stream (0x07) hdrct MD seglen 46 [ddp U L qn 1 msn 2 mo 0 ulp 0x41] [rdmap v1 RDMA Read Request]",
 		},
@@ -199,20 +201,20 @@ func TestTerminateGolden(t *testing.T) {
 		},
 		{
 			name: "D without M has a length field that is not valid",
-			term: Terminate{Code: TermDDPNoBuffer, HasDDPHeader: true, DDPHeader: mustHex(t, failedSend)},
+			term: Terminate{Code: TermDDPNoBuffer, HasDDPHeader: true, DDPHeader: testkit.Hex(t, failedSend)},
 			wire: "12 02 40 00  0000  " + failedSend,
 			str:  "terminate DDP/untagged-buffer/invalid MSN - no buffer available (0x02) hdrct D [ddp U L qn 0 msn 5 mo 0 ulp 0x43] [rdmap v1 Send]",
 		},
 		{
 			name: "R only",
-			term: Terminate{Code: TermRDMAPAccess, HasRDMAPHeader: true, RDMAPHeader: mustHex(t, failedReadHdr)},
+			term: Terminate{Code: TermRDMAPAccess, HasRDMAPHeader: true, RDMAPHeader: testkit.Hex(t, failedReadHdr)},
 			wire: "01 02 20 00  " + failedReadHdr,
 			str:  "terminate RDMAP/remote-protection/access rights violation (0x02) hdrct R [read request sink 0x11223344@0x7fff00001000 size 4096 src 0xaabbccdd@0x8000]",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			if n := tc.term.Len(); n != len(want) {
 				t.Fatalf("Len = %d, want %d", n, len(want))
 			}
@@ -256,18 +258,18 @@ func TestTerminateMarshalPadsShortSlices(t *testing.T) {
 		},
 		{
 			name: "truncated tagged header padded to 14",
-			term: Terminate{Code: TermDDPTaggedTOWrap, HasSegLen: true, HasDDPHeader: true, DDPSegLen: 1, DDPHeader: mustHex(t, "c140 1234")},
+			term: Terminate{Code: TermDDPTaggedTOWrap, HasSegLen: true, HasDDPHeader: true, DDPSegLen: 1, DDPHeader: testkit.Hex(t, "c140 1234")},
 			wire: "11 03 c0 00 0001 c1401234" + strings.Repeat("00", 10),
 		},
 		{
 			name: "long slices cut to their format length",
-			term: Terminate{Code: TermRDMAPTOWrap, HasRDMAPHeader: true, RDMAPHeader: mustHex(t, failedReadHdr+"eeee")},
+			term: Terminate{Code: TermRDMAPTOWrap, HasRDMAPHeader: true, RDMAPHeader: testkit.Hex(t, failedReadHdr+"eeee")},
 			wire: "01 04 20 00" + failedReadHdr,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			buf := bytes.Repeat([]byte{0xAA}, tc.term.Len())
 			if n := tc.term.Marshal(buf); n != len(want) || !bytes.Equal(buf, want) {
 				t.Fatalf("Marshal = %d %x, want %x", n, buf, want)
@@ -302,7 +304,7 @@ func TestTerminateUnmarshalErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var term Terminate
-			err := term.Unmarshal(mustHex(t, tc.wire))
+			err := term.Unmarshal(testkit.Hex(t, tc.wire))
 			if !errors.Is(err, tc.sentinel) {
 				t.Fatalf("error %v, want %v", err, tc.sentinel)
 			}
@@ -317,7 +319,7 @@ func TestTerminateUnmarshalErrors(t *testing.T) {
 }
 
 func TestNewTerminate(t *testing.T) {
-	write, send, read, rreq := mustHex(t, failedWrite), mustHex(t, failedSend), mustHex(t, failedRead), mustHex(t, failedReadHdr)
+	write, send, read, rreq := testkit.Hex(t, failedWrite), testkit.Hex(t, failedSend), testkit.Hex(t, failedRead), testkit.Hex(t, failedReadHdr)
 	// A whole failed Read Request ULPDU: DDP header, RDMAP header.
 	readULPDU := append(append([]byte{}, read...), rreq...)
 	tests := []struct {
@@ -352,7 +354,7 @@ func TestNewTerminate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			term := NewTerminate(tc.code, tc.segLen, tc.ddpHdr, tc.rdmapHdr)
-			want := mustHex(t, tc.wire)
+			want := testkit.Hex(t, tc.wire)
 			buf := make([]byte, term.Len())
 			if n := term.Marshal(buf); n != len(want) || !bytes.Equal(buf, want) {
 				t.Fatalf("Marshal = %d\n%x\nwant\n%x", n, buf, want)
@@ -369,7 +371,7 @@ func TestNewTerminate(t *testing.T) {
 }
 
 func BenchmarkTerminate(b *testing.B) {
-	term := NewTerminate(TermRDMAPInvalidSTag, 46, mustHex(b, failedRead), mustHex(b, failedReadHdr))
+	term := NewTerminate(TermRDMAPInvalidSTag, 46, testkit.Hex(b, failedRead), testkit.Hex(b, failedReadHdr))
 	buf := make([]byte, term.Len())
 	b.Run("marshal", func(b *testing.B) {
 		b.ReportAllocs()
@@ -395,7 +397,7 @@ func FuzzTerminate(f *testing.F) {
 		"0100e000 002e " + failedRead + failedReadHdr, "12058000 ffff", "12024000 0000 " + failedSend,
 		"0100e000 0010 " + failedSend, "01022000 " + failedReadHdr, "20020000 00",
 	} {
-		f.Add(mustHex(f, s))
+		f.Add(testkit.Hex(f, s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var term Terminate

@@ -195,15 +195,3 @@ func poll(t testing.TB, cq *verbs.CQ, n int) []verbs.WorkCompletion {
 	}
 	return out
 }
-
-// eventually waits for cond.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

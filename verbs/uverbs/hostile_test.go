@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/testkit"
+
 	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
@@ -234,7 +236,7 @@ func TestClientKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, srv.qp, verbs.EventEstablished)
-	eventually(t, "data from the child", func() bool { return r.peerEng.Stats().PlacedBytes.Load() > 8<<20 })
+	testkit.Eventually(t, testTimeout, "data from the child", func() bool { return r.peerEng.Stats().PlacedBytes.Load() > 8<<20 })
 	if n := len(r.daemon.QPs()); n != 1 {
 		t.Fatalf("%d daemon QPs", n)
 	}
@@ -243,7 +245,7 @@ func TestClientKilled(t *testing.T) {
 	}
 	cmd.Wait()
 	waitEvent(t, srv.qp, verbs.EventDisconnected)
-	eventually(t, "daemon cleanup", func() bool {
+	testkit.Eventually(t, testTimeout, "daemon cleanup", func() bool {
 		return len(r.daemon.QPs()) == 0 && r.daemon.Regions().Len() == 0 && r.srv.Sessions() == 0
 	})
 	// The daemon serves the next client.

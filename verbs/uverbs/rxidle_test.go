@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/testkit"
+
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -85,7 +87,7 @@ func TestRxIdleBacksOffAndRearms(t *testing.T) {
 			SGL: []verbs.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 		poll(t, srv.scq, 1)
 		// One Write per arrival: wait until it is placed.
-		eventually(t, "the write placed", func() bool { return dst.Bytes()[0] == byte(i) })
+		testkit.Eventually(t, testTimeout, "the write placed", func() bool { return dst.Bytes()[0] == byte(i) })
 	}
 	st := r.srv.Stats()
 	watches, taken := st.RxWatches-before.RxWatches, st.RxTaken-before.RxTaken

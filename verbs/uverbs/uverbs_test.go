@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
+
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -102,7 +104,7 @@ func TestSocketCloseDestroysObjects(t *testing.T) {
 	// Closing the socket without destroying anything: the daemon does it.
 	dev.Close()
 	waitEvent(t, srv.qp, verbs.EventDisconnected)
-	eventually(t, "daemon cleanup", func() bool {
+	testkit.Eventually(t, testTimeout, "daemon cleanup", func() bool {
 		return len(r.daemon.QPs()) == 0 && r.daemon.Regions().Len() == 0 && r.srv.Sessions() == 0
 	})
 	if _, err := dev.AllocPD(); err == nil {
