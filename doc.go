@@ -8,7 +8,9 @@
 //	tun/        the TUN device (the wire)
 //	netstack/   the RNIC's private TCP/IP stack, with segment-level hooks
 //	offload/    the iWARP engine: mpa/, ddp/, rdmap/ codecs and the QP engine
-//	verbs/      the application API: PD, MR, CQ, QP, connection management
+//	rnic/       the in-process RNIC: stack + engine + verbs device, assembled
+//	verbs/      the application API: PD, MR, CQ, QP, connection management;
+//	            verbs/ibv its vocabulary, verbs/uverbs the daemon's verbs socket
 //	ctl/        the control plane
 //	cmd/siwtun  the command-line tool
 package siwtun

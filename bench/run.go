@@ -418,7 +418,8 @@ func (r *runner) gvisorTCP(mtu int, w tcpWorkload) {
 			return
 		}
 		defer c.Close()
-		res, err := c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfServer, Addr: addr})
+		var res tcpperf.Result
+		err = c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfServer, Addr: addr}, &res)
 		srvDone <- result{res, err}
 	}()
 	c, err := ctl.Dial(ctl.SocketPath(r.dir, dev0))
@@ -427,8 +428,9 @@ func (r *runner) gvisorTCP(mtu int, w tcpWorkload) {
 		<-srvDone
 		return
 	}
-	res, err := c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfClient, Addr: addr, Mode: w.mode.String(),
-		Size: w.size, DurationMS: int(r.cfg.Duration.Milliseconds())})
+	var res tcpperf.Result
+	err = c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfClient, Addr: addr, Mode: w.mode.String(),
+		Size: w.size, DurationMS: int(r.cfg.Duration.Milliseconds())}, &res)
 	c.Close()
 	srv := <-srvDone
 	if err := errors.Join(err, srv.err); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
@@ -120,7 +120,7 @@ func TestSocketCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	vdev := verbs.Open(eng)
+	vdev := rnic.Open(eng)
 	defer vdev.Close()
 	srv, err := uverbs.NewServer(vdev, nil)
 	if err != nil {

@@ -6,7 +6,8 @@ import (
 	"net/netip"
 
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Provider answers the control plane's queries about one device. The
@@ -79,7 +80,7 @@ func LinkName(dev string) string { return fmt.Sprintf("%s/%d", dev, portNum) }
 // DevInfo implements Provider.DevInfo.
 func (p *engineProvider) DevInfo() DevInfo {
 	cfg := p.eng.Config()
-	attr := verbs.QueryEngine(p.eng)
+	attr := rnic.Query(p.eng)
 	mtu := p.eng.Stack().MTU()
 	guid := FormatGUID(attr.NodeGUID)
 	return DevInfo{
@@ -92,7 +93,7 @@ func (p *engineProvider) DevInfo() DevInfo {
 		MaxQPRdAtom: attr.MaxQPRdAtom, MaxQPInitRdAtom: attr.MaxQPInitRdAtom, MaxInline: attr.MaxInline,
 		Port: Port{
 			Port: portNum, State: portActive, StateNum: portActiveNum,
-			MaxMTU: MTUEnum(mtu), ActiveMTU: MTUEnum(mtu), LinkLayer: linkLayerEthernet,
+			MaxMTU: ibv.MTUEnum(mtu), ActiveMTU: ibv.MTUEnum(mtu), LinkLayer: linkLayerEthernet,
 			NetdevMTU: mtu, EMSS: DefaultEMSS(mtu, hasIPv4(p.eng.Stack().Addrs()), cfg.MaxFPDU),
 			MPARev: int(cfg.MPARev), CRC: cfg.CRC, Markers: cfg.Markers, P2P: cfg.P2P.String(),
 			IRD: int(cfg.IRD), ORD: int(cfg.ORD),
@@ -162,26 +163,6 @@ func (p *engineProvider) Stats() Stats {
 	return buildStats(p.link(), p.eng.Stack().Stats(), counters,
 		len(p.eng.QPs()), p.eng.Regions().Len())
 }
-
-// MTUEnum converts a link MTU in bytes to the verbs MTU enum (enum ibv_mtu:
-// 1..5 for 256..4096 bytes) as the kernel's ib_mtu_int_to_enum does: the
-// largest enum not above the MTU, at least 256 (1).
-func MTUEnum(mtu int) int {
-	switch {
-	case mtu >= 4096:
-		return 5
-	case mtu >= 2048:
-		return 4
-	case mtu >= 1024:
-		return 3
-	case mtu >= 512:
-		return 2
-	}
-	return 1
-}
-
-// MTUEnumBytes is the size in bytes of a verbs MTU enum (1 → 256).
-func MTUEnumBytes(e int) int { return 128 << e }
 
 // DefaultEMSS is the effective MSS a connection on a link of MTU mtu starts
 // from: the MTU minus the IP header (20 bytes IPv4, 40 IPv6), the TCP

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Tab stops of ibv_devinfo's layout: device keys sit after one tab and
@@ -31,7 +33,7 @@ func kv(w *bufio.Writer, keyCol, valueCol int, key, value string) {
 }
 
 // mtuString is ibv_devinfo's "1024 (3)".
-func mtuString(e int) string { return fmt.Sprintf("%d (%d)", MTUEnumBytes(e), e) }
+func mtuString(e int) string { return fmt.Sprintf("%d (%d)", ibv.MTUEnumBytes(e), e) }
 
 func onOff(b bool) string {
 	if b {

@@ -9,6 +9,7 @@ import (
 	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 func fixtureDevInfo() DevInfo {
@@ -173,8 +174,8 @@ func TestMTUEnum(t *testing.T) {
 		{4096, 5, 4096}, {9000, 5, 4096}, {65535, 5, 4096},
 	}
 	for _, tt := range tests {
-		if got := MTUEnum(tt.mtu); got != tt.enum || MTUEnumBytes(got) != tt.bytes {
-			t.Errorf("MTUEnum(%d) = %d (%d bytes), want %d (%d bytes)", tt.mtu, got, MTUEnumBytes(got), tt.enum, tt.bytes)
+		if got := ibv.MTUEnum(tt.mtu); got != tt.enum || ibv.MTUEnumBytes(got) != tt.bytes {
+			t.Errorf("ibv.MTUEnum(%d) = %d (%d bytes), want %d (%d bytes)", tt.mtu, got, ibv.MTUEnumBytes(got), tt.enum, tt.bytes)
 		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/siwtun/siwtun/apps/tcpperf"
 )
 
 // Defaults of the control socket.
@@ -97,7 +95,7 @@ type Response struct {
 	// Stats answers OpStats.
 	Stats *Stats `json:"stats,omitempty"`
 	// TCPPerf answers OpTCPPerf.
-	TCPPerf *tcpperf.Result `json:"tcpperf,omitempty"`
+	TCPPerf json.RawMessage `json:"tcpperf,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -105,6 +103,9 @@ type Server struct {
 	// ReadTimeout bounds the time a connection may take to send each
 	// complete request (DefaultReadTimeout). Set it before Serve.
 	ReadTimeout time.Duration
+	// TCPPerf runs the tcpperf op; nil answers that the daemon cannot run
+	// TCP workloads. Set it before Serve.
+	TCPPerf TCPPerfFunc
 
 	ln   *net.UnixListener
 	path string

@@ -1,22 +1,18 @@
 package ctl
 
 import (
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"syscall"
 	"time"
-
-	"github.com/siwtun/siwtun/apps/tcpperf"
-	"github.com/siwtun/siwtun/netstack"
 )
 
 // The tcpperf op makes the daemon's own TCP/IP stack (gVisor's netstack,
 // the one its RNIC runs on) the endpoint of a plain TCP workload: `siwtun
 // bench` measures raw gVisor TCP through the same TUN devices and stacks
 // as the RNIC's traffic, the engine's floor. The request blocks until the
-// workload is over and answers with its tcpperf.Result.
+// workload is over and answers with what the workload measured (apps/tcpperf's Result).
 
 // Roles of a TCPPerfRequest.
 const (
@@ -28,16 +24,18 @@ const (
 
 // Bounds of the tcpperf op.
 const (
+	// TCPPerfMaxSize is the largest message of a client's run: 16 MiB.
+	TCPPerfMaxSize = 16 << 20
 	// TCPPerfMaxDuration bounds a client's run.
 	TCPPerfMaxDuration = 60 * time.Second
-	// tcpPerfAcceptTimeout bounds a server's wait for its client.
-	tcpPerfAcceptTimeout = 20 * time.Second
-	// tcpPerfConnectTimeout bounds a client's attempts to reach a server
+	// TCPPerfAcceptTimeout bounds a server's wait for its client.
+	TCPPerfAcceptTimeout = 20 * time.Second
+	// TCPPerfConnectTimeout bounds a client's attempts to reach a server
 	// that is not listening yet.
-	tcpPerfConnectTimeout = 10 * time.Second
-	// tcpPerfSlack is added to the run's duration for the server's read
+	TCPPerfConnectTimeout = 10 * time.Second
+	// TCPPerfSlack is added to the run's duration for the server's read
 	// deadline and the client's wait for the answer.
-	tcpPerfSlack = 30 * time.Second
+	TCPPerfSlack = 30 * time.Second
 )
 
 // TCPPerfRequest is the workload of an OpTCPPerf request.
@@ -70,11 +68,11 @@ func (r TCPPerfRequest) Check() error {
 	default:
 		return fmt.Errorf("tcpperf: role %q: want server or client", r.Role)
 	}
-	if _, err := tcpperf.ParseMode(r.Mode); err != nil {
-		return fmt.Errorf("tcpperf: %w", err)
+	if r.Mode != "bulk" && r.Mode != "rr" {
+		return fmt.Errorf("tcpperf: mode %q: want bulk or rr", r.Mode)
 	}
-	if r.Size < 1 || r.Size > tcpperf.MaxSize {
-		return fmt.Errorf("tcpperf: size %d: want 1..%d", r.Size, tcpperf.MaxSize)
+	if r.Size < 1 || r.Size > TCPPerfMaxSize {
+		return fmt.Errorf("tcpperf: size %d: want 1..%d", r.Size, TCPPerfMaxSize)
 	}
 	if r.DurationMS < 1 || time.Duration(r.DurationMS)*time.Millisecond > TCPPerfMaxDuration {
 		return fmt.Errorf("tcpperf: duration_ms %d: want 1..%d", r.DurationMS, TCPPerfMaxDuration.Milliseconds())
@@ -82,97 +80,47 @@ func (r TCPPerfRequest) Check() error {
 	return nil
 }
 
-// TCPPerfProvider is a Provider whose device can run the tcpperf op; the
-// engine's provider is one.
-type TCPPerfProvider interface {
-	// TCPPerf runs r (already checked) and returns what it measured.
-	TCPPerf(r TCPPerfRequest) (tcpperf.Result, error)
-}
+// TCPPerfFunc runs a checked tcpperf request on the daemon's stack and
+// returns what it measured, encoded as JSON in the response. The daemon
+// sets Server.TCPPerf to one (package apps/tcpperf provides it); the
+// control plane itself knows nothing of the workload.
+type TCPPerfFunc func(r TCPPerfRequest) (any, error)
 
 func (s *Server) tcpPerf(r TCPPerfRequest) Response {
-	p, ok := s.p.(TCPPerfProvider)
-	if !ok {
+	if s.TCPPerf == nil {
 		return errorResponse(errors.New("tcpperf: this device cannot run TCP workloads"))
 	}
-	res, err := p.TCPPerf(r)
+	res, err := s.TCPPerf(r)
 	if err != nil {
 		return errorResponse(err)
 	}
-	return Response{OK: true, TCPPerf: &res}
-}
-
-// TCPPerf implements TCPPerfProvider on the engine's TCP/IP stack.
-func (p *engineProvider) TCPPerf(r TCPPerfRequest) (tcpperf.Result, error) {
-	addr, _ := netip.ParseAddrPort(r.Addr)
-	st := p.eng.Stack()
-	if r.Role == TCPPerfServer {
-		return tcpPerfServe(st, addr)
-	}
-	mode, _ := tcpperf.ParseMode(r.Mode)
-	d := time.Duration(r.DurationMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), tcpPerfConnectTimeout)
-	defer cancel()
-	c, err := tcpPerfDial(ctx, st, addr)
+	b, err := json.Marshal(res)
 	if err != nil {
-		return tcpperf.Result{}, err
+		return errorResponse(fmt.Errorf("tcpperf: result: %w", err))
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(d + tcpPerfSlack))
-	return tcpperf.Run(c, tcpperf.Header{Mode: mode, Size: r.Size}, d)
+	return Response{OK: true, TCPPerf: b}
 }
 
-func tcpPerfServe(st *netstack.Stack, addr netip.AddrPort) (tcpperf.Result, error) {
-	l, err := st.Listen(addr)
-	if err != nil {
-		return tcpperf.Result{}, fmt.Errorf("tcpperf: listen on %v: %w", addr, err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), tcpPerfAcceptTimeout)
-	defer cancel()
-	c, err := l.Accept(ctx)
-	if err != nil {
-		return tcpperf.Result{}, fmt.Errorf("tcpperf: accept on %v: %w", addr, err)
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(TCPPerfMaxDuration + tcpPerfSlack))
-	return tcpperf.Serve(c)
-}
-
-// tcpPerfDial connects, trying again while the server is not listening
-// yet (it is started by another request, on another daemon).
-func tcpPerfDial(ctx context.Context, st *netstack.Stack, addr netip.AddrPort) (*netstack.Conn, error) {
-	for {
-		c, err := st.Dial(ctx, netip.Addr{}, addr)
-		if err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
-			return nil, fmt.Errorf("tcpperf: connect to %v: %w", addr, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("tcpperf: connect to %v: %w", addr, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// TCPPerf asks the daemon to run a TCP workload on its own stack and waits
-// for the result (a server's request returns once its client is done).
-func (c *Client) TCPPerf(r TCPPerfRequest) (tcpperf.Result, error) {
+// TCPPerf asks the daemon to run a TCP workload on its own stack, waits
+// for the result (a server's request returns once its client is done) and
+// decodes it into result (a *tcpperf.Result).
+func (c *Client) TCPPerf(r TCPPerfRequest, result any) error {
 	if err := r.Check(); err != nil {
-		return tcpperf.Result{}, err
+		return err
 	}
-	timeout := tcpPerfConnectTimeout + time.Duration(r.DurationMS)*time.Millisecond + tcpPerfSlack
+	timeout := TCPPerfConnectTimeout + time.Duration(r.DurationMS)*time.Millisecond + TCPPerfSlack
 	if r.Role == TCPPerfServer {
-		timeout = tcpPerfAcceptTimeout + TCPPerfMaxDuration + tcpPerfSlack
+		timeout = TCPPerfAcceptTimeout + TCPPerfMaxDuration + TCPPerfSlack
 	}
 	resp, err := c.call(Request{Op: OpTCPPerf, TCPPerf: &r}, timeout)
 	if err != nil {
-		return tcpperf.Result{}, err
+		return err
 	}
 	if resp.TCPPerf == nil {
-		return tcpperf.Result{}, fmt.Errorf("%s: response without tcpperf", c.dev)
+		return fmt.Errorf("%s: response without tcpperf", c.dev)
 	}
-	return *resp.TCPPerf, nil
+	if err := json.Unmarshal(resp.TCPPerf, result); err != nil {
+		return fmt.Errorf("%s: tcpperf result: %w", c.dev, err)
+	}
+	return nil
 }

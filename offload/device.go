@@ -17,6 +17,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Config holds a device's iWARP defaults and limits.
@@ -85,8 +86,8 @@ func (c *Config) validate() error {
 	if c.MPARev != 1 && c.MPARev != 2 {
 		return fmt.Errorf("MPA revision %d: want 1 or 2", c.MPARev)
 	}
-	if c.IRD > MaxIRDORD || c.ORD > MaxIRDORD {
-		return fmt.Errorf("IRD %d / ORD %d: at most %d", c.IRD, c.ORD, MaxIRDORD)
+	if c.IRD > ibv.MaxIRDORD || c.ORD > ibv.MaxIRDORD {
+		return fmt.Errorf("IRD %d / ORD %d: at most %d", c.IRD, c.ORD, ibv.MaxIRDORD)
 	}
 	if c.MaxFPDU < 128 {
 		return fmt.Errorf("MaxFPDU %d: at least 128", c.MaxFPDU)
@@ -151,12 +152,12 @@ var ErrDeviceClosed = errors.New("offload: device closed")
 
 // CreateQP creates a queue pair in RESET in protection domain pd, completing
 // into sendCQ and recvCQ.
-func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ CompletionQueue, attr QPAttr) (*QP, error) {
+func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ ibv.CompletionQueue, attr QPAttr) (*QP, error) {
 	if sendCQ == nil || recvCQ == nil {
-		return nil, fmt.Errorf("create QP: %w: nil completion queue", ErrInvalidWR)
+		return nil, fmt.Errorf("create QP: %w: nil completion queue", ibv.ErrInvalidWR)
 	}
-	if attr.MaxSendWR <= 0 || attr.MaxSendWR > MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > MaxQPWR {
-		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
+	if attr.MaxSendWR <= 0 || attr.MaxSendWR > ibv.MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > ibv.MaxQPWR {
+		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, ibv.MaxQPWR)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -173,8 +174,8 @@ func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ CompletionQueue, attr QPAttr
 	d.nextQPN = num + 1
 	qp := &QP{
 		dev: d, num: num, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ, sigAll: attr.SignalAll,
-		state: QPReset, sq: make([]sendWQE, attr.MaxSendWR), rq: make([]recvWQE, attr.MaxRecvWR),
-		events: make(chan Event, 32),
+		state: ibv.QPReset, sq: make([]sendWQE, attr.MaxSendWR), rq: make([]recvWQE, attr.MaxRecvWR),
+		events: make(chan ibv.Event, 32),
 	}
 	qp.txCond = sync.NewCond(&qp.mu)
 	d.qps[num] = qp
@@ -199,15 +200,15 @@ func (d *Device) QP(num uint32) (*QP, bool) {
 }
 
 // QPs returns snapshots of every queue pair, by number.
-func (d *Device) QPs() []Info {
+func (d *Device) QPs() []ibv.Info {
 	d.mu.Lock()
 	list := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
-	out := make([]Info, 0, len(list))
+	out := make([]ibv.Info, 0, len(list))
 	for _, qp := range list {
 		out = append(out, qp.Info())
 	}
-	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.Num, b.Num) })
+	slices.SortFunc(out, func(a, b ibv.Info) int { return cmp.Compare(a.Num, b.Num) })
 	return out
 }
 
@@ -244,61 +245,29 @@ func (d *Device) Close() error {
 	return nil
 }
 
-// ConnParam are the per-connection parameters of connect and accept
-// (struct rdma_conn_param).
-type ConnParam struct {
-	// PrivateData goes in the MPA Request or Reply (at most 256 bytes
-	// including the 4-byte IRD/ORD block of MPA rev 2).
-	PrivateData []byte
-	// ResponderResources is the IRD: inbound RDMA Reads this side serves
-	// at once. 0 takes the device default.
-	ResponderResources uint16
-	// InitiatorDepth is the ORD: outbound RDMA Reads this side has
-	// outstanding at once. 0 takes the device default.
-	InitiatorDepth uint16
-}
-
 // mpaConfig merges the device defaults with one connection's parameters.
-func (d *Device) mpaConfig(p ConnParam) mpa.Config {
+func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
 		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
 	}
 	if p.ResponderResources != 0 {
-		c.IRD = min(p.ResponderResources, MaxIRDORD)
+		c.IRD = min(p.ResponderResources, ibv.MaxIRDORD)
 	}
 	if p.InitiatorDepth != 0 {
-		c.ORD = min(p.InitiatorDepth, MaxIRDORD)
+		c.ORD = min(p.InitiatorDepth, ibv.MaxIRDORD)
 	}
 	return c
 }
-
-// RejectedError is returned by Connect when the peer rejected the
-// connection (MPA Reply with the R flag).
-type RejectedError struct {
-	// PrivateData is the peer's private data in the reject.
-	PrivateData []byte
-	// Err says more (a negotiation failure, or nil for an application reject).
-	Err error
-}
-
-func (e *RejectedError) Error() string {
-	if e.Err != nil {
-		return "connection rejected by the peer: " + e.Err.Error()
-	}
-	return "connection rejected by the peer"
-}
-
-func (e *RejectedError) Unwrap() error { return e.Err }
 
 // claim moves a QP from RESET or INIT to connecting.
 func (qp *QP) claim() error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.connected || (qp.state != QPReset && qp.state != QPInit) {
-		return fmt.Errorf("%w: QP %d is %v", ErrQPState, qp.num, qp.state)
+	if qp.connected || (qp.state != ibv.QPReset && qp.state != ibv.QPInit) {
+		return fmt.Errorf("%w: QP %d is %v", ibv.ErrQPState, qp.num, qp.state)
 	}
-	qp.state = QPInit
+	qp.state = ibv.QPInit
 	qp.connected = true
 	return nil
 }
@@ -312,7 +281,7 @@ func (qp *QP) unclaim() {
 // Connect connects the queue pair to a listening RNIC at remote: TCP, then
 // the MPA Request/Reply exchange, then (peer-to-peer mode) the RTR. On
 // return the QP is in RTS.
-func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (err error) {
+func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnParam) (err error) {
 	d := qp.dev
 	if err := qp.claim(); err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
@@ -324,18 +293,13 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) (
 	}()
 	cfg := d.mpaConfig(p)
 	err = qp.connect(ctx, remote, cfg)
-	if errors.Is(err, ErrMarkersRejected) && cfg.Markers && d.cfg.MarkersPrefer {
+	if errors.Is(err, ibv.ErrMarkersRejected) && cfg.Markers && d.cfg.MarkersPrefer {
 		d.log.Info("peer rejected markers; connecting again without them", "dev", d.cfg.Name, "qp", qp.num, "remote", remote)
 		cfg.Markers = false
 		err = qp.connect(ctx, remote, cfg)
 	}
 	return err
 }
-
-// ErrMarkersRejected is the reason of a *RejectedError when the peer
-// rejected a Request that asked for MPA markers and cleared the M flag in
-// its Reply (Linux siw, which has no markers, does so).
-var ErrMarkersRejected = errors.New("peer rejected markers (MPA Reply with R set and M clear to a Request with M)")
 
 // connect is one connection attempt of Connect with MPA configuration cfg.
 func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config) error {
@@ -376,9 +340,9 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 		if errors.As(err, &rej) {
 			reason := error(nil)
 			if req.Markers && rep.Reject && !rep.Markers {
-				reason = ErrMarkersRejected
+				reason = ibv.ErrMarkersRejected
 			}
-			return fail(&RejectedError{PrivateData: append([]byte(nil), rej.PrivateData...), Err: reason})
+			return fail(&ibv.RejectedError{PrivateData: append([]byte(nil), rej.PrivateData...), Err: reason})
 		}
 		var me *mpa.Error
 		if errors.As(err, &me) {
@@ -512,20 +476,20 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 		if p.RTR == mpa.RTRRead {
 			qp.orq = append(qp.orq, orqEntry{sq: rtrSlot, sinkSTag: rtrSTag})
 		}
-		qp.state = QPRTS
+		qp.state = ibv.QPRTS
 	case p.P2P:
 		await = p.RTR
-		qp.state = QPRTR
+		qp.state = ibv.QPRTR
 		established = false
 	default:
-		qp.state = QPRTS
+		qp.state = ibv.QPRTS
 	}
 	qp.rx.init(qp, p.CRC, p.MarkersRx, await, pl)
 	qp.done = make(chan struct{})
 	qp.running.Add(2)
 	qp.mu.Unlock()
 	if established {
-		qp.emit(Event{Type: EventEstablished})
+		qp.emit(ibv.Event{Type: ibv.EventEstablished})
 	}
 	go qp.rxLoop()
 	go qp.txLoop()
@@ -537,11 +501,11 @@ func (qp *QP) supervise() {
 	qp.running.Wait()
 	qp.conn.Close()
 	qp.mu.Lock()
-	qp.errorLocked(WCSuccess)
+	qp.errorLocked(ibv.WCSuccess)
 	qp.connected = false
 	done := qp.done
 	qp.mu.Unlock()
-	qp.emit(Event{Type: EventDisconnected})
+	qp.emit(ibv.Event{Type: ibv.EventDisconnected})
 	close(done)
 }
 
@@ -576,21 +540,21 @@ func (qp *QP) rxLoop() {
 		case errors.Is(err, errTerminated):
 		case errors.As(err, &me):
 			// A framing error found by the MPA layer (bad marker).
-			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), WCLocQPOpErr, err)
+			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
 			qp.drain()
 		case err == io.EOF:
 			qp.mu.Lock()
-			if qp.state != QPErr {
+			if qp.state != ibv.QPErr {
 				qp.dev.logf("QP %d: peer closed the connection", qp.num)
 			}
-			qp.errorLocked(WCSuccess)
+			qp.errorLocked(ibv.WCSuccess)
 			qp.mu.Unlock()
 		default:
 			qp.mu.Lock()
-			if qp.state != QPErr && !qp.closing {
+			if qp.state != ibv.QPErr && !qp.closing {
 				qp.dev.logf("QP %d: receive: %v", qp.num, err)
 			}
-			qp.errorLocked(WCSuccess)
+			qp.errorLocked(ibv.WCSuccess)
 			qp.mu.Unlock()
 		}
 		return
@@ -738,7 +702,7 @@ func (r *ConnRequest) Frame() mpa.Frame { return r.req }
 // Accept answers the request with an MPA Reply and connects qp (RESET or
 // INIT). In peer-to-peer mode the QP stays in RTR until the peer's RTR
 // arrives; the Established event says when.
-func (r *ConnRequest) Accept(qp *QP, p ConnParam) error {
+func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 	used := true
 	r.once.Do(func() { used = false })
 	if used {
@@ -787,7 +751,7 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 }
 
 func (r *ConnRequest) reject(pd []byte) error {
-	cfg := r.l.dev.mpaConfig(ConnParam{})
+	cfg := r.l.dev.mpaConfig(ibv.ConnParam{})
 	rep := cfg.RejectReply(r.req, pd)
 	b, err := rep.Append(nil)
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // oooPlacer places tagged FPDUs that arrive out of order, as an RNIC does:
@@ -101,7 +102,7 @@ func (pl *oooPlacer) segment(seg *netstack.Segment) {
 		return // not beyond what we acknowledged, or outside the window
 	}
 	qp.mu.Lock()
-	rts := qp.state == QPRTS
+	rts := qp.state == ibv.QPRTS
 	qp.mu.Unlock()
 	if !rts {
 		return

@@ -1,7 +1,6 @@
 package offload
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -10,32 +9,7 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
-)
-
-// Device limits (what QueryDevice reports).
-const (
-	// MaxSGE is the most scatter/gather elements of a Send, Write or receive.
-	MaxSGE = 6
-	// MaxSGERead is the most elements of an RDMA Read sink: one, an iWARP
-	// limitation (a Read Response targets one STag).
-	MaxSGERead = 1
-	// MaxInline is the most payload bytes of a request posted with FlagInline.
-	MaxInline = 256
-	// MaxIRDORD is the most outstanding RDMA Reads per direction of a QP.
-	MaxIRDORD = 128
-	// MaxQPWR is the largest send or receive queue.
-	MaxQPWR = 16384
-)
-
-// Errors returned by queue-pair calls (not completions: a failed work
-// request is reported as a completion).
-var (
-	// ErrQPState is returned when the QP's state forbids the call.
-	ErrQPState = errors.New("offload: invalid queue pair state")
-	// ErrQueueFull is returned when a work queue has no free slot.
-	ErrQueueFull = errors.New("offload: work queue full")
-	// ErrInvalidWR is returned for a malformed work request.
-	ErrInvalidWR = errors.New("offload: invalid work request")
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // QPAttr sizes a queue pair.
@@ -44,60 +18,6 @@ type QPAttr struct {
 	MaxSendWR, MaxRecvWR int
 	// SignalAll completes every send request, signaled or not.
 	SignalAll bool
-}
-
-// EventType says what happened to a queue pair's connection.
-type EventType int
-
-// Connection events.
-const (
-	// EventEstablished: both directions of the iWARP stream are up.
-	EventEstablished EventType = iota + 1
-	// EventDisconnected: the stream ended (peer closed, local disconnect).
-	EventDisconnected
-	// EventTerminateSent: the engine detected an error and sent a Terminate.
-	EventTerminateSent
-	// EventTerminateReceived: the peer sent a Terminate.
-	EventTerminateReceived
-)
-
-// String names the event as rdma_cm does where it can.
-func (e EventType) String() string {
-	switch e {
-	case EventEstablished:
-		return "ESTABLISHED"
-	case EventDisconnected:
-		return "DISCONNECTED"
-	case EventTerminateSent:
-		return "TERMINATE_SENT"
-	case EventTerminateReceived:
-		return "TERMINATE_RECEIVED"
-	}
-	return fmt.Sprintf("EVENT(%d)", int(e))
-}
-
-// Event is one connection event of a queue pair.
-type Event struct {
-	Type EventType
-	// Code is the Terminate's error (TerminateSent/Received).
-	Code rdmap.Code
-	// Err explains the event in words (for TerminateSent and Disconnected).
-	Err error
-}
-
-// String formats the event for logs.
-func (e Event) String() string {
-	switch e.Type {
-	case EventTerminateSent, EventTerminateReceived:
-		if e.Err != nil {
-			return fmt.Sprintf("%v %v: %v", e.Type, e.Code, e.Err)
-		}
-		return fmt.Sprintf("%v %v", e.Type, e.Code)
-	}
-	if e.Err != nil {
-		return fmt.Sprintf("%v: %v", e.Type, e.Err)
-	}
-	return e.Type.String()
 }
 
 type wqeState uint8
@@ -113,23 +33,23 @@ const (
 // into a preallocated slot, so posting allocates nothing.
 type sendWQE struct {
 	id        uint64
-	op        WROpcode
-	flags     SendFlags
+	op        ibv.WROpcode
+	flags     ibv.SendFlags
 	nsge      int
-	sgl       [MaxSGE]SGE
-	inline    [MaxInline]byte
+	sgl       [ibv.MaxSGE]ibv.SGE
+	inline    [ibv.MaxInline]byte
 	inlineLen int
 	raddr     uint64
 	rkey      uint32
 	invRKey   uint32
 	state     wqeState
-	status    WCStatus
+	status    ibv.WCStatus
 	byteLen   uint32
 }
 
 // length is the request's total payload.
 func (w *sendWQE) length() uint64 {
-	if w.flags&FlagInline != 0 {
+	if w.flags&ibv.FlagInline != 0 {
 		return uint64(w.inlineLen)
 	}
 	var n uint64
@@ -143,7 +63,7 @@ func (w *sendWQE) length() uint64 {
 type recvWQE struct {
 	id   uint64
 	nsge int
-	sgl  [MaxSGE]SGE
+	sgl  [ibv.MaxSGE]ibv.SGE
 }
 
 // orqEntry is an outstanding outbound RDMA Read (ORQ): its sink and progress.
@@ -172,13 +92,13 @@ type QP struct {
 	dev    *Device
 	num    uint32
 	pd     uint32
-	sendCQ CompletionQueue
-	recvCQ CompletionQueue
+	sendCQ ibv.CompletionQueue
+	recvCQ ibv.CompletionQueue
 	sigAll bool
 
 	mu     sync.Mutex
 	txCond *sync.Cond // signalled when the TX goroutine may have work
-	state  QPState
+	state  ibv.QPState
 
 	// Send queue: [sqHead, sqTail) are posted; [sqHead, sqNext) transmitted
 	// (done or in flight); retired in order from sqHead.
@@ -206,7 +126,7 @@ type QP struct {
 	done      chan struct{} // closed when both goroutines have ended
 	running   sync.WaitGroup
 
-	events  chan Event
+	events  chan ibv.Event
 	evDrops atomic.Uint64
 	inErr   atomic.Bool // state == QPErr, readable without mu between FPDUs
 	stats   QPStats
@@ -217,8 +137,8 @@ type QP struct {
 	rx               rxState
 	sendMSN          uint32 // next MSN on QN 0 (TX)
 	readMSN          uint32 // next MSN on QN 1 (TX)
-	flushErr         WCStatus
-	wc               WorkCompletion // scratch for pushing completions, guarded by mu
+	flushErr         ibv.WCStatus
+	wc               ibv.WorkCompletion // scratch for pushing completions, guarded by mu
 	// refill, if set, is asked for receives when a Send finds none (the
 	// verbs socket's daemon moves them from the client's ring).
 	refill func()
@@ -258,35 +178,23 @@ func (qp *QP) PD() uint32 { return qp.pd }
 
 // Events delivers connection events; it is never closed. Events are dropped
 // (and counted) when nobody reads them.
-func (qp *QP) Events() <-chan Event { return qp.events }
+func (qp *QP) Events() <-chan ibv.Event { return qp.events }
 
 // Stats returns the queue pair's counters.
 func (qp *QP) Stats() *QPStats { return &qp.stats }
 
 // State returns the current state.
-func (qp *QP) State() QPState {
+func (qp *QP) State() ibv.QPState {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state
 }
 
-// Info is a snapshot of a queue pair for the control plane.
-type Info struct {
-	Num            uint32
-	State          QPState
-	Local, Remote  netip.AddrPort
-	Params         mpa.Params
-	IRD, ORD       int
-	SQDepth, SQUse int
-	RQDepth, RQUse int
-	EMSS           int
-}
-
 // Info returns a snapshot of the queue pair.
-func (qp *QP) Info() Info {
+func (qp *QP) Info() ibv.Info {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	return Info{
+	return ibv.Info{
 		Num: qp.num, State: qp.state, Local: qp.local, Remote: qp.remote,
 		Params: qp.params, IRD: qp.ird, ORD: qp.ord,
 		SQDepth: len(qp.sq), SQUse: int(qp.sqTail - qp.sqHead),
@@ -295,7 +203,7 @@ func (qp *QP) Info() Info {
 	}
 }
 
-func (qp *QP) emit(e Event) {
+func (qp *QP) emit(e ibv.Event) {
 	select {
 	case qp.events <- e:
 	default:
@@ -307,22 +215,22 @@ func (qp *QP) emit(e Event) {
 // any→ERR (flushes outstanding work and closes the connection), ERR→RESET
 // (empties the queues for reuse) and INIT→RESET. RTR and RTS are entered by
 // connection management only.
-func (qp *QP) Modify(s QPState) error {
+func (qp *QP) Modify(s ibv.QPState) error {
 	qp.mu.Lock()
 	cur := qp.state
 	switch {
-	case s == QPErr:
+	case s == ibv.QPErr:
 		qp.mu.Unlock()
 		qp.Disconnect()
 		return nil
-	case s == QPInit && cur == QPReset, s == QPInit && cur == QPInit:
-		qp.state = QPInit
-	case s == QPReset && (cur == QPErr || cur == QPInit || cur == QPReset):
+	case s == ibv.QPInit && cur == ibv.QPReset, s == ibv.QPInit && cur == ibv.QPInit:
+		qp.state = ibv.QPInit
+	case s == ibv.QPReset && (cur == ibv.QPErr || cur == ibv.QPInit || cur == ibv.QPReset):
 		if qp.connected {
 			qp.mu.Unlock()
-			return fmt.Errorf("%w: QP %d still closing its connection", ErrQPState, qp.num)
+			return fmt.Errorf("%w: QP %d still closing its connection", ibv.ErrQPState, qp.num)
 		}
-		qp.state = QPReset
+		qp.state = ibv.QPReset
 		qp.inErr.Store(false)
 		qp.closing, qp.term, qp.termSent, qp.p2pRTR = false, nil, false, 0
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
@@ -330,7 +238,7 @@ func (qp *QP) Modify(s QPState) error {
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
 	default:
 		qp.mu.Unlock()
-		return fmt.Errorf("%w: QP %d cannot go from %v to %v", ErrQPState, qp.num, cur, s)
+		return fmt.Errorf("%w: QP %d cannot go from %v to %v", ibv.ErrQPState, qp.num, cur, s)
 	}
 	qp.mu.Unlock()
 	return nil
@@ -340,29 +248,29 @@ func (qp *QP) Modify(s QPState) error {
 // malformed request or a full queue it stops there with an error (like
 // ibv_post_send's bad_wr). Requests may be posted in RTR (held until the
 // stream is up) and RTS; in ERR they complete at once as flushed.
-func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	// Whatever was queued before a bad request goes out too.
 	defer qp.txCond.Signal()
 	switch qp.state {
-	case QPRTR, QPRTS, QPErr:
+	case ibv.QPRTR, ibv.QPRTS, ibv.QPErr:
 	default:
-		return 0, fmt.Errorf("%w: post send in %v on QP %d", ErrQPState, qp.state, qp.num)
+		return 0, fmt.Errorf("%w: post send in %v on QP %d", ibv.ErrQPState, qp.state, qp.num)
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if err := checkSendWR(wr); err != nil {
+		if err := ibv.CheckSendWR(wr); err != nil {
 			return i, fmt.Errorf("QP %d send WR %d (id %d): %w", qp.num, i, wr.ID, err)
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
-			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ErrQueueFull, len(qp.sq))
+			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.sq))
 		}
 		w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
 		w.raddr, w.rkey, w.invRKey = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
-		w.state, w.status, w.byteLen = wqePending, WCSuccess, 0
-		if wr.Flags&FlagInline != 0 {
+		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
+		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0
 			w.inlineLen = copy(w.inline[:], wr.Inline)
 		} else {
@@ -371,53 +279,28 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		}
 		qp.sqTail++
 		qp.stats.SQPosted.Add(1)
-		if qp.state == QPErr {
+		if qp.state == ibv.QPErr {
 			qp.flushLocked()
 		}
 	}
 	return len(wrs), nil
 }
 
-func checkSendWR(wr *SendWR) error {
-	switch wr.Opcode {
-	case WRSend, WRSendWithInv, WRWrite:
-		if wr.Flags&FlagInline != 0 {
-			if len(wr.Inline) > MaxInline {
-				return fmt.Errorf("%w: %d inline bytes, at most %d", ErrInvalidWR, len(wr.Inline), MaxInline)
-			}
-			return nil
-		}
-		if len(wr.SGL) > MaxSGE {
-			return fmt.Errorf("%w: %d SGEs, at most %d", ErrInvalidWR, len(wr.SGL), MaxSGE)
-		}
-	case WRRead:
-		if wr.Flags&FlagInline != 0 {
-			return fmt.Errorf("%w: RDMA Read cannot be inline", ErrInvalidWR)
-		}
-		if len(wr.SGL) > MaxSGERead {
-			return fmt.Errorf("%w: RDMA Read sink has %d SGEs, iWARP allows %d", ErrInvalidWR, len(wr.SGL), MaxSGERead)
-		}
-	default:
-		return fmt.Errorf("%w: opcode %v not supported", ErrInvalidWR, wr.Opcode)
-	}
-	return nil
-}
-
 // PostRecv queues receive work requests (allowed from INIT on). It returns
 // how many were queued, stopping at the first bad one with an error.
-func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.state == QPReset {
-		return 0, fmt.Errorf("%w: post receive in RESET on QP %d", ErrQPState, qp.num)
+	if qp.state == ibv.QPReset {
+		return 0, fmt.Errorf("%w: post receive in RESET on QP %d", ibv.ErrQPState, qp.num)
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if len(wr.SGL) > MaxSGE {
-			return i, fmt.Errorf("QP %d recv WR %d (id %d): %w: %d SGEs, at most %d", qp.num, i, wr.ID, ErrInvalidWR, len(wr.SGL), MaxSGE)
+		if len(wr.SGL) > ibv.MaxSGE {
+			return i, fmt.Errorf("QP %d recv WR %d (id %d): %w: %d SGEs, at most %d", qp.num, i, wr.ID, ibv.ErrInvalidWR, len(wr.SGL), ibv.MaxSGE)
 		}
 		if qp.rqTail-qp.rqHead == uint64(len(qp.rq)) {
-			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ErrQueueFull, len(qp.rq))
+			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.rq))
 		}
 		r := &qp.rq[qp.rqTail%uint64(len(qp.rq))]
 		r.id = wr.ID
@@ -425,7 +308,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		qp.rqTail++
 		qp.stats.RQPosted.Add(1)
 	}
-	if qp.state == QPErr {
+	if qp.state == ibv.QPErr {
 		qp.flushLocked()
 	}
 	return len(wrs), nil
@@ -438,21 +321,21 @@ func (qp *QP) retireLocked() {
 		if w.state != wqeDone {
 			return
 		}
-		if w.status != WCSuccess || w.flags&FlagSignaled != 0 || qp.sigAll {
+		if w.status != ibv.WCSuccess || w.flags&ibv.FlagSignaled != 0 || qp.sigAll {
 			wc := &qp.wc
-			*wc = WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
+			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
 			switch w.op {
-			case WRWrite:
-				wc.Opcode = WCWrite
-			case WRRead:
-				wc.Opcode = WCRead
+			case ibv.WRWrite:
+				wc.Opcode = ibv.WCWrite
+			case ibv.WRRead:
+				wc.Opcode = ibv.WCRead
 			default:
-				wc.Opcode = WCSend
+				wc.Opcode = ibv.WCSend
 			}
 			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
-		if w.status == WCSuccess {
+		if w.status == ibv.WCSuccess {
 			qp.stats.SQCompleted.Add(1)
 		} else {
 			qp.stats.SQErrors.Add(1)
@@ -463,15 +346,15 @@ func (qp *QP) retireLocked() {
 
 // completeRecvLocked completes the receive at the head of the RQ with
 // status st (and, for a Send with Invalidate, the invalidated STag).
-func (qp *QP) completeRecvLocked(st WCStatus, byteLen uint32, inv uint32, solicited bool) {
+func (qp *QP) completeRecvLocked(st ibv.WCStatus, byteLen uint32, inv uint32, solicited bool) {
 	wc := &qp.wc
-	*wc = WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	*wc = ibv.WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: ibv.WCRecv, QPNum: qp.num, ByteLen: byteLen}
 	if inv != 0 {
-		wc.Flags = WCWithInv
+		wc.Flags = ibv.WCWithInv
 		wc.InvalidatedRKey = inv
 	}
 	qp.rqHead++
-	if st == WCSuccess {
+	if st == ibv.WCSuccess {
 		qp.stats.RQCompleted.Add(1)
 	} else {
 		qp.stats.RQErrors.Add(1)
@@ -491,18 +374,18 @@ func (qp *QP) flushLocked() {
 		if w.state != wqeDone && w.state != wqeSending {
 			w.state = wqeDone
 			w.status = qp.flushErr
-			if w.status == WCSuccess {
-				w.status = WCFlushErr
+			if w.status == ibv.WCSuccess {
+				w.status = ibv.WCFlushErr
 			}
-			qp.flushErr = WCFlushErr
+			qp.flushErr = ibv.WCFlushErr
 		}
 	}
-	qp.flushErr = WCFlushErr
+	qp.flushErr = ibv.WCFlushErr
 	qp.sqNext = qp.sqTail
 	qp.orq = qp.orq[:0]
 	qp.retireLocked()
 	for qp.rqHead < qp.rqTail {
-		qp.completeRecvLocked(WCFlushErr, 0, 0, false)
+		qp.completeRecvLocked(ibv.WCFlushErr, 0, 0, false)
 	}
 	qp.irq = qp.irq[:0]
 }
@@ -510,11 +393,11 @@ func (qp *QP) flushLocked() {
 // errorLocked moves the QP to ERR and flushes its work. firstStatus, if not
 // success, is given to the oldest outstanding send request instead of a
 // flush error (the request the error hit).
-func (qp *QP) errorLocked(firstStatus WCStatus) {
-	if qp.state == QPErr {
+func (qp *QP) errorLocked(firstStatus ibv.WCStatus) {
+	if qp.state == ibv.QPErr {
 		return
 	}
-	qp.state = QPErr
+	qp.state = ibv.QPErr
 	qp.inErr.Store(true)
 	qp.flushErr = firstStatus
 	qp.flushLocked()
@@ -526,7 +409,7 @@ func (qp *QP) errorLocked(firstStatus WCStatus) {
 // with a FIN. It returns once the engine's goroutines have stopped.
 func (qp *QP) Disconnect() {
 	qp.mu.Lock()
-	qp.errorLocked(WCSuccess)
+	qp.errorLocked(ibv.WCSuccess)
 	qp.closing = true
 	conn := qp.conn
 	done := qp.done

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // errRegion is the root of the region table's errors.
@@ -20,7 +22,7 @@ type Region struct {
 	pd     uint32
 	addr   uint64
 	buf    []byte
-	access Access
+	access ibv.Access
 	valid  bool // guarded by Regions.mu
 }
 
@@ -37,7 +39,7 @@ func (r *Region) Addr() uint64 { return r.addr }
 func (r *Region) Len() int { return len(r.buf) }
 
 // Access is the region's access rights.
-func (r *Region) Access() Access { return r.access }
+func (r *Region) Access() ibv.Access { return r.access }
 
 // Bytes is the memory the region covers.
 func (r *Region) Bytes() []byte { return r.buf }
@@ -75,14 +77,14 @@ func NewRegions(max int) *Regions {
 
 // Register adds a region of buf, whose first byte has tagged offset addr,
 // in protection domain pd, and returns it with a fresh STag.
-func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access Access) (*Region, error) {
+func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access ibv.Access) (*Region, error) {
 	if addr+uint64(len(buf)) < addr {
 		return nil, fmt.Errorf("%w: address 0x%x + length %d wraps", errRegion, addr, len(buf))
 	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead) != 0 {
+	if access&^(ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead) != 0 {
 		return nil, fmt.Errorf("%w: unsupported access flags %v", errRegion, access)
 	}
-	if access&AccessRemoteWrite != 0 && access&AccessLocalWrite == 0 {
+	if access&ibv.AccessRemoteWrite != 0 && access&ibv.AccessLocalWrite == 0 {
 		// libibverbs: remote write requires local write (EINVAL).
 		return nil, fmt.Errorf("%w: REMOTE_WRITE requires LOCAL_WRITE", errRegion)
 	}

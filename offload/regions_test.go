@@ -5,9 +5,11 @@ import (
 	"math"
 	"sync"
 	"testing"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
-func mustRegister(t *testing.T, tab *Regions, pd uint32, n int, addr uint64, access Access) *Region {
+func mustRegister(t *testing.T, tab *Regions, pd uint32, n int, addr uint64, access ibv.Access) *Region {
 	t.Helper()
 	r, err := tab.Register(pd, make([]byte, n), addr, access)
 	if err != nil {
@@ -19,18 +21,18 @@ func mustRegister(t *testing.T, tab *Regions, pd uint32, n int, addr uint64, acc
 func TestRegisterAccessRules(t *testing.T) {
 	tests := []struct {
 		name   string
-		access Access
+		access ibv.Access
 		ok     bool
 	}{
 		{"none", 0, true},
-		{"local-write", AccessLocalWrite, true},
-		{"remote-read", AccessRemoteRead, true},
-		{"local-and-remote-write", AccessLocalWrite | AccessRemoteWrite, true},
-		{"all", AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead, true},
-		{"remote-write-alone", AccessRemoteWrite, false},
-		{"remote-write-and-read", AccessRemoteWrite | AccessRemoteRead, false},
-		{"unknown-bit", Access(8), false},
-		{"unknown-with-valid", AccessLocalWrite | Access(0x100), false},
+		{"local-write", ibv.AccessLocalWrite, true},
+		{"remote-read", ibv.AccessRemoteRead, true},
+		{"local-and-remote-write", ibv.AccessLocalWrite | ibv.AccessRemoteWrite, true},
+		{"all", ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead, true},
+		{"remote-write-alone", ibv.AccessRemoteWrite, false},
+		{"remote-write-and-read", ibv.AccessRemoteWrite | ibv.AccessRemoteRead, false},
+		{"unknown-bit", ibv.Access(8), false},
+		{"unknown-with-valid", ibv.AccessLocalWrite | ibv.Access(0x100), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,7 +79,7 @@ func TestRegisterAddressRange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tab := NewRegions(8)
-			_, err := tab.Register(1, make([]byte, tt.n), tt.addr, AccessLocalWrite)
+			_, err := tab.Register(1, make([]byte, tt.n), tt.addr, ibv.AccessLocalWrite)
 			if (err == nil) != tt.ok {
 				t.Fatalf("Register(0x%x, %d) = %v, want ok=%v", tt.addr, tt.n, err, tt.ok)
 			}
@@ -123,7 +125,7 @@ func TestRegionSlice(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tab := NewRegions(4)
-			r := mustRegister(t, tab, 1, tt.size, tt.base, AccessLocalWrite)
+			r := mustRegister(t, tab, 1, tt.size, tt.base, ibv.AccessLocalWrite)
 			for i := range r.buf {
 				r.buf[i] = byte(i)
 			}
@@ -164,11 +166,11 @@ func TestSTagReuse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tab := NewRegions(4)
-			keep := mustRegister(t, tab, 1, 8, 0x100, AccessLocalWrite) // another slot, untouched
+			keep := mustRegister(t, tab, 1, 8, 0x100, ibv.AccessLocalWrite) // another slot, untouched
 			seen := map[uint32]bool{}
 			var old []uint32
 			for i := 0; i <= tt.cycles; i++ {
-				r := mustRegister(t, tab, 1, 8, 0x1000, AccessRemoteRead)
+				r := mustRegister(t, tab, 1, 8, 0x1000, ibv.AccessRemoteRead)
 				if seen[r.STag()] {
 					t.Fatalf("cycle %d: STag 0x%08x reused", i, r.STag())
 				}
@@ -207,7 +209,7 @@ func TestSTagReuse(t *testing.T) {
 
 func TestLookupInvalid(t *testing.T) {
 	tab := NewRegions(4)
-	r := mustRegister(t, tab, 1, 8, 0, AccessLocalWrite)
+	r := mustRegister(t, tab, 1, 8, 0, ibv.AccessLocalWrite)
 	tests := []struct {
 		name string
 		stag uint32
@@ -252,7 +254,7 @@ func TestInvalidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tab := NewRegions(4)
-			r := mustRegister(t, tab, 1, 8, 0x1000, AccessLocalWrite|AccessRemoteWrite)
+			r := mustRegister(t, tab, 1, 8, 0x1000, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 			if tt.twice {
 				if err := tab.Invalidate(r.STag(), tt.pd); err != nil {
 					t.Fatal(err)
@@ -291,15 +293,15 @@ func TestRegionsFull(t *testing.T) {
 	tab := NewRegions(max)
 	var rs []*Region
 	for i := 0; i < max; i++ {
-		rs = append(rs, mustRegister(t, tab, 1, 8, 0, AccessLocalWrite))
+		rs = append(rs, mustRegister(t, tab, 1, 8, 0, ibv.AccessLocalWrite))
 	}
-	if _, err := tab.Register(1, make([]byte, 8), 0, AccessLocalWrite); err == nil || !errors.Is(err, errRegion) {
+	if _, err := tab.Register(1, make([]byte, 8), 0, ibv.AccessLocalWrite); err == nil || !errors.Is(err, errRegion) {
 		t.Fatalf("Register beyond %d regions = %v", max, err)
 	}
 	if err := tab.Deregister(rs[1].STag()); err != nil {
 		t.Fatal(err)
 	}
-	r := mustRegister(t, tab, 1, 8, 0, AccessLocalWrite)
+	r := mustRegister(t, tab, 1, 8, 0, ibv.AccessLocalWrite)
 	if r.STag()>>8 != rs[1].STag()>>8 || r.STag() == rs[1].STag() {
 		t.Fatalf("re-registration got STag 0x%08x, want slot %d with a new key", r.STag(), rs[1].STag()>>8)
 	}
@@ -321,7 +323,7 @@ func TestRegionsConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 300; i++ {
-				r, err := tab.Register(uint32(g), make([]byte, 8), uint64(i), AccessLocalWrite|AccessRemoteWrite)
+				r, err := tab.Register(uint32(g), make([]byte, 8), uint64(i), ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
 				if err != nil {
 					t.Error(err)
 					return

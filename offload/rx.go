@@ -7,6 +7,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // errAborted stops a transfer whose QP entered the error state.
@@ -37,7 +38,7 @@ type rxState struct {
 
 	// Send message in progress (QN 0): the head of the RQ.
 	sendActive bool
-	sendBufs   [MaxSGE][]byte
+	sendBufs   [ibv.MaxSGE][]byte
 	sendN      int
 	sendCap    uint64
 	sendPlaced uint64
@@ -207,7 +208,7 @@ func (r *rxState) headerDone() error {
 			code, err = rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response at TO 0x%x, expected 0x%x (%d of the Read's %d bytes placed)", h.TO, to+uint64(placed), placed, size)
 		}
 		if err != nil {
-			return r.fail(code, WCLocQPOpErr, err)
+			return r.fail(code, ibv.WCLocQPOpErr, err)
 		}
 		r.dst = dst[placed : placed+uint32(r.payload)]
 		return nil
@@ -227,11 +228,11 @@ func (r *rxState) headerDone() error {
 				return err
 			}
 		} else if uint64(h.MO) != r.sendPlaced {
-			return r.fail(rdmap.TermDDPInvalidMO, WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
+			return r.fail(rdmap.TermDDPInvalidMO, ibv.WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
 		}
 		if r.sendPlaced+uint64(r.payload) > r.sendCap {
 			qp.stats.RecvTooLong.Add(1)
-			return r.fail(rdmap.TermDDPTooLong, WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
+			return r.fail(rdmap.TermDDPTooLong, ibv.WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
 		}
 		return nil
 
@@ -283,7 +284,7 @@ func (qp *QP) writeSink(h *ddp.Header, n int) ([]byte, rdmap.Code, error) {
 		return nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
 	case reg.pd != qp.pd:
 		return nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
-	case reg.access&AccessRemoteWrite == 0:
+	case reg.access&ibv.AccessRemoteWrite == 0:
 		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
 	}
 	dst, ok := reg.slice(h.TO, uint64(n))
@@ -319,7 +320,7 @@ func (r *rxState) startSend() error {
 		refill()
 		qp.mu.Lock()
 	}
-	if qp.state == QPErr {
+	if qp.state == ibv.QPErr {
 		qp.mu.Unlock()
 		return errAborted // the receives were flushed: not the peer's error
 	}
@@ -338,14 +339,14 @@ func (r *rxState) startSend() error {
 		}
 		reg, ok := qp.dev.regions.Lookup(s.LKey)
 		if !ok || reg.pd != qp.pd {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
 		}
-		if reg.access&AccessLocalWrite == 0 {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocAccessErr, fmt.Errorf("receive WR %d: lkey 0x%08x lacks LOCAL_WRITE", wqe.id, s.LKey))
+		if reg.access&ibv.AccessLocalWrite == 0 {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocAccessErr, fmt.Errorf("receive WR %d: lkey 0x%08x lacks LOCAL_WRITE", wqe.id, s.LKey))
 		}
 		b, ok := reg.slice(s.Addr, uint64(s.Length))
 		if !ok {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, WCLocProtErr, fmt.Errorf("receive WR %d: SGE outside lkey 0x%08x", wqe.id, s.LKey))
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: SGE outside lkey 0x%08x", wqe.id, s.LKey))
 		}
 		r.sendBufs[r.sendN] = b
 		r.sendN++
@@ -360,7 +361,7 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	qp := r.qp
 	if !crcOK {
 		qp.stats.CRCErrors.Add(1)
-		return r.fail(rdmap.TermLLPCRC, WCLocQPOpErr, errors.New("MPA CRC error"))
+		return r.fail(rdmap.TermLLPCRC, ibv.WCLocQPOpErr, errors.New("MPA CRC error"))
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
@@ -378,7 +379,7 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	case rdmap.OpReadResponse:
 		qp.stats.PlacedBytes.Add(uint64(r.payload))
 		qp.mu.Lock()
-		if len(qp.orq) == 0 || qp.state == QPErr {
+		if len(qp.orq) == 0 || qp.state == ibv.QPErr {
 			qp.mu.Unlock()
 			return errAborted
 		}
@@ -387,11 +388,11 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 		if h.Last {
 			if e.placed != e.size {
 				qp.mu.Unlock()
-				return r.fail(rdmap.TermDDPTaggedBaseBounds, WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
+				return r.fail(rdmap.TermDDPTaggedBaseBounds, ibv.WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
 			}
 			if e.sq != rtrSlot {
 				w := &qp.sq[e.sq%uint64(len(qp.sq))]
-				w.state, w.status, w.byteLen = wqeDone, WCSuccess, e.size
+				w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, e.size
 			}
 			copy(qp.orq, qp.orq[1:])
 			qp.orq = qp.orq[:len(qp.orq)-1]
@@ -412,18 +413,18 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 		if r.op.Invalidates() {
 			if err := r.invalidate(h.ULPData); err != nil {
 				r.sendActive = true // the receive completes with the error
-				return r.fail(rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
+				return r.fail(rdmap.TermRDMAPCannotInvalidate, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
 			}
 			inv = h.ULPData
 			qp.stats.Invalidations.Add(1)
 		}
 		qp.stats.SendsRx.Add(1)
 		qp.mu.Lock()
-		if qp.state == QPErr {
+		if qp.state == ibv.QPErr {
 			qp.mu.Unlock()
 			return errAborted
 		}
-		qp.completeRecvLocked(WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
+		qp.completeRecvLocked(ibv.WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
 		qp.mu.Unlock()
 	case rdmap.OpReadRequest:
 		return r.readRequest()
@@ -459,7 +460,7 @@ func (r *rxState) readRequest() error {
 			return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("RDMA Read of invalid STag 0x%08x", rr.SrcSTag))
 		case reg.pd != qp.pd:
 			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of STag 0x%08x of another protection domain", rr.SrcSTag))
-		case reg.access&AccessRemoteRead == 0:
+		case reg.access&ibv.AccessRemoteRead == 0:
 			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Read of STag 0x%08x without REMOTE_READ (%v)", rr.SrcSTag, reg.access))
 		}
 		var ok2 bool
@@ -496,12 +497,12 @@ func (r *rxState) rtrArrived() error {
 		}
 	}
 	qp.mu.Lock()
-	if qp.state == QPRTR {
-		qp.state = QPRTS
+	if qp.state == ibv.QPRTR {
+		qp.state = ibv.QPRTS
 		qp.txCond.Broadcast()
 	}
 	qp.mu.Unlock()
-	qp.emit(Event{Type: EventEstablished})
+	qp.emit(ibv.Event{Type: ibv.EventEstablished})
 	return nil
 }
 
@@ -519,7 +520,7 @@ func (r *rxState) terminateArrived() error {
 	qp.errorLocked(statusForTerminate(t.Code))
 	qp.termSent = true // never answer a Terminate with one
 	qp.mu.Unlock()
-	qp.emit(Event{Type: EventTerminateReceived, Code: t.Code})
+	qp.emit(ibv.Event{Type: ibv.EventTerminateReceived, Code: t.Code})
 	return errTerminated
 }
 
@@ -528,17 +529,17 @@ var errTerminated = errors.New("offload: stream terminated by the peer")
 
 // statusForTerminate maps a received Terminate to the completion status of
 // the request it ended.
-func statusForTerminate(c rdmap.Code) WCStatus {
+func statusForTerminate(c rdmap.Code) ibv.WCStatus {
 	switch {
 	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPInvalidSTag.EType(),
 		c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPTaggedInvalidSTag.EType():
-		return WCRemAccessErr
+		return ibv.WCRemAccessErr
 	case c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPNoBuffer.EType():
-		return WCRemInvReqErr
+		return ibv.WCRemInvReqErr
 	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPUnexpectedOp.EType():
-		return WCRemOpErr
+		return ibv.WCRemOpErr
 	}
-	return WCRemAbortErr
+	return ibv.WCRemAbortErr
 }
 
 // fail reports an error found in the receive path: the QP enters ERR, the
@@ -548,7 +549,7 @@ func statusForTerminate(c rdmap.Code) WCStatus {
 //
 // A QP already in ERR (destroyed, disconnected, or after an earlier error)
 // sends no Terminate: what still arrives is dropped quietly.
-func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
+func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 	qp := r.qp
 	if qp.aborted() {
 		r.sendActive = false
@@ -567,8 +568,8 @@ func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
 	t.RDMAPHeader = append([]byte(nil), t.RDMAPHeader...)
 	qp.stats.countTerminate(code)
 	qp.mu.Lock()
-	if qp.state != QPErr {
-		if local != WCSuccess {
+	if qp.state != ibv.QPErr {
+		if local != ibv.WCSuccess {
 			switch {
 			case r.sendActive && qp.rqHead < qp.rqTail:
 				qp.completeRecvLocked(local, uint32(r.sendPlaced), 0, false)
@@ -578,13 +579,13 @@ func (r *rxState) fail(code rdmap.Code, local WCStatus, cause error) error {
 			}
 		}
 		qp.term = &t
-		qp.errorLocked(WCSuccess)
+		qp.errorLocked(ibv.WCSuccess)
 	}
 	qp.mu.Unlock()
 	r.sendActive = false
 	err := fmt.Errorf("QP %d: %v: %w", qp.num, code, cause)
 	qp.dev.logf("%v (Terminate sent)", err)
-	qp.emit(Event{Type: EventTerminateSent, Code: code, Err: cause})
+	qp.emit(ibv.Event{Type: ibv.EventTerminateSent, Code: code, Err: cause})
 	return &terminateError{err: err}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // DefaultWatchDepth is the event queue of a Watch when Watch is given 0.
@@ -24,7 +25,7 @@ type TapEvent struct {
 	// Place is the payload of an FPDU placed into memory.
 	Place *Placement
 	// Completion is a work completion the engine delivered.
-	Completion *WorkCompletion
+	Completion *ibv.WorkCompletion
 }
 
 // TapSegment is a TCP segment at the device's link, as its TCP/IP stack
@@ -148,7 +149,7 @@ func (d *Device) tapSegment(s *netstack.Segment) {
 }
 
 // tapCompletion reports a completion pushed to a CQ.
-func (t *tap) tapCompletion(wc *WorkCompletion) {
+func (t *tap) tapCompletion(wc *ibv.WorkCompletion) {
 	if !t.on.Load() {
 		return
 	}

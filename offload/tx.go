@@ -8,6 +8,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // irqMaxBurst is how many Read Responses are answered in a row while the
@@ -26,7 +27,7 @@ type txState struct {
 	emss int    // FPDU size limit: the connection's effective MSS, capped
 	buf  []byte // one FPDU
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
-	src  [MaxSGE][]byte // payload chunks of the message being sent
+	src  [ibv.MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
 	fp   fpduPayload // the FPDUs being written
 	msg  ddp.Header  // the DDP header of the message being sent (fp refers to it)
@@ -52,21 +53,21 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 		if qp.term != nil && !qp.termSent {
 			return jobTerminate, nil
 		}
-		if qp.state == QPErr || qp.closing {
+		if qp.state == ibv.QPErr || qp.closing {
 			return jobExit, nil
 		}
-		if qp.p2pRTR != 0 && qp.state == QPRTS {
+		if qp.p2pRTR != 0 && qp.state == ibv.QPRTS {
 			return jobRTR, nil
 		}
-		if qp.state == QPRTS {
+		if qp.state == ibv.QPRTS {
 			sqReady := false
 			var w *sendWQE
 			if qp.sqNext < qp.sqTail {
 				w = &qp.sq[qp.sqNext%uint64(len(qp.sq))]
 				switch {
-				case w.op == WRRead && len(qp.orq) >= qp.ord:
+				case w.op == ibv.WRRead && len(qp.orq) >= qp.ord:
 					// ORD reached: wait for a Read Response.
-				case w.flags&FlagFence != 0 && len(qp.orq) > 0:
+				case w.flags&ibv.FlagFence != 0 && len(qp.orq) > 0:
 					// Fenced behind outstanding Reads.
 				default:
 					sqReady = true
@@ -134,8 +135,8 @@ func (qp *QP) txLoop() {
 			qp.irqBurst = 0
 			pos := qp.sqNext
 			qp.sqNext++
-			if w.op == WRRead {
-				if st := qp.prepareReadLocked(w, pos); st != WCSuccess {
+			if w.op == ibv.WRRead {
+				if st := qp.prepareReadLocked(w, pos); st != ibv.WCSuccess {
 					w.state, w.status = wqeDone, st
 					qp.retireLocked()
 					qp.localErrorLocked(st, fmt.Errorf("RDMA Read WR %d: bad local sink (%v)", w.id, st))
@@ -143,7 +144,7 @@ func (qp *QP) txLoop() {
 					return
 				}
 			}
-			if w.op != WRRead {
+			if w.op != ibv.WRRead {
 				// Ours to complete from now on, even if the QP enters ERR
 				// meanwhile (flushLocked leaves it alone).
 				w.state = wqeSending
@@ -151,21 +152,21 @@ func (qp *QP) txLoop() {
 			qp.mu.Unlock()
 			st, err := qp.sendWQE(w)
 			qp.mu.Lock()
-			if w.op != WRRead {
+			if w.op != ibv.WRRead {
 				// A request completes when all of it is with TCP, as in
 				// siw; one cut short by the QP's error state is flushed.
-				w.state, w.status = wqeDone, WCSuccess
+				w.state, w.status = wqeDone, ibv.WCSuccess
 				switch {
 				case err != nil:
-					w.status = WCFlushErr
-				case st != WCSuccess:
+					w.status = ibv.WCFlushErr
+				case st != ibv.WCSuccess:
 					w.status = st
 				default:
 					w.byteLen = uint32(w.length())
 				}
 			}
 			qp.retireLocked()
-			if err == nil && st != WCSuccess && qp.state != QPErr {
+			if err == nil && st != ibv.WCSuccess && qp.state != ibv.QPErr {
 				qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
 			}
 			qp.mu.Unlock()
@@ -175,7 +176,7 @@ func (qp *QP) txLoop() {
 			case err != nil:
 				qp.txFailed(err)
 				return
-			case st != WCSuccess:
+			case st != ibv.WCSuccess:
 				return
 			}
 		}
@@ -185,38 +186,38 @@ func (qp *QP) txLoop() {
 // txFailed handles a failed TCP write: the stream is gone.
 func (qp *QP) txFailed(err error) {
 	qp.mu.Lock()
-	if qp.state != QPErr && !qp.closing {
+	if qp.state != ibv.QPErr && !qp.closing {
 		qp.dev.logf("QP %d: transmit: %v", qp.num, err)
 	}
-	qp.errorLocked(WCSuccess)
+	qp.errorLocked(ibv.WCSuccess)
 	qp.mu.Unlock()
 	qp.conn.Close()
 }
 
 // localErrorLocked moves the QP to ERR after a local error on a work request
 // and closes the stream (the peer sees the connection end).
-func (qp *QP) localErrorLocked(st WCStatus, err error) {
+func (qp *QP) localErrorLocked(st ibv.WCStatus, err error) {
 	qp.dev.logf("QP %d: %v", qp.num, err)
-	qp.errorLocked(WCSuccess)
+	qp.errorLocked(ibv.WCSuccess)
 	go qp.conn.Close()
 }
 
 // prepareReadLocked validates the local sink of an RDMA Read and enters it
 // in the ORQ before the request goes out (the response may come back at once).
-func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) WCStatus {
+func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) ibv.WCStatus {
 	e := orqEntry{sq: pos}
 	if w.nsge == 1 {
 		s := w.sgl[0]
 		r, ok := qp.dev.regions.Lookup(s.LKey)
 		if !ok || r.pd != qp.pd {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
-		if r.access&AccessLocalWrite == 0 {
-			return WCLocAccessErr
+		if r.access&ibv.AccessLocalWrite == 0 {
+			return ibv.WCLocAccessErr
 		}
 		dst, ok := r.slice(s.Addr, uint64(s.Length))
 		if !ok {
-			return WCLocProtErr
+			return ibv.WCLocProtErr
 		}
 		e.sinkSTag, e.sinkTO, e.size, e.dst = s.LKey, s.Addr, s.Length, dst
 	} else {
@@ -224,14 +225,14 @@ func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) WCStatus {
 	}
 	w.state = wqeInFlight
 	qp.orq = append(qp.orq, e)
-	return WCSuccess
+	return ibv.WCSuccess
 }
 
 // sendWQE transmits one send request. A non-success status is a local error
 // in the request (bad SGE); err is a transport error.
-func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
+func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 	t := &qp.tx
-	if w.op == WRRead {
+	if w.op == ibv.WRRead {
 		var rr rdmap.ReadRequest
 		if w.nsge == 1 {
 			rr = rdmap.ReadRequest{SinkSTag: w.sgl[0].LKey, SinkTO: w.sgl[0].Addr, Size: w.sgl[0].Length}
@@ -243,12 +244,12 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 		if err == nil {
 			qp.stats.ReadsTx.Add(1)
 		}
-		return WCSuccess, err
+		return ibv.WCSuccess, err
 	}
 	// Gather the payload.
 	t.nsrc = 0
 	var total uint64
-	if w.flags&FlagInline != 0 {
+	if w.flags&ibv.FlagInline != 0 {
 		t.src[0] = w.inline[:w.inlineLen]
 		t.nsrc = 1
 		total = uint64(w.inlineLen)
@@ -259,11 +260,11 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 			}
 			r, ok := qp.dev.regions.Lookup(s.LKey)
 			if !ok || r.pd != qp.pd {
-				return WCLocProtErr, nil
+				return ibv.WCLocProtErr, nil
 			}
 			b, ok := r.slice(s.Addr, uint64(s.Length))
 			if !ok {
-				return WCLocProtErr, nil
+				return ibv.WCLocProtErr, nil
 			}
 			t.src[t.nsrc] = b
 			t.nsrc++
@@ -272,7 +273,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 	}
 	h := &t.msg
 	*h = ddp.Header{Version: ddp.Version}
-	if w.op == WRWrite {
+	if w.op == ibv.WRWrite {
 		h.Tagged = true
 		h.ULPCtrl = rdmap.Ctrl(rdmap.OpWrite)
 		h.STag = w.rkey
@@ -281,16 +282,16 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 			qp.stats.WritesTx.Add(1)
 			qp.stats.WriteBytesTx.Add(total)
 		}
-		return WCSuccess, err
+		return ibv.WCSuccess, err
 	}
 	op := rdmap.OpSend
-	inv := w.op == WRSendWithInv
+	inv := w.op == ibv.WRSendWithInv
 	switch {
-	case inv && w.flags&FlagSolicited != 0:
+	case inv && w.flags&ibv.FlagSolicited != 0:
 		op = rdmap.OpSendSEInv
 	case inv:
 		op = rdmap.OpSendInv
-	case w.flags&FlagSolicited != 0:
+	case w.flags&ibv.FlagSolicited != 0:
 		op = rdmap.OpSendSE
 	}
 	h.ULPCtrl = rdmap.Ctrl(op)
@@ -305,7 +306,7 @@ func (qp *QP) sendWQE(w *sendWQE) (WCStatus, error) {
 		qp.stats.SendsTx.Add(1)
 		qp.stats.SendBytesTx.Add(total)
 	}
-	return WCSuccess, err
+	return ibv.WCSuccess, err
 }
 
 // maxBatch bounds the bytes of one TCP write: one gVisor buffer chunk

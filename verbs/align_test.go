@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"encoding/binary"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // alignCounter classifies outbound data segments: aligned when the payload
@@ -67,16 +68,16 @@ func TestSegmentAlignment(t *testing.T) {
 				t.Cleanup(func() { cs.Close() })
 				cli := newSide(t, cs, "siwtun0", func(c *offload.Config) { c.FPDUsPerWrite = max(perWrite, 1) }, 64)
 				srv := newSide(t, newStack(t, lb, srvAddr, mtu), "siwtun1", func(c *offload.Config) { c.Markers = markers }, 64)
-				connect(t, cli, srv, ConnParam{}, ConnParam{})
+				connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 				const size = 1 << 20
-				src := cli.region(size, AccessLocalWrite)
-				dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
+				src := cli.region(size, verbs.AccessLocalWrite)
+				dst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 				for i := 0; i < 16; i++ {
-					cli.post(SendWR{ID: uint64(i), Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+					cli.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
 				}
 				poll(t, cli.scq, 16)
-				srv.recv(RecvWR{ID: 1, SGL: []SGE{dst.mr.SGE(0, 8)}})
-				cli.post(SendWR{ID: 99, Opcode: WRSend, Flags: FlagInline, Inline: []byte("end")})
+				srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{dst.mr.SGE(0, 8)}})
+				cli.post(verbs.SendWR{ID: 99, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("end")})
 				poll(t, srv.rcq, 1)
 				ac.mu.Lock()
 				defer ac.mu.Unlock()

@@ -1,16 +1,18 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"testing"
+
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // BenchmarkCQPushPoll is the CQ alone: the engine's Push of one completion
 // and the application's Poll of it.
 func BenchmarkCQPushPoll(b *testing.B) {
 	cq := newCQ(b, 256)
-	wc := WorkCompletion{ID: 1, Opcode: WCRecv, ByteLen: 64, QPNum: 1}
-	var out [1]WorkCompletion
+	wc := verbs.WorkCompletion{ID: 1, Opcode: verbs.WCRecv, ByteLen: 64, QPNum: 1}
+	var out [1]verbs.WorkCompletion
 	b.ReportAllocs()
 	for b.Loop() {
 		cq.Push(&wc, false)
@@ -26,19 +28,19 @@ func BenchmarkCQPushPoll(b *testing.B) {
 func BenchmarkPostRecv(b *testing.B) {
 	const depth = 1024
 	s := loneSide(b, depth)
-	buf := s.region(4096, AccessLocalWrite)
-	if err := s.qp.Modify(QPInit); err != nil {
+	buf := s.region(4096, verbs.AccessLocalWrite)
+	if err := s.qp.Modify(verbs.QPInit); err != nil {
 		b.Fatal(err)
 	}
-	wr := [1]RecvWR{{ID: 1, SGL: []SGE{buf.mr.SGE(0, 4096)}}}
+	wr := [1]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{buf.mr.SGE(0, 4096)}}}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		if i == depth {
-			if err := s.qp.Modify(QPReset); err != nil {
+			if err := s.qp.Modify(verbs.QPReset); err != nil {
 				b.Fatal(err)
 			}
-			if err := s.qp.Modify(QPInit); err != nil {
+			if err := s.qp.Modify(verbs.QPInit); err != nil {
 				b.Fatal(err)
 			}
 			i = 0
@@ -56,18 +58,18 @@ func BenchmarkPostRecv(b *testing.B) {
 // CQ); see the report for its allocation.
 func BenchmarkPostRecvFlushPoll(b *testing.B) {
 	s := loneSide(b, 16)
-	buf := s.region(4096, AccessLocalWrite)
-	if err := s.qp.Modify(QPErr); err != nil {
+	buf := s.region(4096, verbs.AccessLocalWrite)
+	if err := s.qp.Modify(verbs.QPErr); err != nil {
 		b.Fatal(err)
 	}
-	wr := [1]RecvWR{{ID: 1, SGL: []SGE{buf.mr.SGE(0, 4096)}}}
-	var out [1]WorkCompletion
+	wr := [1]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{buf.mr.SGE(0, 4096)}}}
+	var out [1]verbs.WorkCompletion
 	b.ReportAllocs()
 	for b.Loop() {
 		if n, err := s.qp.PostRecv(wr[:]); n != 1 || err != nil {
 			b.Fatalf("PostRecv = %d, %v", n, err)
 		}
-		if n, err := s.rcq.Poll(out[:]); n != 1 || err != nil || out[0].Status != WCFlushErr {
+		if n, err := s.rcq.Poll(out[:]); n != 1 || err != nil || out[0].Status != verbs.WCFlushErr {
 			b.Fatalf("Poll = %d, %v, %+v", n, err, out[0])
 		}
 	}
@@ -79,17 +81,17 @@ func BenchmarkPostRecvFlushPoll(b *testing.B) {
 // and the engine's send completion path; see the report for its allocation.
 func BenchmarkPostSendFlushPoll(b *testing.B) {
 	s := loneSide(b, 16)
-	if err := s.qp.Modify(QPErr); err != nil {
+	if err := s.qp.Modify(verbs.QPErr); err != nil {
 		b.Fatal(err)
 	}
-	wr := [1]SendWR{{ID: 1, Opcode: WRSend, Flags: FlagInline, Inline: make([]byte, 64)}}
-	var out [1]WorkCompletion
+	wr := [1]verbs.SendWR{{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: make([]byte, 64)}}
+	var out [1]verbs.WorkCompletion
 	b.ReportAllocs()
 	for b.Loop() {
 		if n, err := s.qp.PostSend(wr[:]); n != 1 || err != nil {
 			b.Fatalf("PostSend = %d, %v", n, err)
 		}
-		if n, err := s.scq.Poll(out[:]); n != 1 || err != nil || out[0].Status != WCFlushErr {
+		if n, err := s.scq.Poll(out[:]); n != 1 || err != nil || out[0].Status != verbs.WCFlushErr {
 			b.Fatalf("Poll = %d, %v, %+v", n, err, out[0])
 		}
 	}
@@ -101,11 +103,11 @@ func BenchmarkPostSendFlushPoll(b *testing.B) {
 func BenchmarkPostSendInlineWritePoll(b *testing.B) {
 	const every = 16
 	cli, srv := newPair(b, pairOpts{depth: 64})
-	dst := srv.region(4096, AccessLocalWrite|AccessRemoteWrite)
+	dst := srv.region(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	payload := make([]byte, 64)
 	fill(payload, 1)
-	wr := [1]SendWR{{Opcode: WRWrite, Flags: FlagInline, Inline: payload, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}}
-	var out [4]WorkCompletion
+	wr := [1]verbs.SendWR{{Opcode: verbs.WRWrite, Flags: verbs.FlagInline, Inline: payload, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}}
+	var out [4]verbs.WorkCompletion
 	ctx := context.Background()
 	b.SetBytes(int64(len(payload)))
 	b.ReportAllocs()
@@ -113,22 +115,22 @@ func BenchmarkPostSendInlineWritePoll(b *testing.B) {
 	for b.Loop() {
 		i++
 		wr[0].ID = i
-		wr[0].Flags = FlagInline
+		wr[0].Flags = verbs.FlagInline
 		if i%every == 0 {
-			wr[0].Flags |= FlagSignaled
+			wr[0].Flags |= verbs.FlagSignaled
 		}
 		if n, err := cli.qp.PostSend(wr[:]); n != 1 || err != nil {
 			b.Fatalf("PostSend = %d, %v", n, err)
 		}
 		if i%every == 0 {
 			n, err := cli.scq.Wait(ctx, out[:])
-			if n != 1 || err != nil || out[0].ID != i || out[0].Status != WCSuccess {
+			if n != 1 || err != nil || out[0].ID != i || out[0].Status != verbs.WCSuccess {
 				b.Fatalf("Wait = %d, %v, %+v", n, err, out[0])
 			}
 		}
 	}
 	// Drain: the last signaled request retires every earlier one.
-	wr[0].ID, wr[0].Flags = 0, FlagInline|FlagSignaled
+	wr[0].ID, wr[0].Flags = 0, verbs.FlagInline|verbs.FlagSignaled
 	if n, err := cli.qp.PostSend(wr[:]); n != 1 || err != nil {
 		b.Fatalf("PostSend = %d, %v", n, err)
 	}

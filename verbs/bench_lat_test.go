@@ -1,10 +1,12 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"testing"
+
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // BenchmarkLatencyVsTCP measures round trips between the same two in-process
@@ -23,40 +25,40 @@ func BenchmarkLatencyVsTCP(b *testing.B) {
 
 func benchSendLat(b *testing.B, mtu, size int) {
 	cli, srv := newPair(b, pairOpts{mtu: mtu, depth: 16})
-	cbuf := cli.region(size, AccessLocalWrite)
-	sbuf := srv.region(size, AccessLocalWrite)
-	cwr := SendWR{Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{cbuf.mr.SGE(0, size)}}
-	swr := SendWR{Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{sbuf.mr.SGE(0, size)}}
+	cbuf := cli.region(size, verbs.AccessLocalWrite)
+	sbuf := srv.region(size, verbs.AccessLocalWrite)
+	cwr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{cbuf.mr.SGE(0, size)}}
+	swr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sbuf.mr.SGE(0, size)}}
 	if size <= 64 {
-		cwr.SGL, cwr.Flags, cwr.Inline = nil, cwr.Flags|FlagInline, cbuf.buf()
-		swr.SGL, swr.Flags, swr.Inline = nil, swr.Flags|FlagInline, sbuf.buf()
+		cwr.SGL, cwr.Flags, cwr.Inline = nil, cwr.Flags|verbs.FlagInline, cbuf.buf()
+		swr.SGL, swr.Flags, swr.Inline = nil, swr.Flags|verbs.FlagInline, sbuf.buf()
 	}
-	crecv := []RecvWR{{ID: 1, SGL: []SGE{cbuf.mr.SGE(0, size)}}}
-	srecv := []RecvWR{{ID: 1, SGL: []SGE{sbuf.mr.SGE(0, size)}}}
+	crecv := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{cbuf.mr.SGE(0, size)}}}
+	srecv := []verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{sbuf.mr.SGE(0, size)}}}
 	srv.recv(srecv...)
 	cli.recv(crecv...)
 	ctx := context.Background()
 	done := make(chan error, 1)
 	n := b.N
 	// wait takes completions from cq until a receive arrives.
-	wait := func(cq *CQ, wcs []WorkCompletion) error {
+	wait := func(cq *verbs.CQ, wcs []verbs.WorkCompletion) error {
 		for {
 			k, err := cq.Wait(ctx, wcs)
 			if err != nil {
 				return err
 			}
 			for _, wc := range wcs[:k] {
-				if wc.Status != WCSuccess {
+				if wc.Status != verbs.WCSuccess {
 					return fmt.Errorf("completion %+v", wc)
 				}
-				if wc.Opcode == WCRecv {
+				if wc.Opcode == verbs.WCRecv {
 					return nil
 				}
 			}
 		}
 	}
 	go func() {
-		wcs := make([]WorkCompletion, 4)
+		wcs := make([]verbs.WorkCompletion, 4)
 		for i := 0; i < n; i++ {
 			if err := wait(srv.rcq, wcs); err != nil {
 				done <- err
@@ -66,7 +68,7 @@ func benchSendLat(b *testing.B, mtu, size int) {
 				done <- err
 				return
 			}
-			if _, err := srv.qp.PostSend([]SendWR{swr}); err != nil {
+			if _, err := srv.qp.PostSend([]verbs.SendWR{swr}); err != nil {
 				done <- err
 				return
 			}
@@ -81,12 +83,12 @@ func benchSendLat(b *testing.B, mtu, size int) {
 		}
 		done <- nil
 	}()
-	wcs := make([]WorkCompletion, 4)
+	wcs := make([]verbs.WorkCompletion, 4)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < n; i++ {
-		if _, err := cli.qp.PostSend([]SendWR{cwr}); err != nil {
+		if _, err := cli.qp.PostSend([]verbs.SendWR{cwr}); err != nil {
 			b.Fatal(err)
 		}
 		if err := wait(cli.rcq, wcs); err != nil {

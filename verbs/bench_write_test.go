@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // BenchmarkWriteVsTCP moves the same bytes between the same two in-process
@@ -36,14 +37,14 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 	cli, srv := newPair(b, pairOpts{mtu: mtu, depth: 256,
 		cli: func(c *offload.Config) { c.CRC, c.FPDUsPerWrite = crc, perWrite },
 		srv: func(c *offload.Config) { c.CRC = crc }})
-	src := cli.region(size, AccessLocalWrite)
+	src := cli.region(size, verbs.AccessLocalWrite)
 	fill(src.buf(), 1)
-	dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
-	done := srv.region(8, AccessLocalWrite)
-	wrs := []SendWR{{Opcode: WRWrite, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}}
+	dst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	done := srv.region(8, verbs.AccessLocalWrite)
+	wrs := []verbs.SendWR{{Opcode: verbs.WRWrite, SGL: []verbs.SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}}
 	wr := &wrs[0]
 	const window = 64
-	wcs := make([]WorkCompletion, window)
+	wcs := make([]verbs.WorkCompletion, window)
 	ctx := context.Background()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
@@ -54,7 +55,7 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 		wr.ID = uint64(i)
 		wr.Flags = 0
 		if i%16 == 15 || i == b.N-1 {
-			wr.Flags = FlagSignaled
+			wr.Flags = verbs.FlagSignaled
 		}
 		for outstanding >= window-16 {
 			n, err := cli.scq.Wait(ctx, wcs)
@@ -62,7 +63,7 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 				b.Fatal(err)
 			}
 			for _, wc := range wcs[:n] {
-				if wc.Status != WCSuccess {
+				if wc.Status != verbs.WCSuccess {
 					b.Fatalf("completion %+v", wc)
 				}
 				outstanding -= 16
@@ -74,8 +75,8 @@ func benchWriteOpts(b *testing.B, mtu, size int, crc bool, perWrite int) {
 		outstanding++
 	}
 	// A Send after the Writes: when it arrives, every Write is placed.
-	srv.recv(RecvWR{ID: 1, SGL: []SGE{done.mr.SGE(0, 8)}})
-	cli.post(SendWR{ID: 2, Opcode: WRSend, Flags: FlagInline, Inline: []byte("done")})
+	srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{done.mr.SGE(0, 8)}})
+	cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("done")})
 	poll(b, srv.rcq, 1)
 	b.StopTimer()
 	b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")

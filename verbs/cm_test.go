@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // TestConnectBadReply answers our MPA Request with unacceptable Replies
@@ -65,7 +66,7 @@ func TestConnectBadReply(t *testing.T) {
 				after, _ := io.ReadAll(c)
 				got <- after
 			}()
-			err = cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{})
+			err = cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{})
 			var me *mpa.Error
 			if !errors.As(err, &me) {
 				t.Fatalf("Connect = %v, want an *mpa.Error", err)
@@ -93,7 +94,7 @@ func TestConnectBadReply(t *testing.T) {
 			if _, op := rdmap.ParseCtrl(h.ULPCtrl); op != rdmap.OpTerminate || h.QN != 2 || term.Code != rdmap.MakeCode(rdmap.LayerLLP, 0, tt.code) {
 				t.Fatalf("sent %v %v, want Terminate LLP 0x%02x", h, term.Code, tt.code)
 			}
-			if st := cli.qp.State(); st != QPInit {
+			if st := cli.qp.State(); st != verbs.QPInit {
 				t.Fatalf("QP state %v after a failed connect, want INIT", st)
 			}
 		})
@@ -133,13 +134,13 @@ func TestListenerSurvivesHostilePeers(t *testing.T) {
 	}
 	go func() {
 		if req, err := l.Accept(ctx); err == nil {
-			req.Accept(srv.qp, ConnParam{})
+			req.Accept(srv.qp, verbs.ConnParam{})
 		}
 	}()
-	if err := cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{}); err != nil {
+	if err := cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{}); err != nil {
 		t.Fatalf("Connect after hostile peers: %v", err)
 	}
-	srv.waitEvent(EventEstablished)
+	srv.waitEvent(verbs.EventEstablished)
 }
 
 // TestNoGoroutineLeak: a connected pair, traffic, then everything closed
@@ -163,10 +164,10 @@ func TestNoGoroutineLeak(t *testing.T) {
 }
 
 func exerciseSmall(t *testing.T, cli, srv *side) {
-	dst := srv.region(1000, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-	src := cli.region(1000, AccessLocalWrite)
-	cli.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, 1000)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
-	cli.post(SendWR{ID: 2, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, 1000)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+	dst := srv.region(1000, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	src := cli.region(1000, verbs.AccessLocalWrite)
+	cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, 1000)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+	cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, 1000)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
 	poll(t, cli.scq, 2)
 }
 

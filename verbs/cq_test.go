@@ -1,15 +1,17 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // notified reports whether a notification is pending, and consumes it.
 // Push notifies synchronously, so no waiting is needed.
-func notified(cq *CQ) bool {
+func notified(cq *verbs.CQ) bool {
 	select {
 	case <-cq.Notify():
 		return true
@@ -18,7 +20,7 @@ func notified(cq *CQ) bool {
 	}
 }
 
-func newCQ(t testing.TB, depth int) *CQ {
+func newCQ(t testing.TB, depth int) *verbs.CQ {
 	t.Helper()
 	s := loneSide(t, 1)
 	cq, err := s.dev.CreateCQ(depth)
@@ -39,7 +41,7 @@ func TestCreateCQDepth(t *testing.T) {
 		{"negative", -1, false},
 		{"one", 1, true},
 		{"typical", 4096, true},
-		{"above-max", MaxCQE + 1, false},
+		{"above-max", verbs.MaxCQE + 1, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,7 +55,7 @@ func TestCreateCQDepth(t *testing.T) {
 		})
 	}
 	s.dev.Close()
-	if _, err := s.dev.CreateCQ(1); !errors.Is(err, ErrDestroyed) {
+	if _, err := s.dev.CreateCQ(1); !errors.Is(err, verbs.ErrDestroyed) {
 		t.Fatalf("CreateCQ on a closed device = %v, want ErrDestroyed", err)
 	}
 }
@@ -79,11 +81,11 @@ func TestCQPollOrder(t *testing.T) {
 			cq := newCQ(t, tt.depth)
 			id := uint64(0)
 			next := uint64(0)
-			buf := make([]WorkCompletion, tt.slice)
+			buf := make([]verbs.WorkCompletion, tt.slice)
 			for r := 0; r < tt.rounds; r++ {
 				for i := 0; i < tt.push; i++ {
 					id++
-					cq.Push(&WorkCompletion{ID: id, Opcode: WCRecv, ByteLen: uint32(id)}, false)
+					cq.Push(&verbs.WorkCompletion{ID: id, Opcode: verbs.WCRecv, ByteLen: uint32(id)}, false)
 				}
 				if tt.slice == 0 {
 					if n, err := cq.Poll(buf); n != 0 || err != nil {
@@ -119,11 +121,11 @@ func TestCQPollOrder(t *testing.T) {
 func TestCQNotify(t *testing.T) {
 	type step struct {
 		arm          int // 0: push; 1: ReqNotify(false); 2: ReqNotify(true)
-		status       WCStatus
+		status       verbs.WCStatus
 		solicited    bool
 		wantNotified bool
 	}
-	push := func(st WCStatus, sol, want bool) step {
+	push := func(st verbs.WCStatus, sol, want bool) step {
 		return step{status: st, solicited: sol, wantNotified: want}
 	}
 	armAny := step{arm: 1}
@@ -132,16 +134,16 @@ func TestCQNotify(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"unarmed", []step{push(WCSuccess, false, false), push(WCSuccess, true, false), push(WCFlushErr, false, false)}},
-		{"next-once", []step{armAny, push(WCSuccess, false, true), push(WCSuccess, false, false), push(WCSuccess, true, false)}},
-		{"rearm", []step{armAny, push(WCSuccess, false, true), armAny, push(WCSuccess, false, true), push(WCSuccess, false, false)}},
-		{"queued-before-arm", []step{push(WCSuccess, false, false), armAny, push(WCSuccess, false, true)}},
-		{"solicited-skips-plain", []step{armSol, push(WCSuccess, false, false), push(WCSuccess, false, false), push(WCSuccess, true, true), push(WCSuccess, true, false)}},
-		{"solicited-error", []step{armSol, push(WCSuccess, false, false), push(WCRemAccessErr, false, true), push(WCFlushErr, false, false)}},
-		{"solicited-flush", []step{armSol, push(WCFlushErr, false, true)}},
-		{"any-after-solicited", []step{armSol, armAny, push(WCSuccess, false, true)}},
-		{"solicited-after-any", []step{armAny, armSol, push(WCSuccess, false, false), push(WCSuccess, true, true)}},
-		{"double-arm-one-notification", []step{armAny, armAny, push(WCSuccess, false, true), push(WCSuccess, false, false)}},
+		{"unarmed", []step{push(verbs.WCSuccess, false, false), push(verbs.WCSuccess, true, false), push(verbs.WCFlushErr, false, false)}},
+		{"next-once", []step{armAny, push(verbs.WCSuccess, false, true), push(verbs.WCSuccess, false, false), push(verbs.WCSuccess, true, false)}},
+		{"rearm", []step{armAny, push(verbs.WCSuccess, false, true), armAny, push(verbs.WCSuccess, false, true), push(verbs.WCSuccess, false, false)}},
+		{"queued-before-arm", []step{push(verbs.WCSuccess, false, false), armAny, push(verbs.WCSuccess, false, true)}},
+		{"solicited-skips-plain", []step{armSol, push(verbs.WCSuccess, false, false), push(verbs.WCSuccess, false, false), push(verbs.WCSuccess, true, true), push(verbs.WCSuccess, true, false)}},
+		{"solicited-error", []step{armSol, push(verbs.WCSuccess, false, false), push(verbs.WCRemAccessErr, false, true), push(verbs.WCFlushErr, false, false)}},
+		{"solicited-flush", []step{armSol, push(verbs.WCFlushErr, false, true)}},
+		{"any-after-solicited", []step{armSol, armAny, push(verbs.WCSuccess, false, true)}},
+		{"solicited-after-any", []step{armAny, armSol, push(verbs.WCSuccess, false, false), push(verbs.WCSuccess, true, true)}},
+		{"double-arm-one-notification", []step{armAny, armAny, push(verbs.WCSuccess, false, true), push(verbs.WCSuccess, false, false)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,7 +156,7 @@ func TestCQNotify(t *testing.T) {
 					}
 					continue
 				}
-				cq.Push(&WorkCompletion{ID: uint64(i), Status: s.status}, s.solicited)
+				cq.Push(&verbs.WorkCompletion{ID: uint64(i), Status: s.status}, s.solicited)
 				if got := notified(cq); got != s.wantNotified {
 					t.Fatalf("step %d (status %v solicited %v): notified %v, want %v", i, s.status, s.solicited, got, s.wantNotified)
 				}
@@ -181,9 +183,9 @@ func TestCQOverflow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cq := newCQ(t, tt.depth)
 			for i := 0; i < tt.push; i++ {
-				cq.Push(&WorkCompletion{ID: uint64(i)}, false)
+				cq.Push(&verbs.WorkCompletion{ID: uint64(i)}, false)
 			}
-			buf := make([]WorkCompletion, tt.slice)
+			buf := make([]verbs.WorkCompletion, tt.slice)
 			var got []uint64
 			for len(got) < tt.depth {
 				n, err := cq.Poll(buf)
@@ -200,13 +202,13 @@ func TestCQOverflow(t *testing.T) {
 				}
 			}
 			for i := 0; i < 2; i++ {
-				if n, err := cq.Poll(buf); n != 0 || !errors.Is(err, ErrCQOverflow) {
+				if n, err := cq.Poll(buf); n != 0 || !errors.Is(err, verbs.ErrCQOverflow) {
 					t.Fatalf("Poll after the overflow = %d, %v; want ErrCQOverflow", n, err)
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			if _, err := cq.Wait(ctx, buf); !errors.Is(err, ErrCQOverflow) {
+			if _, err := cq.Wait(ctx, buf); !errors.Is(err, verbs.ErrCQOverflow) {
 				t.Fatalf("Wait after the overflow = %v; want ErrCQOverflow", err)
 			}
 		})
@@ -218,30 +220,30 @@ func TestCQOverflow(t *testing.T) {
 func TestCQDestroy(t *testing.T) {
 	tests := []struct {
 		name string
-		call func(cq *CQ) error
+		call func(cq *verbs.CQ) error
 	}{
-		{"poll", func(cq *CQ) error {
-			_, err := cq.Poll(make([]WorkCompletion, 1))
+		{"poll", func(cq *verbs.CQ) error {
+			_, err := cq.Poll(make([]verbs.WorkCompletion, 1))
 			return err
 		}},
-		{"req-notify", func(cq *CQ) error { return cq.ReqNotify(false) }},
-		{"wait", func(cq *CQ) error {
+		{"req-notify", func(cq *verbs.CQ) error { return cq.ReqNotify(false) }},
+		{"wait", func(cq *verbs.CQ) error {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			_, err := cq.Wait(ctx, make([]WorkCompletion, 1))
+			_, err := cq.Wait(ctx, make([]verbs.WorkCompletion, 1))
 			return err
 		}},
-		{"destroy-again", func(cq *CQ) error { return cq.Destroy() }},
+		{"destroy-again", func(cq *verbs.CQ) error { return cq.Destroy() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cq := newCQ(t, 4)
-			cq.Push(&WorkCompletion{ID: 1}, false)
+			cq.Push(&verbs.WorkCompletion{ID: 1}, false)
 			if err := cq.Destroy(); err != nil {
 				t.Fatal(err)
 			}
-			cq.Push(&WorkCompletion{ID: 2}, true) // dropped, not an overflow
-			if err := tt.call(cq); !errors.Is(err, ErrDestroyed) {
+			cq.Push(&verbs.WorkCompletion{ID: 2}, true) // dropped, not an overflow
+			if err := tt.call(cq); !errors.Is(err, verbs.ErrDestroyed) {
 				t.Fatalf("%s on a destroyed CQ = %v, want ErrDestroyed", tt.name, err)
 			}
 		})
@@ -252,13 +254,13 @@ func TestCQDestroy(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {
-			_, err := cq.Wait(ctx, make([]WorkCompletion, 1))
+			_, err := cq.Wait(ctx, make([]verbs.WorkCompletion, 1))
 			done <- err
 		}()
 		if err := cq.Destroy(); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-done; !errors.Is(err, ErrDestroyed) {
+		if err := <-done; !errors.Is(err, verbs.ErrDestroyed) {
 			t.Fatalf("Wait across Destroy = %v, want ErrDestroyed", err)
 		}
 	})
@@ -267,8 +269,8 @@ func TestCQDestroy(t *testing.T) {
 // TestCQZeroAllocs: the completion path of the CQ allocates nothing.
 func TestCQZeroAllocs(t *testing.T) {
 	cq := newCQ(t, 64)
-	wc := WorkCompletion{ID: 1, Opcode: WCRecv}
-	buf := make([]WorkCompletion, 8)
+	wc := verbs.WorkCompletion{ID: 1, Opcode: verbs.WCRecv}
+	buf := make([]verbs.WorkCompletion, 8)
 	allocs := testing.AllocsPerRun(1000, func() {
 		cq.Push(&wc, false)
 		cq.Push(&wc, true)
@@ -289,14 +291,14 @@ func TestCQZeroAllocs(t *testing.T) {
 // once, and by an error completion.
 func TestSolicitedNotifyEndToEnd(t *testing.T) {
 	cli, srv := newPair(t, pairOpts{depth: 16})
-	rb := srv.region(4*64, AccessLocalWrite)
+	rb := srv.region(4*64, verbs.AccessLocalWrite)
 	for i := 0; i < 3; i++ {
-		srv.recv(RecvWR{ID: uint64(i), SGL: []SGE{rb.mr.SGE(i*64, 64)}})
+		srv.recv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{rb.mr.SGE(i*64, 64)}})
 	}
-	srv.recv(RecvWR{ID: 3, SGL: []SGE{rb.mr.SGE(3*64, 4)}}) // too small for the last Send
-	remote := srv.region(8, AccessRemoteRead)
-	sink := cli.region(8, AccessLocalWrite)
-	read := SendWR{ID: 100, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, 8)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()}
+	srv.recv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{rb.mr.SGE(3*64, 4)}}) // too small for the last Send
+	remote := srv.region(8, verbs.AccessRemoteRead)
+	sink := cli.region(8, verbs.AccessLocalWrite)
+	read := verbs.SendWR{ID: 100, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, 8)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()}
 	waitNotify := func(what string) {
 		t.Helper()
 		select {
@@ -305,8 +307,8 @@ func TestSolicitedNotifyEndToEnd(t *testing.T) {
 			t.Fatalf("no notification for %s", what)
 		}
 	}
-	var wc [2]WorkCompletion
-	pollOne := func(id uint64, st WCStatus) {
+	var wc [2]verbs.WorkCompletion
+	pollOne := func(id uint64, st verbs.WCStatus) {
 		t.Helper()
 		n, err := srv.rcq.Poll(wc[:])
 		if n != 1 || err != nil || wc[0].ID != id || wc[0].Status != st {
@@ -324,32 +326,32 @@ func TestSolicitedNotifyEndToEnd(t *testing.T) {
 			}
 			// The Read behind the Send is answered after the peer handled
 			// the Send: when it completes, the receive completion is queued.
-			cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagInline, Inline: []byte("plain")}, read)
-			wantWC(t, poll(t, cli.scq, 1)[0], 100, WCRead, WCSuccess, 8)
+			cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("plain")}, read)
+			wantWC(t, poll(t, cli.scq, 1)[0], 100, verbs.WCRead, verbs.WCSuccess, 8)
 			if notified(srv.rcq) {
 				t.Fatal("plain Send notified a solicited-only CQ")
 			}
-			pollOne(0, WCSuccess)
+			pollOne(0, verbs.WCSuccess)
 		}},
 		{"solicited-send-notifies-once", func(t *testing.T) {
-			cli.post(SendWR{ID: 2, Opcode: WRSend, Flags: FlagInline | FlagSolicited, Inline: []byte("solicited")})
+			cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagInline | verbs.FlagSolicited, Inline: []byte("solicited")})
 			waitNotify("a Send with Solicited Event")
-			pollOne(1, WCSuccess)
+			pollOne(1, verbs.WCSuccess)
 			// Not re-armed: the next solicited Send is silent.
-			cli.post(SendWR{ID: 3, Opcode: WRSend, Flags: FlagInline | FlagSolicited, Inline: []byte("again")}, read)
-			wantWC(t, poll(t, cli.scq, 1)[0], 100, WCRead, WCSuccess, 8)
+			cli.post(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.FlagInline | verbs.FlagSolicited, Inline: []byte("again")}, read)
+			wantWC(t, poll(t, cli.scq, 1)[0], 100, verbs.WCRead, verbs.WCSuccess, 8)
 			if notified(srv.rcq) {
 				t.Fatal("second solicited Send notified without re-arming")
 			}
-			pollOne(2, WCSuccess)
+			pollOne(2, verbs.WCSuccess)
 		}},
 		{"error-notifies", func(t *testing.T) {
 			if err := srv.rcq.ReqNotify(true); err != nil {
 				t.Fatal(err)
 			}
-			cli.post(SendWR{ID: 4, Opcode: WRSend, Flags: FlagInline, Inline: []byte("too long for 4 bytes")})
+			cli.post(verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("too long for 4 bytes")})
 			waitNotify("an error completion")
-			pollOne(3, WCLocLenErr)
+			pollOne(3, verbs.WCLocLenErr)
 		}},
 	}
 	for _, tt := range tests {

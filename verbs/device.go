@@ -9,8 +9,6 @@ import (
 	"slices"
 	"sync"
 	"unsafe"
-
-	"github.com/siwtun/siwtun/offload"
 )
 
 // Errors of the verbs calls.
@@ -28,12 +26,11 @@ var (
 	ErrNotShared = errors.New("verbs: memory not allocated with Device.AllocBuffer")
 )
 
-// Device is an open RNIC (ibv_context). It is either in-process (Open: the
-// application embeds the engine) or reached over the daemon's verbs socket
-// (Dial, DialPath); both have the same API.
+// Device is an open RNIC (ibv_context). It is reached over the daemon's
+// verbs socket (Dial, DialPath) or runs in-process (package rnic: the
+// application embeds the engine); both have the same API.
 type Device struct {
-	be  deviceBackend
-	eng *offload.Device // nil over the verbs socket
+	be Provider
 
 	mu     sync.Mutex
 	pds    map[*PD]struct{}
@@ -41,24 +38,21 @@ type Device struct {
 	closed bool
 }
 
-// Open opens an in-process RNIC: the application embeds the engine.
-func Open(eng *offload.Device) *Device {
-	return newDevice(&localDevice{eng: eng, nextPD: 1}, eng)
-}
-
-func newDevice(be deviceBackend, eng *offload.Device) *Device {
-	return &Device{be: be, eng: eng, pds: make(map[*PD]struct{}), cqs: make(map[*CQ]struct{})}
+// NewDevice returns the device that p provides. Applications get devices
+// from Dial or from package rnic; providers call NewDevice.
+func NewDevice(p Provider) *Device {
+	return &Device{be: p, pds: make(map[*PD]struct{}), cqs: make(map[*CQ]struct{})}
 }
 
 // Name is the device name (siwtun0).
-func (d *Device) Name() string { return d.be.name() }
-
-// Engine is the offload engine behind an in-process device; nil for a
-// device reached over the verbs socket.
-func (d *Device) Engine() *offload.Device { return d.eng }
+func (d *Device) Name() string { return d.be.Name() }
 
 // Remote reports whether the device is reached over the verbs socket.
-func (d *Device) Remote() bool { return d.eng == nil }
+func (d *Device) Remote() bool { _, ok := d.be.(*remoteDevice); return ok }
+
+// Provider is the device's backend (the in-process engine's provider gives
+// access to the engine).
+func (d *Device) Provider() Provider { return d.be }
 
 func (d *Device) check() error {
 	d.mu.Lock()
@@ -96,23 +90,10 @@ const VendorID = 0x736977
 
 // Query returns the device's capabilities (ibv_query_device). Over the
 // verbs socket they are the daemon's, fetched once at Dial.
-func (d *Device) Query() DeviceAttr { return d.be.query() }
+func (d *Device) Query() DeviceAttr { return d.be.Query() }
 
-// QueryEngine returns the capabilities of an in-process engine (what the
-// daemon reports over the verbs socket).
-func QueryEngine(eng *offload.Device) DeviceAttr {
-	cfg := eng.Config()
-	return DeviceAttr{
-		FWVersion: "0.1.0", NodeGUID: nodeGUID(cfg.Name), VendorID: VendorID, VendorPartID: 1,
-		MaxQP: cfg.MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxSGERead: MaxSGERead,
-		MaxCQ: cfg.MaxQP * 2, MaxCQE: MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
-		MaxQPRdAtom: MaxIRDORD, MaxQPInitRdAtom: MaxIRDORD, MaxInline: MaxInline,
-		MTU: eng.Stack().MTU(),
-	}
-}
-
-// nodeGUID derives a stable GUID from the device name (FNV-1a).
-func nodeGUID(name string) uint64 {
+// NodeGUID derives a device's stable GUID from its name (FNV-1a).
+func NodeGUID(name string) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(name); i++ {
 		h ^= uint64(name[i])
@@ -134,7 +115,7 @@ func (d *Device) AllocBuffer(n int) ([]byte, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	return d.be.allocBuffer(n)
+	return d.be.AllocBuffer(n)
 }
 
 // Close destroys every object of the device and closes it. Over the verbs
@@ -151,14 +132,14 @@ func (d *Device) Close() error {
 	for _, pd := range pds {
 		pd.destroyAll()
 	}
-	return d.be.close()
+	return d.be.Close()
 }
 
 // PD is a protection domain (ibv_pd): memory regions and queue pairs of one
 // PD only work together.
 type PD struct {
 	dev    *Device
-	be     pdBackend
+	be     ProviderPD
 	handle uint32
 	mrs    map[*MR]struct{}
 	qps    map[*QP]struct{}
@@ -181,14 +162,14 @@ func (d *Device) AllocPD() (*PD, error) {
 	if err := d.check(); err != nil {
 		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
 	}
-	be, handle, err := d.be.allocPD()
+	be, handle, err := d.be.AllocPD()
 	if err != nil {
 		return nil, fmt.Errorf("alloc PD: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		be.dealloc()
+		be.Dealloc()
 		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
 	}
 	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{})}
@@ -214,7 +195,7 @@ func (pd *PD) Dealloc() error {
 	pd.freed = true
 	delete(d.pds, pd)
 	d.mu.Unlock()
-	if err := pd.be.dealloc(); err != nil {
+	if err := pd.be.Dealloc(); err != nil {
 		return fmt.Errorf("dealloc PD %d: %w", pd.handle, err)
 	}
 	return nil
@@ -239,7 +220,7 @@ func (pd *PD) destroyAll() {
 // RDMA data straight into its bytes and reads outgoing data from them.
 type MR struct {
 	pd   *PD
-	be   mrBackend
+	be   ProviderMR
 	stag uint32
 	addr uint64
 	buf  []byte
@@ -261,13 +242,13 @@ func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err := pd.attach(func() {}); err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
-	be, stag, err := pd.be.regMR(buf, iova, access)
+	be, stag, err := pd.be.RegMR(buf, iova, access)
 	if err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
 	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf}
 	if err := pd.attach(func() { pd.mrs[mr] = struct{}{} }); err != nil {
-		be.dereg()
+		be.Dereg()
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
 	return mr, nil
@@ -296,7 +277,7 @@ func (mr *MR) SGE(off, n int) SGE {
 // Dereg deregisters the region (ibv_dereg_mr): its STag is invalid from now
 // on, for local requests and for peers.
 func (mr *MR) Dereg() error {
-	if err := mr.be.dereg(); err != nil {
+	if err := mr.be.Dereg(); err != nil {
 		return fmt.Errorf("dereg MR: %w", err)
 	}
 	mr.pd.dev.mu.Lock()
@@ -317,8 +298,7 @@ type QPInitAttr struct {
 // QP is a reliable-connected queue pair (ibv_qp + its rdma_cm_id).
 type QP struct {
 	pd        *PD
-	be        qpBackend
-	eng       *offload.QP // the engine's QP in-process; nil over the socket
+	be        ProviderQP
 	att       QPInitAttr
 	destroyed bool // guarded by pd.dev.mu
 }
@@ -334,11 +314,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err := pd.attach(func() {}); err != nil {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
-	be, eng, err := pd.be.createQP(attr.SendCQ.be, attr.RecvCQ.be, attr)
+	be, err := pd.be.CreateQP(attr.SendCQ.be, attr.RecvCQ.be, attr)
 	if err != nil {
 		return nil, err
 	}
-	qp := &QP{pd: pd, be: be, eng: eng, att: attr}
+	qp := &QP{pd: pd, be: be, att: attr}
 	err = pd.attach(func() {
 		pd.qps[qp] = struct{}{}
 		attr.SendCQ.users++
@@ -383,7 +363,10 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) e
 func (qp *QP) Disconnect() { qp.be.Disconnect() }
 
 // Info is a snapshot for the control plane.
-func (qp *QP) Info() offload.Info { return qp.be.Info() }
+func (qp *QP) Info() Info { return qp.be.Info() }
+
+// Provider is the queue pair's backend (in-process: the engine's QP).
+func (qp *QP) Provider() ProviderQP { return qp.be }
 
 // Destroy disconnects and destroys the queue pair (ibv_destroy_qp).
 func (qp *QP) Destroy() error {
@@ -405,7 +388,7 @@ func (qp *QP) Destroy() error {
 }
 
 // Listener accepts connections (rdma_listen on an rdma_cm_id).
-type Listener struct{ be listenerBackend }
+type Listener struct{ be ProviderListener }
 
 // Listen listens on addr (port 0: ephemeral); backlog bounds the requests
 // waiting for Accept.
@@ -413,7 +396,7 @@ func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	be, err := d.be.listen(addr, backlog)
+	be, err := d.be.Listen(addr, backlog)
 	if err != nil {
 		return nil, err
 	}
@@ -421,19 +404,25 @@ func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 }
 
 // Addr is the listening address.
-func (l *Listener) Addr() netip.AddrPort { return l.be.addr() }
+func (l *Listener) Addr() netip.AddrPort { return l.be.Addr() }
 
 // Accept waits for a connection request (rdma_get_request).
 func (l *Listener) Accept(ctx context.Context) (*ConnRequest, error) {
-	return l.be.accept(ctx)
+	be, err := l.be.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &ConnRequest{be: be}
+	r.Remote, r.PrivateData, r.IRD, r.ORD = be.Peer()
+	return r, nil
 }
 
 // Close stops listening.
-func (l *Listener) Close() error { return l.be.close() }
+func (l *Listener) Close() error { return l.be.Close() }
 
 // ConnRequest is a peer's connection request (a CONNECT_REQUEST event).
 type ConnRequest struct {
-	be connReqBackend
+	be ProviderConnReq
 	// Remote is the peer's address.
 	Remote netip.AddrPort
 	// PrivateData is the peer's private data.
@@ -443,7 +432,7 @@ type ConnRequest struct {
 }
 
 // Accept connects qp to the peer (rdma_accept).
-func (r *ConnRequest) Accept(qp *QP, p ConnParam) error { return r.be.accept(qp, p) }
+func (r *ConnRequest) Accept(qp *QP, p ConnParam) error { return r.be.Accept(qp.be, p) }
 
 // Reject refuses the request with private data (rdma_reject).
-func (r *ConnRequest) Reject(privateData []byte) error { return r.be.reject(privateData) }
+func (r *ConnRequest) Reject(privateData []byte) error { return r.be.Reject(privateData) }

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // exercise runs Write, Read and the four Send kinds between cli and srv
@@ -16,59 +17,59 @@ import (
 func exercise(t *testing.T, cli, srv *side, size int, seed uint64) {
 	t.Helper()
 	// RDMA Write cli -> srv.
-	src := cli.region(size, AccessLocalWrite)
-	dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	src := cli.region(size, verbs.AccessLocalWrite)
+	dst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	fill(src.buf(), seed)
-	cli.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
-	wantWC(t, poll(t, cli.scq, 1)[0], 1, WCWrite, WCSuccess, uint32(size))
+	cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+	wantWC(t, poll(t, cli.scq, 1)[0], 1, verbs.WCWrite, verbs.WCSuccess, uint32(size))
 
 	// A Send after the Write tells srv the Write has been placed (RDMAP
 	// delivers in order).
-	msg := srv.region(64, AccessLocalWrite)
-	srv.recv(RecvWR{ID: 10, SGL: []SGE{msg.mr.SGE(0, 64)}})
-	cli.post(SendWR{ID: 2, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("write done")})
-	wantWC(t, poll(t, cli.scq, 1)[0], 2, WCSend, WCSuccess, 10)
-	wantWC(t, poll(t, srv.rcq, 1)[0], 10, WCRecv, WCSuccess, 10)
+	msg := srv.region(64, verbs.AccessLocalWrite)
+	srv.recv(verbs.RecvWR{ID: 10, SGL: []verbs.SGE{msg.mr.SGE(0, 64)}})
+	cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("write done")})
+	wantWC(t, poll(t, cli.scq, 1)[0], 2, verbs.WCSend, verbs.WCSuccess, 10)
+	wantWC(t, poll(t, srv.rcq, 1)[0], 10, verbs.WCRecv, verbs.WCSuccess, 10)
 	sameBytes(t, "inline send", msg.buf()[:10], []byte("write done"))
 	sameBytes(t, "RDMA Write", dst.buf(), src.buf())
 
 	// RDMA Read cli <- srv (into a fresh sink).
 	fill(dst.buf(), seed+1)
-	sink := cli.region(size, AccessLocalWrite)
-	cli.post(SendWR{ID: 3, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
-	wantWC(t, poll(t, cli.scq, 1)[0], 3, WCRead, WCSuccess, uint32(size))
+	sink := cli.region(size, verbs.AccessLocalWrite)
+	cli.post(verbs.SendWR{ID: 3, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()})
+	wantWC(t, poll(t, cli.scq, 1)[0], 3, verbs.WCRead, verbs.WCSuccess, uint32(size))
 	sameBytes(t, "RDMA Read", sink.buf(), dst.buf())
 
 	// Sends: plain, solicited, with invalidate, solicited with invalidate,
 	// each scattered over three SGEs on the receiver and gathered from two.
-	inv1 := srv.region(16, AccessLocalWrite|AccessRemoteWrite)
-	inv2 := srv.region(16, AccessLocalWrite|AccessRemoteWrite)
+	inv1 := srv.region(16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	inv2 := srv.region(16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	kinds := []struct {
-		op    WROpcode
-		flags SendFlags
+		op    verbs.WROpcode
+		flags verbs.SendFlags
 		inv   uint32
 	}{
-		{WRSend, 0, 0},
-		{WRSend, FlagSolicited, 0},
-		{WRSendWithInv, 0, inv1.mr.RKey()},
-		{WRSendWithInv, FlagSolicited, inv2.mr.RKey()},
+		{verbs.WRSend, 0, 0},
+		{verbs.WRSend, verbs.FlagSolicited, 0},
+		{verbs.WRSendWithInv, 0, inv1.mr.RKey()},
+		{verbs.WRSendWithInv, verbs.FlagSolicited, inv2.mr.RKey()},
 	}
 	for i, k := range kinds {
-		sbuf := cli.region(size, AccessLocalWrite)
+		sbuf := cli.region(size, verbs.AccessLocalWrite)
 		fill(sbuf.buf(), seed+uint64(10+i))
-		rbuf := srv.region(size+100, AccessLocalWrite)
+		rbuf := srv.region(size+100, verbs.AccessLocalWrite)
 		a, b := size/3, 2*size/3
-		srv.recv(RecvWR{ID: uint64(100 + i), SGL: []SGE{rbuf.mr.SGE(0, a), rbuf.mr.SGE(a, b-a), rbuf.mr.SGE(b, size+100-b)}})
-		if k.flags&FlagSolicited != 0 {
+		srv.recv(verbs.RecvWR{ID: uint64(100 + i), SGL: []verbs.SGE{rbuf.mr.SGE(0, a), rbuf.mr.SGE(a, b-a), rbuf.mr.SGE(b, size+100-b)}})
+		if k.flags&verbs.FlagSolicited != 0 {
 			if err := srv.rcq.ReqNotify(true); err != nil {
 				t.Fatal(err)
 			}
 		}
 		h := size / 2
-		cli.post(SendWR{ID: uint64(20 + i), Opcode: k.op, Flags: FlagSignaled | k.flags, InvalidateRKey: k.inv,
-			SGL: []SGE{sbuf.mr.SGE(0, h), sbuf.mr.SGE(h, size-h)}})
-		wantWC(t, poll(t, cli.scq, 1)[0], uint64(20+i), WCSend, WCSuccess, uint32(size))
-		if k.flags&FlagSolicited != 0 {
+		cli.post(verbs.SendWR{ID: uint64(20 + i), Opcode: k.op, Flags: verbs.FlagSignaled | k.flags, InvalidateRKey: k.inv,
+			SGL: []verbs.SGE{sbuf.mr.SGE(0, h), sbuf.mr.SGE(h, size-h)}})
+		wantWC(t, poll(t, cli.scq, 1)[0], uint64(20+i), verbs.WCSend, verbs.WCSuccess, uint32(size))
+		if k.flags&verbs.FlagSolicited != 0 {
 			select {
 			case <-srv.rcq.Notify():
 			case <-time.After(testTimeout):
@@ -76,9 +77,9 @@ func exercise(t *testing.T, cli, srv *side, size int, seed uint64) {
 			}
 		}
 		wc := poll(t, srv.rcq, 1)[0]
-		wantWC(t, wc, uint64(100+i), WCRecv, WCSuccess, uint32(size))
+		wantWC(t, wc, uint64(100+i), verbs.WCRecv, verbs.WCSuccess, uint32(size))
 		if k.inv != 0 {
-			if wc.Flags&WCWithInv == 0 || wc.InvalidatedRKey != k.inv {
+			if wc.Flags&verbs.WCWithInv == 0 || wc.InvalidatedRKey != k.inv {
 				t.Fatalf("Send with Invalidate: flags %v rkey 0x%x, want WITH_INV 0x%x", wc.Flags, wc.InvalidatedRKey, k.inv)
 			}
 			if _, ok := srv.eng.Regions().Lookup(k.inv); ok {
@@ -193,18 +194,18 @@ func TestPrivateDataAndReject(t *testing.T) {
 		}
 		req.Reject([]byte("go away"))
 	}()
-	err = cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{PrivateData: pd, ResponderResources: 3, InitiatorDepth: 5})
+	err = cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{PrivateData: pd, ResponderResources: 3, InitiatorDepth: 5})
 	rej, ok := err.(interface{ Unwrap() error })
 	_ = rej
-	var re *offload.RejectedError
+	var re *verbs.RejectedError
 	if !asErr(err, &re) || string(re.PrivateData) != "go away" {
 		t.Fatalf("Connect = %v (%v), want a reject with private data \"go away\"", err, ok)
 	}
-	if st := cli.qp.State(); st != QPInit {
+	if st := cli.qp.State(); st != verbs.QPInit {
 		t.Fatalf("QP state after reject = %v, want INIT", st)
 	}
 	// Too much private data is refused before anything is sent.
-	if err := cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{PrivateData: make([]byte, 300)}); err == nil {
+	if err := cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{PrivateData: make([]byte, 300)}); err == nil {
 		t.Fatal("Connect with 300 bytes of private data succeeded")
 	}
 }

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // TestRemoteErrors drives each error a peer can cause with a well-behaved
@@ -27,82 +28,82 @@ func TestRemoteErrors(t *testing.T) {
 		name string
 		// run posts the bad request and returns the expected client
 		// completion status of it (WCSuccess: completed at TCP handoff).
-		run  func(t *testing.T, cli, srv *side, dst, other *guarded) (WCOpcode, WCStatus)
+		run  func(t *testing.T, cli, srv *side, dst, other *guarded) (verbs.WCOpcode, verbs.WCStatus)
 		code rdmap.Code
 		// srvRecv is the status of the receive srv has posted.
-		srvRecv WCStatus
+		srvRecv verbs.WCStatus
 	}{
-		{"write-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+		{"write-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(writeWR(cli, dst, 0, n, dst.mr.RKey()+1))
-			return WCWrite, WCSuccess
-		}, rdmap.TermDDPTaggedInvalidSTag, WCFlushErr},
-		{"write-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCWrite, verbs.WCSuccess
+		}, rdmap.TermDDPTaggedInvalidSTag, verbs.WCFlushErr},
+		{"write-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(writeWR(cli, other, 0, n, other.mr.RKey()))
-			return WCWrite, WCSuccess
-		}, rdmap.TermDDPTaggedStagNotAssoc, WCFlushErr},
-		{"write-no-remote-write", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
-			ro := srv.region(n, AccessRemoteRead)
+			return verbs.WCWrite, verbs.WCSuccess
+		}, rdmap.TermDDPTaggedStagNotAssoc, verbs.WCFlushErr},
+		{"write-no-remote-write", func(t *testing.T, cli, srv *side, _, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
+			ro := srv.region(n, verbs.AccessRemoteRead)
 			t.Cleanup(func() { ro.checkGuards(t) })
 			cli.post(writeWR(cli, ro, 0, n, ro.mr.RKey()))
-			return WCWrite, WCSuccess
-		}, rdmap.TermRDMAPAccess, WCFlushErr},
-		{"write-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCWrite, verbs.WCSuccess
+		}, rdmap.TermRDMAPAccess, verbs.WCFlushErr},
+		{"write-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(writeWR(cli, dst, n-10, 100, dst.mr.RKey()))
-			return WCWrite, WCSuccess
-		}, rdmap.TermDDPTaggedBaseBounds, WCFlushErr},
-		{"write-below-base", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCWrite, verbs.WCSuccess
+		}, rdmap.TermDDPTaggedBaseBounds, verbs.WCFlushErr},
+		{"write-below-base", func(t *testing.T, cli, srv *side, dst, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			wr := writeWR(cli, dst, 0, 100, dst.mr.RKey())
 			wr.RemoteAddr -= 8
 			cli.post(wr)
-			return WCWrite, WCSuccess
-		}, rdmap.TermDDPTaggedBaseBounds, WCFlushErr},
-		{"read-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCWrite, verbs.WCSuccess
+		}, rdmap.TermDDPTaggedBaseBounds, verbs.WCFlushErr},
+		{"read-invalid-stag", func(t *testing.T, cli, srv *side, dst, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(readWR(cli, dst, 0, n, dst.mr.RKey()^0x100))
-			return WCRead, WCRemAccessErr
-		}, rdmap.TermRDMAPInvalidSTag, WCFlushErr},
-		{"read-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCRead, verbs.WCRemAccessErr
+		}, rdmap.TermRDMAPInvalidSTag, verbs.WCFlushErr},
+		{"read-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(readWR(cli, other, 0, n, other.mr.RKey()))
-			return WCRead, WCRemAccessErr
-		}, rdmap.TermRDMAPStagNotAssoc, WCFlushErr},
-		{"read-no-remote-read", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
-			wo := srv.region(n, AccessLocalWrite|AccessRemoteWrite)
+			return verbs.WCRead, verbs.WCRemAccessErr
+		}, rdmap.TermRDMAPStagNotAssoc, verbs.WCFlushErr},
+		{"read-no-remote-read", func(t *testing.T, cli, srv *side, _, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
+			wo := srv.region(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			cli.post(readWR(cli, wo, 0, n, wo.mr.RKey()))
-			return WCRead, WCRemAccessErr
-		}, rdmap.TermRDMAPAccess, WCFlushErr},
-		{"read-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCRead, verbs.WCRemAccessErr
+		}, rdmap.TermRDMAPAccess, verbs.WCFlushErr},
+		{"read-out-of-bounds", func(t *testing.T, cli, srv *side, dst, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(readWR(cli, dst, 8, n, dst.mr.RKey()))
-			return WCRead, WCRemAccessErr
-		}, rdmap.TermRDMAPBaseBounds, WCFlushErr},
-		{"send-no-receive", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
+			return verbs.WCRead, verbs.WCRemAccessErr
+		}, rdmap.TermRDMAPBaseBounds, verbs.WCFlushErr},
+		{"send-no-receive", func(t *testing.T, cli, srv *side, _, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			// srv's single receive takes the first Send; the second finds none.
-			cli.post(SendWR{ID: 8, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("one")})
-			wantWC(t, poll(t, srv.rcq, 1)[0], 77, WCRecv, WCSuccess, 3)
-			cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("two")})
-			wantWC(t, poll(t, cli.scq, 1)[0], 8, WCSend, WCSuccess, 3)
-			return WCSend, WCSuccess
-		}, rdmap.TermDDPNoBuffer, WCSuccess},
-		{"send-too-long", func(t *testing.T, cli, srv *side, _, _ *guarded) (WCOpcode, WCStatus) {
-			big := cli.region(3*n, AccessLocalWrite)
-			cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{big.mr.SGE(0, 3*n)}})
-			return WCSend, WCSuccess
-		}, rdmap.TermDDPTooLong, WCLocLenErr},
-		{"send-invalidate-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (WCOpcode, WCStatus) {
-			cli.post(SendWR{ID: 1, Opcode: WRSendWithInv, Flags: FlagSignaled | FlagInline, Inline: []byte("x"), InvalidateRKey: other.mr.RKey()})
-			return WCSend, WCSuccess
-		}, rdmap.TermRDMAPCannotInvalidate, WCRemInvReqErr},
+			cli.post(verbs.SendWR{ID: 8, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("one")})
+			wantWC(t, poll(t, srv.rcq, 1)[0], 77, verbs.WCRecv, verbs.WCSuccess, 3)
+			cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("two")})
+			wantWC(t, poll(t, cli.scq, 1)[0], 8, verbs.WCSend, verbs.WCSuccess, 3)
+			return verbs.WCSend, verbs.WCSuccess
+		}, rdmap.TermDDPNoBuffer, verbs.WCSuccess},
+		{"send-too-long", func(t *testing.T, cli, srv *side, _, _ *guarded) (verbs.WCOpcode, verbs.WCStatus) {
+			big := cli.region(3*n, verbs.AccessLocalWrite)
+			cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{big.mr.SGE(0, 3*n)}})
+			return verbs.WCSend, verbs.WCSuccess
+		}, rdmap.TermDDPTooLong, verbs.WCLocLenErr},
+		{"send-invalidate-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (verbs.WCOpcode, verbs.WCStatus) {
+			cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSendWithInv, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("x"), InvalidateRKey: other.mr.RKey()})
+			return verbs.WCSend, verbs.WCSuccess
+		}, rdmap.TermRDMAPCannotInvalidate, verbs.WCRemInvReqErr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cli, srv := newPair(t, pairOpts{})
-			dst := srv.region(n, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			dst := srv.region(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 			pd2, err := srv.dev.AllocPD()
 			if err != nil {
 				t.Fatal(err)
 			}
-			other := srv.regionPD(pd2, n, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-			rbuf := srv.region(n, AccessLocalWrite)
-			srv.recv(RecvWR{ID: 77, SGL: []SGE{rbuf.mr.SGE(0, n)}})
+			other := srv.regionPD(pd2, n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+			rbuf := srv.region(n, verbs.AccessLocalWrite)
+			srv.recv(verbs.RecvWR{ID: 77, SGL: []verbs.SGE{rbuf.mr.SGE(0, n)}})
 
 			op, st := tt.run(t, cli, srv, dst, other)
 			terminated(t, srv, cli, tt.code)
@@ -111,14 +112,14 @@ func TestRemoteErrors(t *testing.T) {
 			if wc.ID != 1 || wc.Opcode != op || wc.Status != st {
 				t.Fatalf("client completion {id %d %v %v}, want {id 1 %v %v}", wc.ID, wc.Opcode, wc.Status, op, st)
 			}
-			if tt.srvRecv != WCSuccess {
+			if tt.srvRecv != verbs.WCSuccess {
 				if wc := poll(t, srv.rcq, 1)[0]; wc.ID != 77 || wc.Status != tt.srvRecv {
 					t.Fatalf("server receive completion {id %d %v}, want {id 77 %v}", wc.ID, wc.Status, tt.srvRecv)
 				}
 			}
 			// Work posted after the Terminate is flushed.
-			cli.post(SendWR{ID: 99, Opcode: WRSend, Flags: FlagInline, Inline: []byte("late")})
-			if wc := poll(t, cli.scq, 1)[0]; wc.ID != 99 || wc.Status != WCFlushErr {
+			cli.post(verbs.SendWR{ID: 99, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("late")})
+			if wc := poll(t, cli.scq, 1)[0]; wc.ID != 99 || wc.Status != verbs.WCFlushErr {
 				t.Fatalf("late send completion {id %d %v}, want flush error", wc.ID, wc.Status)
 			}
 			for _, g := range []*guarded{dst, other, rbuf} {
@@ -131,15 +132,15 @@ func TestRemoteErrors(t *testing.T) {
 	}
 }
 
-func writeWR(cli *side, dst *guarded, off, n int, rkey uint32) SendWR {
-	src := cli.region(n, AccessLocalWrite)
+func writeWR(cli *side, dst *guarded, off, n int, rkey uint32) verbs.SendWR {
+	src := cli.region(n, verbs.AccessLocalWrite)
 	fill(src.buf(), 9)
-	return SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, n)}, RemoteAddr: dst.mr.Addr() + uint64(off), RKey: rkey}
+	return verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, n)}, RemoteAddr: dst.mr.Addr() + uint64(off), RKey: rkey}
 }
 
-func readWR(cli *side, src *guarded, off, n int, rkey uint32) SendWR {
-	sink := cli.region(n, AccessLocalWrite)
-	return SendWR{ID: 1, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, n)}, RemoteAddr: src.mr.Addr() + uint64(off), RKey: rkey}
+func readWR(cli *side, src *guarded, off, n int, rkey uint32) verbs.SendWR {
+	sink := cli.region(n, verbs.AccessLocalWrite)
+	return verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, n)}, RemoteAddr: src.mr.Addr() + uint64(off), RKey: rkey}
 }
 
 // rawPeer speaks MPA/DDP/RDMAP by hand over a TCP connection, to send what
@@ -176,7 +177,7 @@ func dialRaw(t testing.TB, s *netstack.Stack, srv *side, cfg mpa.Config) *rawPee
 	defer l.Close()
 	go func() {
 		if req, err := l.Accept(ctx); err == nil {
-			req.Accept(srv.qp, ConnParam{})
+			req.Accept(srv.qp, verbs.ConnParam{})
 		}
 	}()
 	conn, err := s.Dial(ctx, netip.Addr{}, netipPort(srvPort))
@@ -219,7 +220,7 @@ func dialRaw(t testing.TB, s *netstack.Stack, srv *side, cfg mpa.Config) *rawPee
 			}
 		}
 	}()
-	srv.waitEvent(EventEstablished)
+	srv.waitEvent(verbs.EventEstablished)
 	return p
 }
 
@@ -289,43 +290,43 @@ func TestProtocolErrors(t *testing.T) {
 		corrupt bool
 		code    rdmap.Code
 		copied  bool // the Terminate carries the offending DDP header
-		recv    WCStatus
+		recv    verbs.WCStatus
 	}{
 		{name: "bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, corrupt: true,
-			code: rdmap.TermLLPCRC, recv: WCLocQPOpErr},
+			code: rdmap.TermLLPCRC, recv: verbs.WCLocQPOpErr},
 		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[0] = b[0]&^3 | 2
 			return [][]byte{b}
-		}, code: rdmap.TermDDPUntaggedBadVersion, recv: WCFlushErr},
+		}, code: rdmap.TermDDPUntaggedBadVersion, recv: verbs.WCFlushErr},
 		{name: "ddp-version-tagged", frames: func(dst *guarded) [][]byte {
 			h := ddp.Header{Tagged: true, Last: true, Version: 0, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: dst.mr.RKey(), TO: dst.mr.Addr()}
 			b := make([]byte, 14+4)
 			h.Marshal(b)
 			return [][]byte{b}
-		}, code: rdmap.TermDDPTaggedBadVersion, recv: WCFlushErr},
+		}, code: rdmap.TermDDPTaggedBadVersion, recv: verbs.WCFlushErr},
 		{name: "rdmap-version", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[1] = b[1]&0x3f | 2<<6
 			return [][]byte{b}
-		}, code: rdmap.TermRDMAPBadVersion, recv: WCFlushErr},
+		}, code: rdmap.TermRDMAPBadVersion, recv: verbs.WCFlushErr},
 		{name: "unexpected-opcode", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.Opcode(8), 0, 1, 0, true, []byte("imm"))}
-		}, code: rdmap.TermRDMAPUnexpectedOp, recv: WCFlushErr},
+		}, code: rdmap.TermRDMAPUnexpectedOp, recv: verbs.WCFlushErr},
 		{name: "tagged-send", frames: func(*guarded) [][]byte {
 			h := ddp.Header{Tagged: true, Last: true, Version: 1, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), STag: 5}
 			b := make([]byte, 14+4)
 			h.Marshal(b)
 			return [][]byte{b}
-		}, code: rdmap.TermRDMAPUnexpectedOp, recv: WCFlushErr},
+		}, code: rdmap.TermRDMAPUnexpectedOp, recv: verbs.WCFlushErr},
 		{name: "invalid-qn", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
-		}, code: rdmap.TermDDPInvalidQN, copied: true, recv: WCFlushErr},
+		}, code: rdmap.TermDDPInvalidQN, copied: true, recv: verbs.WCFlushErr},
 		{name: "invalid-msn", frames: func(*guarded) [][]byte { return [][]byte{send(5, "x")} },
-			code: rdmap.TermDDPInvalidMSN, copied: true, recv: WCFlushErr},
+			code: rdmap.TermDDPInvalidMSN, copied: true, recv: verbs.WCFlushErr},
 		{name: "invalid-mo", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.OpSend, 0, 1, 0, false, []byte("abcd")), untagged(rdmap.OpSend, 0, 1, 8, true, []byte("x"))}
-		}, code: rdmap.TermDDPInvalidMO, copied: true, recv: WCLocQPOpErr},
+		}, code: rdmap.TermDDPInvalidMO, copied: true, recv: verbs.WCLocQPOpErr},
 		{name: "ird-exceeded", ird: 1, frames: func(dst *guarded) [][]byte {
 			var out [][]byte
 			for i := uint32(1); i <= 8; i++ {
@@ -335,7 +336,7 @@ func TestProtocolErrors(t *testing.T) {
 				out = append(out, untagged(rdmap.OpReadRequest, 1, i, 0, true, body))
 			}
 			return out
-		}, code: rdmap.TermRDMAPCatastrophicStream, recv: WCFlushErr},
+		}, code: rdmap.TermRDMAPCatastrophicStream, recv: verbs.WCFlushErr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,12 +348,12 @@ func TestProtocolErrors(t *testing.T) {
 					c.IRD = tt.ird
 				}
 			}, 8)
-			dst := srv.region(1<<20, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-			rbuf := srv.region(4096, AccessLocalWrite)
-			if err := srv.qp.Modify(QPInit); err != nil {
+			dst := srv.region(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+			rbuf := srv.region(4096, verbs.AccessLocalWrite)
+			if err := srv.qp.Modify(verbs.QPInit); err != nil {
 				t.Fatal(err)
 			}
-			srv.recv(RecvWR{ID: 77, SGL: []SGE{rbuf.mr.SGE(0, 4096)}})
+			srv.recv(verbs.RecvWR{ID: 77, SGL: []verbs.SGE{rbuf.mr.SGE(0, 4096)}})
 			ord := uint16(8)
 			if tt.ird != 0 {
 				ord = tt.ird // declare what the server allows, then exceed it
@@ -378,7 +379,7 @@ func TestProtocolErrors(t *testing.T) {
 					t.Fatalf("Terminate DDP segment length %d, want %d", term.DDPSegLen, len(last))
 				}
 			}
-			srv.waitEvent(EventDisconnected)
+			srv.waitEvent(verbs.EventDisconnected)
 			if wc := poll(t, srv.rcq, 1)[0]; wc.ID != 77 || wc.Status != tt.recv {
 				t.Fatalf("receive completion {id %d %v}, want {id 77 %v}", wc.ID, wc.Status, tt.recv)
 			}

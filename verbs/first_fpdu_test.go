@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // TestFirstFPDUDelay: an initiator holds its first FPDU for
@@ -56,10 +57,10 @@ func TestFirstFPDUDelay(t *testing.T) {
 		}
 		gap <- time.Since(sent)
 	}()
-	if err := cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{}); err != nil {
+	if err := cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{}); err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
-	cli.post(SendWR{ID: 1, Opcode: WRSend, Flags: FlagInline, Inline: []byte("first")})
+	cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("first")})
 	if g := <-gap; g < delay {
 		t.Fatalf("first FPDU %v after the Reply, want at least %v", g, delay)
 	}

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // testTimeout guards against hangs; it is not a performance bound.
@@ -27,21 +29,21 @@ type side struct {
 	t      testing.TB
 	stack  *netstack.Stack
 	eng    *offload.Device
-	dev    *Device
-	pd     *PD
-	scq    *CQ
-	rcq    *CQ
-	qp     *QP
+	dev    *verbs.Device
+	pd     *verbs.PD
+	scq    *verbs.CQ
+	rcq    *verbs.CQ
+	qp     *verbs.QP
 	link   *netstack.Link // the side's end of the in-memory link
-	events []Event
+	events []verbs.Event
 }
 
 type pairOpts struct {
 	mtu      int
 	imp      netstack.Impairments
 	cli, srv func(*offload.Config)
-	cliParam ConnParam
-	srvParam ConnParam
+	cliParam verbs.ConnParam
+	srvParam verbs.ConnParam
 	depth    int
 }
 
@@ -65,7 +67,7 @@ func newSide(t testing.TB, s *netstack.Stack, name string, mod func(*offload.Con
 	if err != nil {
 		t.Fatalf("NewDevice: %v", err)
 	}
-	dev := Open(eng)
+	dev := rnic.Open(eng)
 	t.Cleanup(func() { dev.Close(); eng.Close() })
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -79,7 +81,7 @@ func newSide(t testing.TB, s *netstack.Stack, name string, mod func(*offload.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := pd.CreateQP(QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: depth, MaxRecvWR: depth})
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: depth, MaxRecvWR: depth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,13 +107,13 @@ func newPair(t testing.TB, o pairOpts) (cli, srv *side) {
 }
 
 // connect connects cli's QP to srv's on the default port.
-func connect(t testing.TB, cli, srv *side, cp, sp ConnParam) {
+func connect(t testing.TB, cli, srv *side, cp, sp verbs.ConnParam) {
 	t.Helper()
 	connectOn(t, cli, srv, srvPort, cp, sp)
 }
 
 // waitEvent waits for an event of type want and returns it.
-func (s *side) waitEvent(want EventType) Event {
+func (s *side) waitEvent(want verbs.EventType) verbs.Event {
 	s.t.Helper()
 	for _, e := range s.events {
 		if e.Type == want {
@@ -134,12 +136,12 @@ func (s *side) waitEvent(want EventType) Event {
 }
 
 // poll collects n completions from cq.
-func poll(t testing.TB, cq *CQ, n int) []WorkCompletion {
+func poll(t testing.TB, cq *verbs.CQ, n int) []verbs.WorkCompletion {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	out := make([]WorkCompletion, 0, n)
-	buf := make([]WorkCompletion, 16)
+	out := make([]verbs.WorkCompletion, 0, n)
+	buf := make([]verbs.WorkCompletion, 16)
 	for len(out) < n {
 		k, err := cq.Wait(ctx, buf[:min(len(buf), n-len(out))])
 		if err != nil {
@@ -151,17 +153,17 @@ func poll(t testing.TB, cq *CQ, n int) []WorkCompletion {
 }
 
 // noCompletion checks that cq holds nothing.
-func noCompletion(t testing.TB, cq *CQ) {
+func noCompletion(t testing.TB, cq *verbs.CQ) {
 	t.Helper()
-	var wc [1]WorkCompletion
+	var wc [1]verbs.WorkCompletion
 	if n, _ := cq.Poll(wc[:]); n != 0 {
 		t.Fatalf("unexpected completion %+v", wc[0])
 	}
 }
 
-func wantWC(t testing.TB, got WorkCompletion, id uint64, op WCOpcode, st WCStatus, n uint32) {
+func wantWC(t testing.TB, got verbs.WorkCompletion, id uint64, op verbs.WCOpcode, st verbs.WCStatus, n uint32) {
 	t.Helper()
-	if got.ID != id || got.Opcode != op || got.Status != st || (st == WCSuccess && got.ByteLen != n) {
+	if got.ID != id || got.Opcode != op || got.Status != st || (st == verbs.WCSuccess && got.ByteLen != n) {
 		t.Fatalf("completion = {id %d %v %v len %d}, want {id %d %v %v len %d}", got.ID, got.Opcode, got.Status, got.ByteLen, id, op, st, n)
 	}
 }
@@ -171,17 +173,17 @@ func wantWC(t testing.TB, got WorkCompletion, id uint64, op WCOpcode, st WCStatu
 type guarded struct {
 	mem   []byte
 	guard int
-	mr    *MR
+	mr    *verbs.MR
 }
 
 const guardByte = 0xA5
 
-func (s *side) region(n int, access Access) *guarded {
+func (s *side) region(n int, access verbs.Access) *guarded {
 	s.t.Helper()
 	return s.regionPD(s.pd, n, access)
 }
 
-func (s *side) regionPD(pd *PD, n int, access Access) *guarded {
+func (s *side) regionPD(pd *verbs.PD, n int, access verbs.Access) *guarded {
 	s.t.Helper()
 	const guard = 64
 	mem := make([]byte, guard+n+guard)
@@ -228,14 +230,14 @@ func sameBytes(t testing.TB, what string, got, want []byte) {
 	}
 }
 
-func (s *side) post(wrs ...SendWR) {
+func (s *side) post(wrs ...verbs.SendWR) {
 	s.t.Helper()
 	if n, err := s.qp.PostSend(wrs); err != nil || n != len(wrs) {
 		s.t.Fatalf("PostSend: %d of %d: %v", n, len(wrs), err)
 	}
 }
 
-func (s *side) recv(wrs ...RecvWR) {
+func (s *side) recv(wrs ...verbs.RecvWR) {
 	s.t.Helper()
 	if n, err := s.qp.PostRecv(wrs); err != nil || n != len(wrs) {
 		s.t.Fatalf("PostRecv: %d of %d: %v", n, len(wrs), err)
@@ -246,22 +248,22 @@ func (s *side) recv(wrs ...RecvWR) {
 // other side received it.
 func terminated(t testing.TB, detector, other *side, code rdmap.Code) {
 	t.Helper()
-	sent := detector.waitEvent(EventTerminateSent)
+	sent := detector.waitEvent(verbs.EventTerminateSent)
 	if sent.Code != code {
 		t.Fatalf("%s sent Terminate %v, want %v (%v)", detector.dev.Name(), sent.Code, code, sent.Err)
 	}
 	if other != nil {
-		got := other.waitEvent(EventTerminateReceived)
+		got := other.waitEvent(verbs.EventTerminateReceived)
 		if got.Code != code {
 			t.Fatalf("%s received Terminate %v, want %v", other.dev.Name(), got.Code, code)
 		}
-		other.waitEvent(EventDisconnected)
-		if st := other.qp.State(); st != QPErr {
+		other.waitEvent(verbs.EventDisconnected)
+		if st := other.qp.State(); st != verbs.QPErr {
 			t.Fatalf("%s QP state %v after Terminate, want ERR", other.dev.Name(), st)
 		}
 	}
-	detector.waitEvent(EventDisconnected)
-	if st := detector.qp.State(); st != QPErr {
+	detector.waitEvent(verbs.EventDisconnected)
+	if st := detector.qp.State(); st != verbs.QPErr {
 		t.Fatalf("%s QP state %v after Terminate, want ERR", detector.dev.Name(), st)
 	}
 }

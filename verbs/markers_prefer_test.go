@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // siwMarkersReject is Linux siw's answer to an MPA Request with the M
@@ -96,19 +97,19 @@ func TestMarkersRejectedByPeer(t *testing.T) {
 			reqs := make(chan mpa.Frame, 4)
 			go siwLikeResponder(ctx, l, reqs)
 
-			err = cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{})
+			err = cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{})
 			if first := <-reqs; !first.Markers {
 				t.Fatalf("first Request %v: no M flag", first)
 			}
 			if !prefer {
-				var rej *offload.RejectedError
-				if !errors.As(err, &rej) || !errors.Is(err, offload.ErrMarkersRejected) {
+				var rej *verbs.RejectedError
+				if !errors.As(err, &rej) || !errors.Is(err, verbs.ErrMarkersRejected) {
 					t.Fatalf("Connect = %v, want a RejectedError for markers", err)
 				}
 				if !strings.Contains(err.Error(), "peer rejected markers") {
 					t.Fatalf("Connect error %q does not say the peer rejected markers", err)
 				}
-				if st := cli.qp.State(); st != QPInit {
+				if st := cli.qp.State(); st != verbs.QPInit {
 					t.Fatalf("QP in %v after the reject, want INIT", st)
 				}
 				select {
@@ -127,7 +128,7 @@ func TestMarkersRejectedByPeer(t *testing.T) {
 			if p := cli.qp.Info().Params; p.MarkersRx || p.MarkersTx {
 				t.Fatalf("negotiated %+v, want no markers", p)
 			}
-			if st := cli.qp.State(); st != QPRTS {
+			if st := cli.qp.State(); st != verbs.QPRTS {
 				t.Fatalf("QP in %v, want RTS", st)
 			}
 		})

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
+	"github.com/siwtun/siwtun/verbs"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
@@ -38,7 +39,7 @@ func newGatedPair(t *testing.T, m oooMode) (cli, srv *side, gate *netstack.Gate)
 		c.CRC = m.crc
 		c.Markers = m.markers
 	}, 64)
-	connect(t, cli, srv, ConnParam{}, ConnParam{})
+	connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 	return cli, srv, gate
 }
 
@@ -104,18 +105,18 @@ func TestOOOPlacementHeldSegment(t *testing.T) {
 			w := srv.eng.Watch(1 << 16)
 			defer w.Close()
 			const size = 8 << 10
-			src := cli.region(size, AccessLocalWrite)
+			src := cli.region(size, verbs.AccessLocalWrite)
 			fill(src.buf(), 7)
-			dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
-			rbuf := srv.region(64, AccessLocalWrite)
-			srv.recv(RecvWR{ID: 1, SGL: []SGE{rbuf.mr.SGE(0, 64)}})
+			dst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			rbuf := srv.region(64, verbs.AccessLocalWrite)
+			srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rbuf.mr.SGE(0, 64)}})
 			hf := &holdFirst{}
 			gate.SetRule(hf.rule)
 			hf.arm(0)
 			fpdusBefore := cli.eng.Stats().FPDUsTx.Load()
 			cli.post(
-				SendWR{ID: 10, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
-				SendWR{ID: 11, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("after the write")},
+				verbs.SendWR{ID: 10, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, size)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
+				verbs.SendWR{ID: 11, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("after the write")},
 			)
 			// The client completes both once TCP took the data.
 			poll(t, cli.scq, 2)
@@ -155,7 +156,7 @@ func TestOOOPlacementHeldSegment(t *testing.T) {
 				t.Fatal("nothing was held")
 			}
 			wc := poll(t, srv.rcq, 1)
-			wantWC(t, wc[0], 1, WCRecv, WCSuccess, uint32(len("after the write")))
+			wantWC(t, wc[0], 1, verbs.WCRecv, verbs.WCSuccess, uint32(len("after the write")))
 			sameBytes(t, "region", dst.buf(), src.buf())
 			sameBytes(t, "receive", rbuf.buf()[:15], []byte("after the write"))
 			dst.checkGuards(t)
@@ -209,9 +210,9 @@ func TestOOOPlacementRejected(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cli, srv, gate := newGatedPair(t, c.mode)
 			const size = 16 << 10
-			src := cli.region(size, AccessLocalWrite)
+			src := cli.region(size, verbs.AccessLocalWrite)
 			fill(src.buf(), 3)
-			dst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
+			dst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			raddr, rkey := dst.mr.Addr(), dst.mr.RKey()
 			if c.badKey {
 				rkey += 1 << 8 // another slot: no region
@@ -224,7 +225,7 @@ func TestOOOPlacementRejected(t *testing.T) {
 			hf.arm(c.corrupt)
 			fpdusBefore := cli.eng.Stats().FPDUsTx.Load()
 			dataBefore := srv.eng.Stats().DataSegmentsRx.Load()
-			cli.post(SendWR{ID: 10, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, size)}, RemoteAddr: raddr, RKey: rkey})
+			cli.post(verbs.SendWR{ID: 10, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, size)}, RemoteAddr: raddr, RKey: rkey})
 			poll(t, cli.scq, 1)
 			writeFPDUs := cli.eng.Stats().FPDUsTx.Load() - fpdusBefore
 			hf.mu.Lock()
@@ -289,28 +290,28 @@ func TestOOOPlacementReorder(t *testing.T) {
 				c.CRC = m.crc
 				c.Markers = m.markers
 			}, 64)
-			connect(t, cli, srv, ConnParam{}, ConnParam{})
+			connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 			const (
 				rounds = 48
 				size   = 24 << 10
 			)
-			src := cli.region(rounds*size, AccessLocalWrite)
+			src := cli.region(rounds*size, verbs.AccessLocalWrite)
 			fill(src.buf(), 11)
-			dst := srv.region(rounds*size, AccessLocalWrite|AccessRemoteWrite)
-			rbuf := srv.region(rounds*8, AccessLocalWrite)
+			dst := srv.region(rounds*size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			rbuf := srv.region(rounds*8, verbs.AccessLocalWrite)
 			for i := range rounds {
-				srv.recv(RecvWR{ID: uint64(1000 + i), SGL: []SGE{rbuf.mr.SGE(8*i, 8)}})
+				srv.recv(verbs.RecvWR{ID: uint64(1000 + i), SGL: []verbs.SGE{rbuf.mr.SGE(8*i, 8)}})
 			}
 			for i := range rounds {
 				msg := fmt.Appendf(nil, "done%04d", i)
 				cli.post(
-					SendWR{ID: uint64(2 * i), Opcode: WRWrite, SGL: []SGE{src.mr.SGE(i*size, size)}, RemoteAddr: dst.mr.Addr() + uint64(i*size), RKey: dst.mr.RKey()},
-					SendWR{ID: uint64(2*i + 1), Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: msg},
+					verbs.SendWR{ID: uint64(2 * i), Opcode: verbs.WRWrite, SGL: []verbs.SGE{src.mr.SGE(i*size, size)}, RemoteAddr: dst.mr.Addr() + uint64(i*size), RKey: dst.mr.RKey()},
+					verbs.SendWR{ID: uint64(2*i + 1), Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: msg},
 				)
 				if i%8 == 7 {
 					// Keep the SQ from filling.
 					for _, wc := range poll(t, cli.scq, 8) {
-						if wc.Status != WCSuccess {
+						if wc.Status != verbs.WCSuccess {
 							t.Fatalf("send completion %+v", wc)
 						}
 					}
@@ -318,7 +319,7 @@ func TestOOOPlacementReorder(t *testing.T) {
 			}
 			wcs := poll(t, srv.rcq, rounds)
 			for i, wc := range wcs {
-				wantWC(t, wc, uint64(1000+i), WCRecv, WCSuccess, 8)
+				wantWC(t, wc, uint64(1000+i), verbs.WCRecv, verbs.WCSuccess, 8)
 				sameBytes(t, fmt.Sprintf("receive %d", i), rbuf.buf()[8*i:8*i+8], fmt.Appendf(nil, "done%04d", i))
 			}
 			sameBytes(t, "region", dst.buf(), src.buf())

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // loneSide is an RNIC whose QP has no peer: for the state machine and for
@@ -41,7 +43,7 @@ func unconnectedPair(t testing.TB, o pairOpts) (cli, srv *side) {
 
 // connectOn is connect on a given server port (a port whose previous
 // connection is still closing cannot be bound again).
-func connectOn(t testing.TB, cli, srv *side, port uint16, cp, sp ConnParam) {
+func connectOn(t testing.TB, cli, srv *side, port uint16, cp, sp verbs.ConnParam) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -65,12 +67,12 @@ func connectOn(t testing.TB, cli, srv *side, port uint16, cp, sp ConnParam) {
 	if err := <-accepted; err != nil {
 		t.Fatalf("Accept: %v", err)
 	}
-	cli.waitEvent(EventEstablished)
-	srv.waitEvent(EventEstablished)
+	cli.waitEvent(verbs.EventEstablished)
+	srv.waitEvent(verbs.EventEstablished)
 }
 
 // newQP replaces s.qp with a fresh QP of attr (CQs default to the side's).
-func (s *side) newQP(attr QPInitAttr) *QP {
+func (s *side) newQP(attr verbs.QPInitAttr) *verbs.QP {
 	s.t.Helper()
 	if attr.SendCQ == nil {
 		attr.SendCQ = s.scq
@@ -147,17 +149,17 @@ func (p *rawPeer) readResponse(rr rdmap.ReadRequest, data []byte) {
 	p.send(b, false)
 }
 
-func stats(s *side) *offload.QPStats { return s.qp.eng.Stats() }
+func stats(s *side) *offload.QPStats { return rnic.EngineQP(s.qp).Stats() }
 
 // wantFlushed checks that wcs are exactly ids, in order, all flushed.
-func wantFlushed(t testing.TB, what string, wcs []WorkCompletion, ids []uint64, ops []WCOpcode) {
+func wantFlushed(t testing.TB, what string, wcs []verbs.WorkCompletion, ids []uint64, ops []verbs.WCOpcode) {
 	t.Helper()
 	if len(wcs) != len(ids) {
 		t.Fatalf("%s: %d completions, want %d", what, len(wcs), len(ids))
 	}
 	for i, wc := range wcs {
-		if wc.ID != ids[i] || wc.Status != WCFlushErr || wc.Opcode != ops[i] {
-			t.Fatalf("%s: completion %d = {id %d %v %v}, want {id %d %v %v}", what, i, wc.ID, wc.Opcode, wc.Status, ids[i], ops[i], WCFlushErr)
+		if wc.ID != ids[i] || wc.Status != verbs.WCFlushErr || wc.Opcode != ops[i] {
+			t.Fatalf("%s: completion %d = {id %d %v %v}, want {id %d %v %v}", what, i, wc.ID, wc.Opcode, wc.Status, ids[i], ops[i], verbs.WCFlushErr)
 		}
 	}
 }
@@ -166,14 +168,14 @@ func TestQPStateValues(t *testing.T) {
 	// rdma-core libibverbs/verbs.h, enum ibv_qp_state.
 	tests := []struct {
 		name  string
-		state QPState
+		state verbs.QPState
 		value uint32
 	}{
-		{"RESET", QPReset, 0},
-		{"INIT", QPInit, 1},
-		{"RTR", QPRTR, 2},
-		{"RTS", QPRTS, 3},
-		{"ERR", QPErr, 6},
+		{"RESET", verbs.QPReset, 0},
+		{"INIT", verbs.QPInit, 1},
+		{"RTR", verbs.QPRTR, 2},
+		{"RTS", verbs.QPRTS, 3},
+		{"ERR", verbs.QPErr, 6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,34 +193,34 @@ func TestQPModifyTransitions(t *testing.T) {
 	s := loneSide(t, 4)
 	tests := []struct {
 		name string
-		path []QPState // Modify calls that reach the starting state
-		to   QPState
+		path []verbs.QPState // Modify calls that reach the starting state
+		to   verbs.QPState
 		ok   bool
 	}{
-		{"RESET->INIT", nil, QPInit, true},
-		{"RESET->RESET", nil, QPReset, true},
-		{"RESET->RTR", nil, QPRTR, false},
-		{"RESET->RTS", nil, QPRTS, false},
-		{"RESET->ERR", nil, QPErr, true},
-		{"RESET->SQD", nil, QPState(4), false},
-		{"RESET->SQE", nil, QPState(5), false},
-		{"RESET->unknown", nil, QPState(99), false},
-		{"INIT->INIT", []QPState{QPInit}, QPInit, true},
-		{"INIT->RESET", []QPState{QPInit}, QPReset, true},
-		{"INIT->RTR", []QPState{QPInit}, QPRTR, false},
-		{"INIT->RTS", []QPState{QPInit}, QPRTS, false},
-		{"INIT->ERR", []QPState{QPInit}, QPErr, true},
-		{"ERR->ERR", []QPState{QPErr}, QPErr, true},
-		{"ERR->RESET", []QPState{QPErr}, QPReset, true},
-		{"ERR->INIT", []QPState{QPErr}, QPInit, false},
-		{"ERR->RTS", []QPState{QPErr}, QPRTS, false},
-		{"ERR->RESET->INIT", []QPState{QPErr, QPReset}, QPInit, true},
+		{"RESET->INIT", nil, verbs.QPInit, true},
+		{"RESET->RESET", nil, verbs.QPReset, true},
+		{"RESET->RTR", nil, verbs.QPRTR, false},
+		{"RESET->RTS", nil, verbs.QPRTS, false},
+		{"RESET->ERR", nil, verbs.QPErr, true},
+		{"RESET->SQD", nil, verbs.QPState(4), false},
+		{"RESET->SQE", nil, verbs.QPState(5), false},
+		{"RESET->unknown", nil, verbs.QPState(99), false},
+		{"INIT->INIT", []verbs.QPState{verbs.QPInit}, verbs.QPInit, true},
+		{"INIT->RESET", []verbs.QPState{verbs.QPInit}, verbs.QPReset, true},
+		{"INIT->RTR", []verbs.QPState{verbs.QPInit}, verbs.QPRTR, false},
+		{"INIT->RTS", []verbs.QPState{verbs.QPInit}, verbs.QPRTS, false},
+		{"INIT->ERR", []verbs.QPState{verbs.QPInit}, verbs.QPErr, true},
+		{"ERR->ERR", []verbs.QPState{verbs.QPErr}, verbs.QPErr, true},
+		{"ERR->RESET", []verbs.QPState{verbs.QPErr}, verbs.QPReset, true},
+		{"ERR->INIT", []verbs.QPState{verbs.QPErr}, verbs.QPInit, false},
+		{"ERR->RTS", []verbs.QPState{verbs.QPErr}, verbs.QPRTS, false},
+		{"ERR->RESET->INIT", []verbs.QPState{verbs.QPErr, verbs.QPReset}, verbs.QPInit, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			qp := s.newQP(QPInitAttr{MaxSendWR: 4, MaxRecvWR: 4})
+			qp := s.newQP(verbs.QPInitAttr{MaxSendWR: 4, MaxRecvWR: 4})
 			defer qp.Destroy()
-			if st := qp.State(); st != QPReset {
+			if st := qp.State(); st != verbs.QPReset {
 				t.Fatalf("new QP in %v, want RESET", st)
 			}
 			for _, p := range tt.path {
@@ -233,7 +235,7 @@ func TestQPModifyTransitions(t *testing.T) {
 				t.Fatalf("Modify(%v) from %v: %v", tt.to, from, err)
 			case tt.ok && qp.State() != tt.to:
 				t.Fatalf("state %v after Modify(%v)", qp.State(), tt.to)
-			case !tt.ok && !errors.Is(err, offload.ErrQPState):
+			case !tt.ok && !errors.Is(err, verbs.ErrQPState):
 				t.Fatalf("Modify(%v) from %v = %v, want ErrQPState", tt.to, from, err)
 			case !tt.ok && qp.State() != from:
 				t.Fatalf("failed Modify(%v) moved the QP from %v to %v", tt.to, from, qp.State())
@@ -246,38 +248,38 @@ func TestQPModifyTransitions(t *testing.T) {
 // receives only in INIT, both in ERR (flushed at once).
 func TestQPPostByState(t *testing.T) {
 	s := loneSide(t, 4)
-	buf := s.region(64, AccessLocalWrite)
+	buf := s.region(64, verbs.AccessLocalWrite)
 	tests := []struct {
 		name           string
-		path           []QPState
+		path           []verbs.QPState
 		recvOK, sendOK bool
 	}{
 		{"RESET", nil, false, false},
-		{"INIT", []QPState{QPInit}, true, false},
-		{"ERR", []QPState{QPErr}, true, true},
-		{"ERR->RESET", []QPState{QPErr, QPReset}, false, false},
+		{"INIT", []verbs.QPState{verbs.QPInit}, true, false},
+		{"ERR", []verbs.QPState{verbs.QPErr}, true, true},
+		{"ERR->RESET", []verbs.QPState{verbs.QPErr, verbs.QPReset}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			scq, _ := s.dev.CreateCQ(8)
 			rcq, _ := s.dev.CreateCQ(8)
-			qp := s.newQP(QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 4, MaxRecvWR: 4})
+			qp := s.newQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 4, MaxRecvWR: 4})
 			for _, p := range tt.path {
 				if err := qp.Modify(p); err != nil {
 					t.Fatalf("Modify(%v): %v", p, err)
 				}
 			}
-			n, err := qp.PostRecv([]RecvWR{{ID: 1, SGL: []SGE{buf.mr.SGE(0, 64)}}})
-			if tt.recvOK != (err == nil && n == 1) || (!tt.recvOK && (n != 0 || !errors.Is(err, offload.ErrQPState))) {
+			n, err := qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}}})
+			if tt.recvOK != (err == nil && n == 1) || (!tt.recvOK && (n != 0 || !errors.Is(err, verbs.ErrQPState))) {
 				t.Fatalf("PostRecv in %v = %d, %v; want ok=%v (else 0, ErrQPState)", qp.State(), n, err, tt.recvOK)
 			}
-			n, err = qp.PostSend([]SendWR{{ID: 2, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("x")}})
-			if tt.sendOK != (err == nil && n == 1) || (!tt.sendOK && (n != 0 || !errors.Is(err, offload.ErrQPState))) {
+			n, err = qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("x")}})
+			if tt.sendOK != (err == nil && n == 1) || (!tt.sendOK && (n != 0 || !errors.Is(err, verbs.ErrQPState))) {
 				t.Fatalf("PostSend in %v = %d, %v; want ok=%v (else 0, ErrQPState)", qp.State(), n, err, tt.sendOK)
 			}
-			if qp.State() == QPErr {
-				wantFlushed(t, "send", poll(t, scq, 1), []uint64{2}, []WCOpcode{WCSend})
-				wantFlushed(t, "recv", poll(t, rcq, 1), []uint64{1}, []WCOpcode{WCRecv})
+			if qp.State() == verbs.QPErr {
+				wantFlushed(t, "send", poll(t, scq, 1), []uint64{2}, []verbs.WCOpcode{verbs.WCSend})
+				wantFlushed(t, "recv", poll(t, rcq, 1), []uint64{1}, []verbs.WCOpcode{verbs.WCRecv})
 			}
 			noCompletion(t, scq)
 			noCompletion(t, rcq)
@@ -289,31 +291,31 @@ func TestQPPostByState(t *testing.T) {
 // completions (IBV_QPS_RESET), and the queue is usable again after INIT.
 func TestQPResetDiscardsReceives(t *testing.T) {
 	s := loneSide(t, 4)
-	buf := s.region(64, AccessLocalWrite)
-	if err := s.qp.Modify(QPInit); err != nil {
+	buf := s.region(64, verbs.AccessLocalWrite)
+	if err := s.qp.Modify(verbs.QPInit); err != nil {
 		t.Fatal(err)
 	}
-	s.recv(RecvWR{ID: 1, SGL: []SGE{buf.mr.SGE(0, 64)}}, RecvWR{ID: 2, SGL: []SGE{buf.mr.SGE(0, 64)}})
+	s.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}}, verbs.RecvWR{ID: 2, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}})
 	if use := s.qp.Info().RQUse; use != 2 {
 		t.Fatalf("RQ use %d, want 2", use)
 	}
-	if err := s.qp.Modify(QPReset); err != nil {
+	if err := s.qp.Modify(verbs.QPReset); err != nil {
 		t.Fatal(err)
 	}
 	if use := s.qp.Info().RQUse; use != 0 {
 		t.Fatalf("RQ use %d after RESET, want 0", use)
 	}
 	noCompletion(t, s.rcq)
-	if err := s.qp.Modify(QPInit); err != nil {
+	if err := s.qp.Modify(verbs.QPInit); err != nil {
 		t.Fatal(err)
 	}
-	s.recv(RecvWR{ID: 3, SGL: []SGE{buf.mr.SGE(0, 64)}}, RecvWR{ID: 4, SGL: []SGE{buf.mr.SGE(0, 64)}},
-		RecvWR{ID: 5, SGL: []SGE{buf.mr.SGE(0, 64)}}, RecvWR{ID: 6, SGL: []SGE{buf.mr.SGE(0, 64)}})
+	s.recv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}}, verbs.RecvWR{ID: 4, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}},
+		verbs.RecvWR{ID: 5, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}}, verbs.RecvWR{ID: 6, SGL: []verbs.SGE{buf.mr.SGE(0, 64)}})
 	// Modify(ERR) flushes what is posted, oldest first, exactly once.
-	if err := s.qp.Modify(QPErr); err != nil {
+	if err := s.qp.Modify(verbs.QPErr); err != nil {
 		t.Fatal(err)
 	}
-	wantFlushed(t, "recv", poll(t, s.rcq, 4), []uint64{3, 4, 5, 6}, []WCOpcode{WCRecv, WCRecv, WCRecv, WCRecv})
+	wantFlushed(t, "recv", poll(t, s.rcq, 4), []uint64{3, 4, 5, 6}, []verbs.WCOpcode{verbs.WCRecv, verbs.WCRecv, verbs.WCRecv, verbs.WCRecv})
 	noCompletion(t, s.rcq)
 	if e := stats(s).RQErrors.Load(); e != 4 {
 		t.Fatalf("RQErrors %d, want 4", e)
@@ -325,31 +327,31 @@ func TestQPResetDiscardsReceives(t *testing.T) {
 func TestQPConnectedState(t *testing.T) {
 	cli, srv := newPair(t, pairOpts{depth: 8})
 	for _, s := range []*side{cli, srv} {
-		if st, info := s.qp.State(), s.qp.Info(); st != QPRTS || info.State != QPRTS {
+		if st, info := s.qp.State(), s.qp.Info(); st != verbs.QPRTS || info.State != verbs.QPRTS {
 			t.Fatalf("%s: state %v (info %v) after connect, want RTS", s.dev.Name(), st, info.State)
 		}
 	}
-	for _, to := range []QPState{QPReset, QPInit, QPRTR, QPRTS} {
+	for _, to := range []verbs.QPState{verbs.QPReset, verbs.QPInit, verbs.QPRTR, verbs.QPRTS} {
 		t.Run(fmt.Sprintf("RTS->%v", to), func(t *testing.T) {
-			if err := cli.qp.Modify(to); !errors.Is(err, offload.ErrQPState) {
+			if err := cli.qp.Modify(to); !errors.Is(err, verbs.ErrQPState) {
 				t.Fatalf("Modify(%v) in RTS = %v, want ErrQPState", to, err)
 			}
-			if st := cli.qp.State(); st != QPRTS {
+			if st := cli.qp.State(); st != verbs.QPRTS {
 				t.Fatalf("state %v, want RTS", st)
 			}
 		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := cli.qp.Connect(ctx, netipPort(srvPort), ConnParam{}); !errors.Is(err, offload.ErrQPState) {
+	if err := cli.qp.Connect(ctx, netipPort(srvPort), verbs.ConnParam{}); !errors.Is(err, verbs.ErrQPState) {
 		t.Fatalf("second Connect = %v, want ErrQPState", err)
 	}
 	// Still working.
-	rb := srv.region(16, AccessLocalWrite)
-	srv.recv(RecvWR{ID: 1, SGL: []SGE{rb.mr.SGE(0, 16)}})
-	cli.post(SendWR{ID: 2, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("still up")})
-	wantWC(t, poll(t, cli.scq, 1)[0], 2, WCSend, WCSuccess, 8)
-	wantWC(t, poll(t, srv.rcq, 1)[0], 1, WCRecv, WCSuccess, 8)
+	rb := srv.region(16, verbs.AccessLocalWrite)
+	srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rb.mr.SGE(0, 16)}})
+	cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("still up")})
+	wantWC(t, poll(t, cli.scq, 1)[0], 2, verbs.WCSend, verbs.WCSuccess, 8)
+	wantWC(t, poll(t, srv.rcq, 1)[0], 1, verbs.WCRecv, verbs.WCSuccess, 8)
 }
 
 // TestQPDisconnectFlushesBothSides: ending the connection from either side
@@ -365,7 +367,7 @@ func TestQPDisconnectFlushesBothSides(t *testing.T) {
 		{"client-disconnect", func(t *testing.T, cli, srv *side) { cli.qp.Disconnect() }, nil},
 		{"server-disconnect", func(t *testing.T, cli, srv *side) { srv.qp.Disconnect() }, nil},
 		{"client-modify-err", func(t *testing.T, cli, srv *side) {
-			if err := cli.qp.Modify(QPErr); err != nil {
+			if err := cli.qp.Modify(verbs.QPErr); err != nil {
 				t.Fatal(err)
 			}
 		}, nil},
@@ -382,28 +384,28 @@ func TestQPDisconnectFlushesBothSides(t *testing.T) {
 			const nrecv = 3
 			bufs := map[*side]*guarded{}
 			for i, s := range []*side{cli, srv} {
-				bufs[s] = s.region(256, AccessLocalWrite)
+				bufs[s] = s.region(256, verbs.AccessLocalWrite)
 				for j := 0; j < nrecv; j++ {
-					s.recv(RecvWR{ID: uint64(100*i + j), SGL: []SGE{bufs[s].mr.SGE(0, 256)}})
+					s.recv(verbs.RecvWR{ID: uint64(100*i + j), SGL: []verbs.SGE{bufs[s].mr.SGE(0, 256)}})
 				}
 			}
 			tt.stop(t, cli, srv)
 			for i, s := range []*side{cli, srv} {
-				s.waitEvent(EventDisconnected)
-				if st := s.qp.State(); st != QPErr {
+				s.waitEvent(verbs.EventDisconnected)
+				if st := s.qp.State(); st != verbs.QPErr {
 					t.Fatalf("%s: state %v, want ERR", s.dev.Name(), st)
 				}
 				ids := []uint64{uint64(100 * i), uint64(100*i + 1), uint64(100*i + 2)}
-				wantFlushed(t, s.dev.Name()+" receives", poll(t, s.rcq, nrecv), ids, []WCOpcode{WCRecv, WCRecv, WCRecv})
+				wantFlushed(t, s.dev.Name()+" receives", poll(t, s.rcq, nrecv), ids, []verbs.WCOpcode{verbs.WCRecv, verbs.WCRecv, verbs.WCRecv})
 				if tt.destroyed != nil && tt.destroyed(cli, srv) == s {
 					continue
 				}
 				// Posted after the end: flushed at once, signaled or not.
-				s.post(SendWR{ID: 7, Opcode: WRSend, Flags: FlagInline, Inline: []byte("late")},
-					SendWR{ID: 8, Opcode: WRWrite, Flags: FlagSignaled, SGL: []SGE{bufs[s].mr.SGE(0, 8)}, RKey: 1})
-				s.recv(RecvWR{ID: 9, SGL: []SGE{bufs[s].mr.SGE(0, 8)}})
-				wantFlushed(t, s.dev.Name()+" late sends", poll(t, s.scq, 2), []uint64{7, 8}, []WCOpcode{WCSend, WCWrite})
-				wantFlushed(t, s.dev.Name()+" late receive", poll(t, s.rcq, 1), []uint64{9}, []WCOpcode{WCRecv})
+				s.post(verbs.SendWR{ID: 7, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("late")},
+					verbs.SendWR{ID: 8, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{bufs[s].mr.SGE(0, 8)}, RKey: 1})
+				s.recv(verbs.RecvWR{ID: 9, SGL: []verbs.SGE{bufs[s].mr.SGE(0, 8)}})
+				wantFlushed(t, s.dev.Name()+" late sends", poll(t, s.scq, 2), []uint64{7, 8}, []verbs.WCOpcode{verbs.WCSend, verbs.WCWrite})
+				wantFlushed(t, s.dev.Name()+" late receive", poll(t, s.rcq, 1), []uint64{9}, []verbs.WCOpcode{verbs.WCRecv})
 				noCompletion(t, s.scq)
 				noCompletion(t, s.rcq)
 				st := stats(s)
@@ -427,7 +429,7 @@ func TestQPFlushOutstandingSends(t *testing.T) {
 	}{
 		{"disconnect", func(t *testing.T, srv *side, p *rawPeer) { srv.qp.Disconnect() }},
 		{"modify-err", func(t *testing.T, srv *side, p *rawPeer) {
-			if err := srv.qp.Modify(QPErr); err != nil {
+			if err := srv.qp.Modify(verbs.QPErr); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -440,33 +442,33 @@ func TestQPFlushOutstandingSends(t *testing.T) {
 			if ord := srv.qp.Info().ORD; ord != 1 {
 				t.Fatalf("ORD %d, want 1", ord)
 			}
-			sink := srv.region(4096, AccessLocalWrite)
-			src := srv.region(4096, AccessLocalWrite)
+			sink := srv.region(4096, verbs.AccessLocalWrite)
+			src := srv.region(4096, verbs.AccessLocalWrite)
 			for i := 0; i < 4; i++ {
-				srv.recv(RecvWR{ID: uint64(100 + i), SGL: []SGE{sink.mr.SGE(0, 4096)}})
+				srv.recv(verbs.RecvWR{ID: uint64(100 + i), SGL: []verbs.SGE{sink.mr.SGE(0, 4096)}})
 			}
 			srv.post(
-				SendWR{ID: 1, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 0x4200},
-				SendWR{ID: 2, Opcode: WRRead, SGL: []SGE{sink.mr.SGE(1024, 1024)}, RemoteAddr: 0x1000, RKey: 0x4200},
-				SendWR{ID: 3, Opcode: WRWrite, Flags: FlagInline, Inline: []byte("held"), RemoteAddr: 0x1000, RKey: 0x4200},
-				SendWR{ID: 4, Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{src.mr.SGE(0, 4096)}},
-				SendWR{ID: 5, Opcode: WRSendWithInv, Flags: FlagFence | FlagSolicited, SGL: []SGE{src.mr.SGE(0, 10)}, InvalidateRKey: 0x4200},
+				verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, 1024)}, RemoteAddr: 0x1000, RKey: 0x4200},
+				verbs.SendWR{ID: 2, Opcode: verbs.WRRead, SGL: []verbs.SGE{sink.mr.SGE(1024, 1024)}, RemoteAddr: 0x1000, RKey: 0x4200},
+				verbs.SendWR{ID: 3, Opcode: verbs.WRWrite, Flags: verbs.FlagInline, Inline: []byte("held"), RemoteAddr: 0x1000, RKey: 0x4200},
+				verbs.SendWR{ID: 4, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.mr.SGE(0, 4096)}},
+				verbs.SendWR{ID: 5, Opcode: verbs.WRSendWithInv, Flags: verbs.FlagFence | verbs.FlagSolicited, SGL: []verbs.SGE{src.mr.SGE(0, 10)}, InvalidateRKey: 0x4200},
 			)
 			p.readRequest(1) // Read 1 is in flight; ORD 1 holds the rest
 			if use := srv.qp.Info().SQUse; use != 5 {
 				t.Fatalf("SQ use %d, want 5", use)
 			}
 			tt.stop(t, srv, p)
-			srv.waitEvent(EventDisconnected)
-			if st := srv.qp.State(); st != QPErr {
+			srv.waitEvent(verbs.EventDisconnected)
+			if st := srv.qp.State(); st != verbs.QPErr {
 				t.Fatalf("state %v, want ERR", st)
 			}
-			wantFlushed(t, "sends", poll(t, srv.scq, 5), []uint64{1, 2, 3, 4, 5}, []WCOpcode{WCRead, WCRead, WCWrite, WCSend, WCSend})
-			wantFlushed(t, "receives", poll(t, srv.rcq, 4), []uint64{100, 101, 102, 103}, []WCOpcode{WCRecv, WCRecv, WCRecv, WCRecv})
-			srv.post(SendWR{ID: 6, Opcode: WRRead, SGL: []SGE{sink.mr.SGE(0, 8)}, RKey: 0x4200})
-			srv.recv(RecvWR{ID: 104, SGL: []SGE{sink.mr.SGE(0, 8)}})
-			wantFlushed(t, "late send", poll(t, srv.scq, 1), []uint64{6}, []WCOpcode{WCRead})
-			wantFlushed(t, "late receive", poll(t, srv.rcq, 1), []uint64{104}, []WCOpcode{WCRecv})
+			wantFlushed(t, "sends", poll(t, srv.scq, 5), []uint64{1, 2, 3, 4, 5}, []verbs.WCOpcode{verbs.WCRead, verbs.WCRead, verbs.WCWrite, verbs.WCSend, verbs.WCSend})
+			wantFlushed(t, "receives", poll(t, srv.rcq, 4), []uint64{100, 101, 102, 103}, []verbs.WCOpcode{verbs.WCRecv, verbs.WCRecv, verbs.WCRecv, verbs.WCRecv})
+			srv.post(verbs.SendWR{ID: 6, Opcode: verbs.WRRead, SGL: []verbs.SGE{sink.mr.SGE(0, 8)}, RKey: 0x4200})
+			srv.recv(verbs.RecvWR{ID: 104, SGL: []verbs.SGE{sink.mr.SGE(0, 8)}})
+			wantFlushed(t, "late send", poll(t, srv.scq, 1), []uint64{6}, []verbs.WCOpcode{verbs.WCRead})
+			wantFlushed(t, "late receive", poll(t, srv.rcq, 1), []uint64{104}, []verbs.WCOpcode{verbs.WCRecv})
 			noCompletion(t, srv.scq)
 			noCompletion(t, srv.rcq)
 			st := stats(srv)
@@ -486,8 +488,8 @@ func TestQPFlushOutstandingSends(t *testing.T) {
 func TestQPReuseAfterPeerDisconnect(t *testing.T) {
 	cli, srv := newPair(t, pairOpts{depth: 8})
 	cli.qp.Disconnect()
-	srv.waitEvent(EventDisconnected)
-	for _, to := range []QPState{QPReset, QPInit} {
+	srv.waitEvent(verbs.EventDisconnected)
+	for _, to := range []verbs.QPState{verbs.QPReset, verbs.QPInit} {
 		if err := srv.qp.Modify(to); err != nil {
 			t.Fatalf("Modify(%v) after disconnect: %v", to, err)
 		}
@@ -495,27 +497,27 @@ func TestQPReuseAfterPeerDisconnect(t *testing.T) {
 	if info := srv.qp.Info(); info.SQUse != 0 || info.RQUse != 0 {
 		t.Fatalf("queues hold %d/%d after RESET", info.SQUse, info.RQUse)
 	}
-	cli.newQP(QPInitAttr{MaxSendWR: 8, MaxRecvWR: 8})
+	cli.newQP(verbs.QPInitAttr{MaxSendWR: 8, MaxRecvWR: 8})
 	srv.events = nil
 	num := srv.qp.Num()
-	connectOn(t, cli, srv, srvPort+1, ConnParam{}, ConnParam{})
-	if srv.qp.State() != QPRTS || srv.qp.Num() != num {
+	connectOn(t, cli, srv, srvPort+1, verbs.ConnParam{}, verbs.ConnParam{})
+	if srv.qp.State() != verbs.QPRTS || srv.qp.Num() != num {
 		t.Fatalf("reused QP %d in %v, want QP %d in RTS", srv.qp.Num(), srv.qp.State(), num)
 	}
 	exercise(t, cli, srv, 5000, 11)
 	// And the reused QP as requester.
-	mem := cli.region(64, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-	srv.post(SendWR{ID: 1, Opcode: WRWrite, Flags: FlagSignaled | FlagInline, Inline: []byte("from the reused QP"), RemoteAddr: mem.mr.Addr(), RKey: mem.mr.RKey()})
-	wantWC(t, poll(t, srv.scq, 1)[0], 1, WCWrite, WCSuccess, 18)
-	sink := srv.region(18, AccessLocalWrite)
-	srv.post(SendWR{ID: 2, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, 18)}, RemoteAddr: mem.mr.Addr(), RKey: mem.mr.RKey()})
-	wantWC(t, poll(t, srv.scq, 1)[0], 2, WCRead, WCSuccess, 18)
+	mem := cli.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	srv.post(verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("from the reused QP"), RemoteAddr: mem.mr.Addr(), RKey: mem.mr.RKey()})
+	wantWC(t, poll(t, srv.scq, 1)[0], 1, verbs.WCWrite, verbs.WCSuccess, 18)
+	sink := srv.region(18, verbs.AccessLocalWrite)
+	srv.post(verbs.SendWR{ID: 2, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, 18)}, RemoteAddr: mem.mr.Addr(), RKey: mem.mr.RKey()})
+	wantWC(t, poll(t, srv.scq, 1)[0], 2, verbs.WCRead, verbs.WCSuccess, 18)
 	sameBytes(t, "read back", sink.buf(), []byte("from the reused QP"))
 }
 
 // validWrite is a signaled inline Write into dst.
-func validWrite(id uint64, dst *guarded) SendWR {
-	return SendWR{ID: id, Opcode: WRWrite, Flags: FlagSignaled | FlagInline, Inline: []byte("ok"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}
+func validWrite(id uint64, dst *guarded) verbs.SendWR {
+	return verbs.SendWR{ID: id, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("ok"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}
 }
 
 // TestPostSendValidation posts batches with one malformed request: the call
@@ -523,11 +525,11 @@ func validWrite(id uint64, dst *guarded) SendWR {
 // after it is posted. Requests at the limits are accepted.
 func TestPostSendValidation(t *testing.T) {
 	cli, srv := newPair(t, pairOpts{depth: 32})
-	dst := srv.region(4096, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
-	src := cli.region(4096, AccessLocalWrite)
-	rbuf := srv.region(4096, AccessLocalWrite)
-	sges := func(n int) []SGE {
-		s := make([]SGE, n)
+	dst := srv.region(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	src := cli.region(4096, verbs.AccessLocalWrite)
+	rbuf := srv.region(4096, verbs.AccessLocalWrite)
+	sges := func(n int) []verbs.SGE {
+		s := make([]verbs.SGE, n)
 		for i := range s {
 			s[i] = src.mr.SGE(i*8, 8)
 		}
@@ -536,49 +538,49 @@ func TestPostSendValidation(t *testing.T) {
 	tests := []struct {
 		name   string
 		before int // valid requests before wr
-		wr     SendWR
+		wr     verbs.SendWR
 		ok     bool
 	}{
-		{"send-max-sge", 0, SendWR{Opcode: WRSend, SGL: sges(MaxSGE)}, true},
-		{"send-too-many-sge", 2, SendWR{Opcode: WRSend, SGL: sges(MaxSGE + 1)}, false},
-		{"write-max-sge", 1, SendWR{Opcode: WRWrite, SGL: sges(MaxSGE), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, true},
-		{"write-too-many-sge", 1, SendWR{Opcode: WRWrite, SGL: sges(MaxSGE + 1), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
-		{"send-inv-too-many-sge", 0, SendWR{Opcode: WRSendWithInv, SGL: sges(MaxSGE + 1)}, false},
-		{"read-one-sge", 1, SendWR{Opcode: WRRead, SGL: []SGE{src.mr.SGE(0, 64)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, true},
-		{"read-two-sge", 3, SendWR{Opcode: WRRead, SGL: sges(2), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
-		{"read-inline", 1, SendWR{Opcode: WRRead, Flags: FlagInline, Inline: []byte("x"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
-		{"inline-max", 1, SendWR{Opcode: WRSend, Flags: FlagInline, Inline: make([]byte, MaxInline)}, true},
-		{"inline-send-too-long", 1, SendWR{Opcode: WRSend, Flags: FlagInline, Inline: make([]byte, MaxInline+1)}, false},
-		{"inline-write-too-long", 2, SendWR{Opcode: WRWrite, Flags: FlagInline, Inline: make([]byte, MaxInline+1), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
-		{"opcode-write-with-imm", 1, SendWR{Opcode: WROpcode(1)}, false},
-		{"opcode-send-with-imm", 0, SendWR{Opcode: WROpcode(3)}, false},
-		{"opcode-atomic-cas", 2, SendWR{Opcode: WROpcode(5)}, false},
-		{"opcode-local-inv", 1, SendWR{Opcode: WROpcode(7)}, false},
-		{"opcode-garbage", 1, SendWR{Opcode: WROpcode(0xdead)}, false},
+		{"send-max-sge", 0, verbs.SendWR{Opcode: verbs.WRSend, SGL: sges(verbs.MaxSGE)}, true},
+		{"send-too-many-sge", 2, verbs.SendWR{Opcode: verbs.WRSend, SGL: sges(verbs.MaxSGE + 1)}, false},
+		{"write-max-sge", 1, verbs.SendWR{Opcode: verbs.WRWrite, SGL: sges(verbs.MaxSGE), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, true},
+		{"write-too-many-sge", 1, verbs.SendWR{Opcode: verbs.WRWrite, SGL: sges(verbs.MaxSGE + 1), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
+		{"send-inv-too-many-sge", 0, verbs.SendWR{Opcode: verbs.WRSendWithInv, SGL: sges(verbs.MaxSGE + 1)}, false},
+		{"read-one-sge", 1, verbs.SendWR{Opcode: verbs.WRRead, SGL: []verbs.SGE{src.mr.SGE(0, 64)}, RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, true},
+		{"read-two-sge", 3, verbs.SendWR{Opcode: verbs.WRRead, SGL: sges(2), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
+		{"read-inline", 1, verbs.SendWR{Opcode: verbs.WRRead, Flags: verbs.FlagInline, Inline: []byte("x"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
+		{"inline-max", 1, verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: make([]byte, verbs.MaxInline)}, true},
+		{"inline-send-too-long", 1, verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: make([]byte, verbs.MaxInline+1)}, false},
+		{"inline-write-too-long", 2, verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.FlagInline, Inline: make([]byte, verbs.MaxInline+1), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
+		{"opcode-write-with-imm", 1, verbs.SendWR{Opcode: verbs.WROpcode(1)}, false},
+		{"opcode-send-with-imm", 0, verbs.SendWR{Opcode: verbs.WROpcode(3)}, false},
+		{"opcode-atomic-cas", 2, verbs.SendWR{Opcode: verbs.WROpcode(5)}, false},
+		{"opcode-local-inv", 1, verbs.SendWR{Opcode: verbs.WROpcode(7)}, false},
+		{"opcode-garbage", 1, verbs.SendWR{Opcode: verbs.WROpcode(0xdead)}, false},
 	}
 	id := uint64(1000)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var batch []SendWR
+			var batch []verbs.SendWR
 			for i := 0; i < tt.before; i++ {
 				id++
 				batch = append(batch, validWrite(id, dst))
 			}
 			id++
 			bad := tt.wr
-			bad.ID, bad.Flags = id, bad.Flags|FlagSignaled
+			bad.ID, bad.Flags = id, bad.Flags|verbs.FlagSignaled
 			batch = append(batch, bad)
 			id++
 			batch = append(batch, validWrite(id, dst)) // must not be posted after a bad one
-			if tt.ok && tt.wr.Opcode == WRSend {
-				srv.recv(RecvWR{ID: 1, SGL: []SGE{rbuf.mr.SGE(0, 4096)}})
+			if tt.ok && tt.wr.Opcode == verbs.WRSend {
+				srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rbuf.mr.SGE(0, 4096)}})
 			}
 			posted := stats(cli).SQPosted.Load()
 			n, err := cli.qp.PostSend(batch)
 			want := len(batch)
 			if !tt.ok {
 				want = tt.before
-				if !errors.Is(err, offload.ErrInvalidWR) {
+				if !errors.Is(err, verbs.ErrInvalidWR) {
 					t.Fatalf("PostSend = %d, %v; want ErrInvalidWR", n, err)
 				}
 			} else if err != nil {
@@ -603,19 +605,19 @@ func TestPostSendValidation(t *testing.T) {
 				if i < want {
 					wantID = batch[i].ID
 				}
-				if wc.ID != wantID || wc.Status != WCSuccess {
+				if wc.ID != wantID || wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion %d = {id %d %v}, want {id %d success}", i, wc.ID, wc.Status, wantID)
 				}
 			}
 			noCompletion(t, cli.scq)
-			if tt.ok && tt.wr.Opcode == WRSend {
-				if wc := poll(t, srv.rcq, 1)[0]; wc.Status != WCSuccess {
+			if tt.ok && tt.wr.Opcode == verbs.WRSend {
+				if wc := poll(t, srv.rcq, 1)[0]; wc.Status != verbs.WCSuccess {
 					t.Fatalf("receive %v", wc.Status)
 				}
 			}
 		})
 	}
-	if st := cli.qp.State(); st != QPRTS {
+	if st := cli.qp.State(); st != verbs.QPRTS {
 		t.Fatalf("state %v after rejected requests, want RTS", st)
 	}
 }
@@ -624,46 +626,46 @@ func TestPostSendValidation(t *testing.T) {
 // batch at its index.
 func TestPostRecvValidation(t *testing.T) {
 	s := loneSide(t, 16)
-	buf := s.region(4096, AccessLocalWrite)
-	sges := func(n int) []SGE {
-		out := make([]SGE, n)
+	buf := s.region(4096, verbs.AccessLocalWrite)
+	sges := func(n int) []verbs.SGE {
+		out := make([]verbs.SGE, n)
 		for i := range out {
 			out[i] = buf.mr.SGE(i*16, 16)
 		}
 		return out
 	}
-	if err := s.qp.Modify(QPInit); err != nil {
+	if err := s.qp.Modify(verbs.QPInit); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name   string
 		before int
-		sgl    []SGE
+		sgl    []verbs.SGE
 		ok     bool
 	}{
-		{"max-sge", 2, sges(MaxSGE), true},
+		{"max-sge", 2, sges(verbs.MaxSGE), true},
 		{"no-sge", 0, nil, true},
-		{"too-many-sge-first", 0, sges(MaxSGE + 1), false},
-		{"too-many-sge-third", 2, sges(MaxSGE + 1), false},
+		{"too-many-sge-first", 0, sges(verbs.MaxSGE + 1), false},
+		{"too-many-sge-third", 2, sges(verbs.MaxSGE + 1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := s.qp.Modify(QPReset); err != nil {
+			if err := s.qp.Modify(verbs.QPReset); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.qp.Modify(QPInit); err != nil {
+			if err := s.qp.Modify(verbs.QPInit); err != nil {
 				t.Fatal(err)
 			}
-			var batch []RecvWR
+			var batch []verbs.RecvWR
 			for i := 0; i < tt.before; i++ {
-				batch = append(batch, RecvWR{ID: uint64(i), SGL: sges(1)})
+				batch = append(batch, verbs.RecvWR{ID: uint64(i), SGL: sges(1)})
 			}
-			batch = append(batch, RecvWR{ID: 50, SGL: tt.sgl}, RecvWR{ID: 51, SGL: sges(1)})
+			batch = append(batch, verbs.RecvWR{ID: 50, SGL: tt.sgl}, verbs.RecvWR{ID: 51, SGL: sges(1)})
 			n, err := s.qp.PostRecv(batch)
 			want := len(batch)
 			if !tt.ok {
 				want = tt.before
-				if !errors.Is(err, offload.ErrInvalidWR) {
+				if !errors.Is(err, verbs.ErrInvalidWR) {
 					t.Fatalf("PostRecv = %d, %v; want ErrInvalidWR", n, err)
 				}
 			} else if err != nil {
@@ -692,53 +694,53 @@ func TestQueueFull(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("recv/"+tt.name, func(t *testing.T) {
 			s := loneSide(t, depth)
-			buf := s.region(64, AccessLocalWrite)
-			if err := s.qp.Modify(QPInit); err != nil {
+			buf := s.region(64, verbs.AccessLocalWrite)
+			if err := s.qp.Modify(verbs.QPInit); err != nil {
 				t.Fatal(err)
 			}
-			batch := make([]RecvWR, tt.batch)
+			batch := make([]verbs.RecvWR, tt.batch)
 			for i := range batch {
-				batch[i] = RecvWR{ID: uint64(i), SGL: []SGE{buf.mr.SGE(0, 64)}}
+				batch[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{buf.mr.SGE(0, 64)}}
 			}
 			n, err := s.qp.PostRecv(batch)
-			if n != depth || (tt.batch > depth) != errors.Is(err, offload.ErrQueueFull) || (tt.batch == depth && err != nil) {
+			if n != depth || (tt.batch > depth) != errors.Is(err, verbs.ErrQueueFull) || (tt.batch == depth && err != nil) {
 				t.Fatalf("PostRecv of %d = %d, %v; want %d (ErrQueueFull if over)", tt.batch, n, err, depth)
 			}
-			if n, err := s.qp.PostRecv(batch[:1]); n != 0 || !errors.Is(err, offload.ErrQueueFull) {
+			if n, err := s.qp.PostRecv(batch[:1]); n != 0 || !errors.Is(err, verbs.ErrQueueFull) {
 				t.Fatalf("PostRecv on a full queue = %d, %v", n, err)
 			}
-			if err := s.qp.Modify(QPErr); err != nil {
+			if err := s.qp.Modify(verbs.QPErr); err != nil {
 				t.Fatal(err)
 			}
 			ids := []uint64{0, 1, 2, 3}
-			wantFlushed(t, "receives", poll(t, s.rcq, depth), ids, []WCOpcode{WCRecv, WCRecv, WCRecv, WCRecv})
+			wantFlushed(t, "receives", poll(t, s.rcq, depth), ids, []verbs.WCOpcode{verbs.WCRecv, verbs.WCRecv, verbs.WCRecv, verbs.WCRecv})
 			noCompletion(t, s.rcq)
 		})
 		t.Run("send/"+tt.name, func(t *testing.T) {
 			srv, p := rawSide(t, depth, 1)
-			sink := srv.region(64, AccessLocalWrite)
+			sink := srv.region(64, verbs.AccessLocalWrite)
 			// Read 0 stays outstanding and Read 1 waits for the ORD of 1:
 			// nothing behind them leaves the queue.
-			srv.post(SendWR{ID: 0, Opcode: WRRead, SGL: []SGE{sink.mr.SGE(0, 32)}, RKey: 0x4200},
-				SendWR{ID: 1, Opcode: WRRead, SGL: []SGE{sink.mr.SGE(32, 32)}, RKey: 0x4200})
+			srv.post(verbs.SendWR{ID: 0, Opcode: verbs.WRRead, SGL: []verbs.SGE{sink.mr.SGE(0, 32)}, RKey: 0x4200},
+				verbs.SendWR{ID: 1, Opcode: verbs.WRRead, SGL: []verbs.SGE{sink.mr.SGE(32, 32)}, RKey: 0x4200})
 			p.readRequest(1)
 			const free = depth - 2
-			batch := make([]SendWR, tt.batch-2)
+			batch := make([]verbs.SendWR, tt.batch-2)
 			for i := range batch {
-				batch[i] = SendWR{ID: uint64(i + 2), Opcode: WRSend, Flags: FlagInline, Inline: []byte("q")}
+				batch[i] = verbs.SendWR{ID: uint64(i + 2), Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("q")}
 			}
 			n, err := srv.qp.PostSend(batch)
-			if n != free || (len(batch) > free) != errors.Is(err, offload.ErrQueueFull) || (len(batch) == free && err != nil) {
+			if n != free || (len(batch) > free) != errors.Is(err, verbs.ErrQueueFull) || (len(batch) == free && err != nil) {
 				t.Fatalf("PostSend of %d into %d free = %d, %v; want %d (ErrQueueFull if over)", len(batch), free, n, err, free)
 			}
-			if n, err := srv.qp.PostSend(batch[:1]); n != 0 || !errors.Is(err, offload.ErrQueueFull) {
+			if n, err := srv.qp.PostSend(batch[:1]); n != 0 || !errors.Is(err, verbs.ErrQueueFull) {
 				t.Fatalf("PostSend on a full queue = %d, %v", n, err)
 			}
 			if use := srv.qp.Info().SQUse; use != depth {
 				t.Fatalf("SQ use %d, want %d", use, depth)
 			}
 			srv.qp.Disconnect()
-			wantFlushed(t, "sends", poll(t, srv.scq, depth), []uint64{0, 1, 2, 3}, []WCOpcode{WCRead, WCRead, WCSend, WCSend})
+			wantFlushed(t, "sends", poll(t, srv.scq, depth), []uint64{0, 1, 2, 3}, []verbs.WCOpcode{verbs.WCRead, verbs.WCRead, verbs.WCSend, verbs.WCSend})
 			noCompletion(t, srv.scq)
 		})
 	}
@@ -750,46 +752,46 @@ func TestSignaling(t *testing.T) {
 	tests := []struct {
 		name      string
 		signalAll bool
-		flags     []SendFlags // per request: Read, Write, Send, Write
-		want      []uint64    // completion IDs, in order
+		flags     []verbs.SendFlags // per request: Read, Write, Send, Write
+		want      []uint64          // completion IDs, in order
 	}{
-		{"none-signaled-but-last", false, []SendFlags{0, 0, 0, FlagSignaled}, []uint64{4}},
-		{"read-signaled", false, []SendFlags{FlagSignaled, 0, 0, FlagSignaled}, []uint64{1, 4}},
-		{"send-signaled", false, []SendFlags{0, 0, FlagSignaled, FlagSignaled}, []uint64{3, 4}},
-		{"all-signaled", false, []SendFlags{FlagSignaled, FlagSignaled, FlagSignaled, FlagSignaled}, []uint64{1, 2, 3, 4}},
-		{"signal-all-qp", true, []SendFlags{0, 0, 0, 0}, []uint64{1, 2, 3, 4}},
-		{"signal-all-qp-mixed", true, []SendFlags{FlagSignaled, 0, FlagSignaled, 0}, []uint64{1, 2, 3, 4}},
+		{"none-signaled-but-last", false, []verbs.SendFlags{0, 0, 0, verbs.FlagSignaled}, []uint64{4}},
+		{"read-signaled", false, []verbs.SendFlags{verbs.FlagSignaled, 0, 0, verbs.FlagSignaled}, []uint64{1, 4}},
+		{"send-signaled", false, []verbs.SendFlags{0, 0, verbs.FlagSignaled, verbs.FlagSignaled}, []uint64{3, 4}},
+		{"all-signaled", false, []verbs.SendFlags{verbs.FlagSignaled, verbs.FlagSignaled, verbs.FlagSignaled, verbs.FlagSignaled}, []uint64{1, 2, 3, 4}},
+		{"signal-all-qp", true, []verbs.SendFlags{0, 0, 0, 0}, []uint64{1, 2, 3, 4}},
+		{"signal-all-qp-mixed", true, []verbs.SendFlags{verbs.FlagSignaled, 0, verbs.FlagSignaled, 0}, []uint64{1, 2, 3, 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cli, srv := unconnectedPair(t, pairOpts{depth: 16})
-			cli.newQP(QPInitAttr{MaxSendWR: 16, MaxRecvWR: 16, SignalAll: tt.signalAll})
-			connect(t, cli, srv, ConnParam{}, ConnParam{})
+			cli.newQP(verbs.QPInitAttr{MaxSendWR: 16, MaxRecvWR: 16, SignalAll: tt.signalAll})
+			connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 			const size = 256 << 10
-			remote := srv.region(size, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			remote := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 			fill(remote.buf(), 21)
-			wdst := srv.region(size, AccessLocalWrite|AccessRemoteWrite)
-			sink := cli.region(size, AccessLocalWrite)
-			src := cli.region(size, AccessLocalWrite)
+			wdst := srv.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			sink := cli.region(size, verbs.AccessLocalWrite)
+			src := cli.region(size, verbs.AccessLocalWrite)
 			fill(src.buf(), 22)
-			rbuf := srv.region(size, AccessLocalWrite)
-			srv.recv(RecvWR{ID: 50, SGL: []SGE{rbuf.mr.SGE(0, size)}})
+			rbuf := srv.region(size, verbs.AccessLocalWrite)
+			srv.recv(verbs.RecvWR{ID: 50, SGL: []verbs.SGE{rbuf.mr.SGE(0, size)}})
 			cli.post(
-				SendWR{ID: 1, Opcode: WRRead, Flags: tt.flags[0], SGL: []SGE{sink.mr.SGE(0, size)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()},
-				SendWR{ID: 2, Opcode: WRWrite, Flags: tt.flags[1], SGL: []SGE{src.mr.SGE(0, 100)}, RemoteAddr: wdst.mr.Addr() + size - 100, RKey: wdst.mr.RKey()},
-				SendWR{ID: 3, Opcode: WRSend, Flags: tt.flags[2], SGL: []SGE{src.mr.SGE(0, size)}},
-				SendWR{ID: 4, Opcode: WRWrite, Flags: tt.flags[3] | FlagInline, Inline: []byte("last"), RemoteAddr: wdst.mr.Addr(), RKey: wdst.mr.RKey()},
+				verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: tt.flags[0], SGL: []verbs.SGE{sink.mr.SGE(0, size)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()},
+				verbs.SendWR{ID: 2, Opcode: verbs.WRWrite, Flags: tt.flags[1], SGL: []verbs.SGE{src.mr.SGE(0, 100)}, RemoteAddr: wdst.mr.Addr() + size - 100, RKey: wdst.mr.RKey()},
+				verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: tt.flags[2], SGL: []verbs.SGE{src.mr.SGE(0, size)}},
+				verbs.SendWR{ID: 4, Opcode: verbs.WRWrite, Flags: tt.flags[3] | verbs.FlagInline, Inline: []byte("last"), RemoteAddr: wdst.mr.Addr(), RKey: wdst.mr.RKey()},
 			)
-			ops := map[uint64]WCOpcode{1: WCRead, 2: WCWrite, 3: WCSend, 4: WCWrite}
+			ops := map[uint64]verbs.WCOpcode{1: verbs.WCRead, 2: verbs.WCWrite, 3: verbs.WCSend, 4: verbs.WCWrite}
 			lens := map[uint64]uint32{1: size, 2: 100, 3: size, 4: 4}
 			for i, wc := range poll(t, cli.scq, len(tt.want)) {
-				wantWC(t, wc, tt.want[i], ops[tt.want[i]], WCSuccess, lens[tt.want[i]])
+				wantWC(t, wc, tt.want[i], ops[tt.want[i]], verbs.WCSuccess, lens[tt.want[i]])
 			}
 			// The last request completed, so all before it did: nothing
 			// else may be queued.
 			noCompletion(t, cli.scq)
-			wantWC(t, poll(t, srv.rcq, 1)[0], 50, WCRecv, WCSuccess, size)
+			wantWC(t, poll(t, srv.rcq, 1)[0], 50, verbs.WCRecv, verbs.WCSuccess, size)
 			sameBytes(t, "send", rbuf.buf(), src.buf())
 			sameBytes(t, "read", sink.buf(), remote.buf())
 			if st := stats(cli); st.SQCompleted.Load() != 4 || st.SQErrors.Load() != 0 {
@@ -804,59 +806,59 @@ func TestSignaling(t *testing.T) {
 // the Read's response is placed.
 func TestCompletionOrder(t *testing.T) {
 	type op struct {
-		code WROpcode
+		code verbs.WROpcode
 		size int
 	}
 	tests := []struct {
 		name string
 		ops  []op
 	}{
-		{"read-write-send", []op{{WRRead, 4 << 20}, {WRWrite, 64 << 10}, {WRSend, 16}}},
-		{"read-read-write-send", []op{{WRRead, 2 << 20}, {WRRead, 8}, {WRWrite, 1}, {WRSend, 0}}},
-		{"write-read-send-read-write", []op{{WRWrite, 1 << 20}, {WRRead, 1 << 20}, {WRSend, 100}, {WRRead, 4}, {WRWrite, 4}}},
+		{"read-write-send", []op{{verbs.WRRead, 4 << 20}, {verbs.WRWrite, 64 << 10}, {verbs.WRSend, 16}}},
+		{"read-read-write-send", []op{{verbs.WRRead, 2 << 20}, {verbs.WRRead, 8}, {verbs.WRWrite, 1}, {verbs.WRSend, 0}}},
+		{"write-read-send-read-write", []op{{verbs.WRWrite, 1 << 20}, {verbs.WRRead, 1 << 20}, {verbs.WRSend, 100}, {verbs.WRRead, 4}, {verbs.WRWrite, 4}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cli, srv := newPair(t, pairOpts{depth: 16})
-			var wrs []SendWR
-			var want []WCOpcode
+			var wrs []verbs.SendWR
+			var want []verbs.WCOpcode
 			type check struct{ got, want *guarded }
 			var checks []check
 			nsend := 0
 			for i, o := range tt.ops {
 				n := max(o.size, 1)
-				wr := SendWR{ID: uint64(i + 1), Opcode: o.code, Flags: FlagSignaled}
+				wr := verbs.SendWR{ID: uint64(i + 1), Opcode: o.code, Flags: verbs.FlagSignaled}
 				switch o.code {
-				case WRRead:
-					remote := srv.region(n, AccessRemoteRead)
+				case verbs.WRRead:
+					remote := srv.region(n, verbs.AccessRemoteRead)
 					fill(remote.buf(), uint64(i))
-					sink := cli.region(n, AccessLocalWrite)
-					wr.SGL, wr.RemoteAddr, wr.RKey = []SGE{sink.mr.SGE(0, o.size)}, remote.mr.Addr(), remote.mr.RKey()
+					sink := cli.region(n, verbs.AccessLocalWrite)
+					wr.SGL, wr.RemoteAddr, wr.RKey = []verbs.SGE{sink.mr.SGE(0, o.size)}, remote.mr.Addr(), remote.mr.RKey()
 					checks = append(checks, check{sink, remote})
-					want = append(want, WCRead)
-				case WRWrite:
-					remote := srv.region(n, AccessLocalWrite|AccessRemoteWrite)
-					src := cli.region(n, AccessLocalWrite)
+					want = append(want, verbs.WCRead)
+				case verbs.WRWrite:
+					remote := srv.region(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+					src := cli.region(n, verbs.AccessLocalWrite)
 					fill(src.buf(), uint64(i))
-					wr.SGL, wr.RemoteAddr, wr.RKey = []SGE{src.mr.SGE(0, o.size)}, remote.mr.Addr(), remote.mr.RKey()
+					wr.SGL, wr.RemoteAddr, wr.RKey = []verbs.SGE{src.mr.SGE(0, o.size)}, remote.mr.Addr(), remote.mr.RKey()
 					checks = append(checks, check{remote, src})
-					want = append(want, WCWrite)
-				case WRSend:
-					rb := srv.region(n, AccessLocalWrite)
-					src := cli.region(n, AccessLocalWrite)
+					want = append(want, verbs.WCWrite)
+				case verbs.WRSend:
+					rb := srv.region(n, verbs.AccessLocalWrite)
+					src := cli.region(n, verbs.AccessLocalWrite)
 					fill(src.buf(), uint64(i))
-					srv.recv(RecvWR{ID: uint64(100 + i), SGL: []SGE{rb.mr.SGE(0, n)}})
-					wr.SGL = []SGE{src.mr.SGE(0, o.size)}
+					srv.recv(verbs.RecvWR{ID: uint64(100 + i), SGL: []verbs.SGE{rb.mr.SGE(0, n)}})
+					wr.SGL = []verbs.SGE{src.mr.SGE(0, o.size)}
 					checks = append(checks, check{rb, src})
-					want = append(want, WCSend)
+					want = append(want, verbs.WCSend)
 					nsend++
 				}
 				wrs = append(wrs, wr)
 			}
 			cli.post(wrs...)
 			for i, wc := range poll(t, cli.scq, len(wrs)) {
-				wantWC(t, wc, uint64(i+1), want[i], WCSuccess, uint32(tt.ops[i].size))
+				wantWC(t, wc, uint64(i+1), want[i], verbs.WCSuccess, uint32(tt.ops[i].size))
 			}
 			poll(t, srv.rcq, nsend)
 			for i, c := range checks {
@@ -885,22 +887,22 @@ func TestORD(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cli, srv := newPair(t, pairOpts{depth: 32, cliParam: ConnParam{InitiatorDepth: tt.ord}})
+			cli, srv := newPair(t, pairOpts{depth: 32, cliParam: verbs.ConnParam{InitiatorDepth: tt.ord}})
 			if got := cli.qp.Info().ORD; got != int(tt.ord) {
 				t.Fatalf("negotiated ORD %d, want %d", got, tt.ord)
 			}
-			remote := srv.region(tt.reads*tt.size, AccessRemoteRead)
+			remote := srv.region(tt.reads*tt.size, verbs.AccessRemoteRead)
 			fill(remote.buf(), 5)
-			sink := cli.region(tt.reads*tt.size, AccessLocalWrite)
-			wrs := make([]SendWR, tt.reads)
+			sink := cli.region(tt.reads*tt.size, verbs.AccessLocalWrite)
+			wrs := make([]verbs.SendWR, tt.reads)
 			for i := range wrs {
 				off := i * tt.size
-				wrs[i] = SendWR{ID: uint64(i), Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(off, tt.size)},
+				wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(off, tt.size)},
 					RemoteAddr: remote.mr.Addr() + uint64(off), RKey: remote.mr.RKey()}
 			}
 			cli.post(wrs...)
 			for i, wc := range poll(t, cli.scq, tt.reads) {
-				wantWC(t, wc, uint64(i), WCRead, WCSuccess, uint32(tt.size))
+				wantWC(t, wc, uint64(i), verbs.WCRead, verbs.WCSuccess, uint32(tt.size))
 			}
 			sameBytes(t, "reads", sink.buf(), remote.buf())
 			sink.checkGuards(t)
@@ -919,10 +921,10 @@ func TestORD(t *testing.T) {
 func TestORDOutstanding(t *testing.T) {
 	const reads, size = 5, 100
 	srv, p := rawSide(t, 16, 1)
-	sink := srv.region(reads*size, AccessLocalWrite)
-	wrs := make([]SendWR, reads)
+	sink := srv.region(reads*size, verbs.AccessLocalWrite)
+	wrs := make([]verbs.SendWR, reads)
 	for i := range wrs {
-		wrs[i] = SendWR{ID: uint64(i), Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(i*size, size)}, RemoteAddr: 0x10000, RKey: 0x4200}
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(i*size, size)}, RemoteAddr: 0x10000, RKey: 0x4200}
 	}
 	srv.post(wrs...)
 	want := make([]byte, reads*size)
@@ -937,7 +939,7 @@ func TestORDOutstanding(t *testing.T) {
 			t.Fatalf("%d Read Requests sent with ORD 1 and %d answered", sent, i)
 		}
 		p.readResponse(rr, want[i*size:(i+1)*size])
-		wantWC(t, poll(t, srv.scq, 1)[0], uint64(i), WCRead, WCSuccess, size)
+		wantWC(t, poll(t, srv.scq, 1)[0], uint64(i), verbs.WCRead, verbs.WCSuccess, size)
 	}
 	sameBytes(t, "reads", sink.buf(), want)
 	sink.checkGuards(t)
@@ -948,18 +950,18 @@ func TestORDOutstanding(t *testing.T) {
 func TestFence(t *testing.T) {
 	tests := []struct {
 		name string
-		wrs  func(read SendWR, dst *guarded) []SendWR
+		wrs  func(read verbs.SendWR, dst *guarded) []verbs.SendWR
 	}{
-		{"fenced-send", func(read SendWR, _ *guarded) []SendWR {
-			return []SendWR{read, {ID: 2, Opcode: WRSend, Flags: FlagSignaled | FlagFence | FlagInline, Inline: []byte("after read")}}
+		{"fenced-send", func(read verbs.SendWR, _ *guarded) []verbs.SendWR {
+			return []verbs.SendWR{read, {ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagFence | verbs.FlagInline, Inline: []byte("after read")}}
 		}},
-		{"fenced-write-then-send", func(read SendWR, dst *guarded) []SendWR {
-			return []SendWR{read,
-				{ID: 2, Opcode: WRWrite, Flags: FlagSignaled | FlagFence | FlagInline, Inline: []byte("fenced"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
-				{ID: 3, Opcode: WRSend, Flags: FlagSignaled | FlagInline, Inline: []byte("after read")}}
+		{"fenced-write-then-send", func(read verbs.SendWR, dst *guarded) []verbs.SendWR {
+			return []verbs.SendWR{read,
+				{ID: 2, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled | verbs.FlagFence | verbs.FlagInline, Inline: []byte("fenced"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
+				{ID: 3, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("after read")}}
 		}},
-		{"fenced-send-with-inv", func(read SendWR, dst *guarded) []SendWR {
-			return []SendWR{read, {ID: 2, Opcode: WRSendWithInv, Flags: FlagSignaled | FlagFence | FlagInline, Inline: []byte("after read"), InvalidateRKey: dst.mr.RKey()}}
+		{"fenced-send-with-inv", func(read verbs.SendWR, dst *guarded) []verbs.SendWR {
+			return []verbs.SendWR{read, {ID: 2, Opcode: verbs.WRSendWithInv, Flags: verbs.FlagSignaled | verbs.FlagFence | verbs.FlagInline, Inline: []byte("after read"), InvalidateRKey: dst.mr.RKey()}}
 		}},
 	}
 	for _, tt := range tests {
@@ -967,28 +969,28 @@ func TestFence(t *testing.T) {
 			t.Parallel()
 			cli, srv := newPair(t, pairOpts{depth: 16})
 			const size = 8 << 20
-			remote := srv.region(size, AccessRemoteRead)
+			remote := srv.region(size, verbs.AccessRemoteRead)
 			fill(remote.buf(), 3)
-			dst := srv.region(64, AccessLocalWrite|AccessRemoteWrite)
-			rb := srv.region(64, AccessLocalWrite)
-			srv.recv(RecvWR{ID: 9, SGL: []SGE{rb.mr.SGE(0, 64)}})
-			sink := cli.region(size, AccessLocalWrite)
-			read := SendWR{ID: 1, Opcode: WRRead, Flags: FlagSignaled, SGL: []SGE{sink.mr.SGE(0, size)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()}
+			dst := srv.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			rb := srv.region(64, verbs.AccessLocalWrite)
+			srv.recv(verbs.RecvWR{ID: 9, SGL: []verbs.SGE{rb.mr.SGE(0, 64)}})
+			sink := cli.region(size, verbs.AccessLocalWrite)
+			read := verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sink.mr.SGE(0, size)}, RemoteAddr: remote.mr.Addr(), RKey: remote.mr.RKey()}
 			wrs := tt.wrs(read, dst)
 			cli.post(wrs...)
-			wantWC(t, poll(t, srv.rcq, 1)[0], 9, WCRecv, WCSuccess, 10)
+			wantWC(t, poll(t, srv.rcq, 1)[0], 9, verbs.WCRecv, verbs.WCSuccess, 10)
 			// The Send left after the Read completed, and the Read's
 			// completion was queued then: it is there without waiting.
 			if got := stats(cli).ReadsCompleted.Load(); got != 1 {
 				t.Fatalf("peer received the fenced Send with %d Reads completed, want 1", got)
 			}
-			var wc [1]WorkCompletion
+			var wc [1]verbs.WorkCompletion
 			if n, err := cli.scq.Poll(wc[:]); n != 1 || err != nil {
 				t.Fatalf("no Read completion when the fenced Send arrived (%d, %v)", n, err)
 			}
-			wantWC(t, wc[0], 1, WCRead, WCSuccess, size)
+			wantWC(t, wc[0], 1, verbs.WCRead, verbs.WCSuccess, size)
 			for i, wc := range poll(t, cli.scq, len(wrs)-1) {
-				if wc.ID != uint64(i+2) || wc.Status != WCSuccess {
+				if wc.ID != uint64(i+2) || wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion {id %d %v}, want {id %d success}", wc.ID, wc.Status, i+2)
 				}
 			}
@@ -1017,17 +1019,17 @@ func TestPDDeallocBusy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var mrs []*MR
-			var qps []*QP
+			var mrs []*verbs.MR
+			var qps []*verbs.QP
 			for i := 0; i < tt.mrs; i++ {
-				mr, err := pd.RegMR(make([]byte, 64), AccessLocalWrite)
+				mr, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
 				if err != nil {
 					t.Fatal(err)
 				}
 				mrs = append(mrs, mr)
 			}
 			for i := 0; i < tt.qps; i++ {
-				qp, err := pd.CreateQP(QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, MaxSendWR: 2, MaxRecvWR: 2})
+				qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, MaxSendWR: 2, MaxRecvWR: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1035,7 +1037,7 @@ func TestPDDeallocBusy(t *testing.T) {
 			}
 			// Busy until the last object is gone.
 			for i := 0; i < len(mrs)+len(qps); i++ {
-				if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+				if err := pd.Dealloc(); !errors.Is(err, verbs.ErrBusy) {
 					t.Fatalf("Dealloc with %d MRs %d QPs left = %v, want ErrBusy", len(mrs)-min(i, len(mrs)), len(qps)-max(0, i-len(mrs)), err)
 				}
 				if i < len(mrs) {
@@ -1061,25 +1063,25 @@ func TestDeregInvalidates(t *testing.T) {
 	const n = 4096
 	tests := []struct {
 		name string
-		op   WROpcode
+		op   verbs.WROpcode
 		code rdmap.Code
-		st   WCStatus
+		st   verbs.WCStatus
 	}{
-		{"peer-write", WRWrite, rdmap.TermDDPTaggedInvalidSTag, WCSuccess},
-		{"peer-read", WRRead, rdmap.TermRDMAPInvalidSTag, WCRemAccessErr},
+		{"peer-write", verbs.WRWrite, rdmap.TermDDPTaggedInvalidSTag, verbs.WCSuccess},
+		{"peer-read", verbs.WRRead, rdmap.TermRDMAPInvalidSTag, verbs.WCRemAccessErr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cli, srv := newPair(t, pairOpts{depth: 8})
-			dst := srv.region(n, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+			dst := srv.region(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 			rkey := dst.mr.RKey()
 			// It works before; the Send behind the Write says it is placed.
-			rb := srv.region(8, AccessLocalWrite)
-			srv.recv(RecvWR{ID: 7, SGL: []SGE{rb.mr.SGE(0, 8)}})
-			cli.post(writeWR(cli, dst, 0, n, rkey), SendWR{ID: 2, Opcode: WRSend, Flags: FlagInline, Inline: []byte("placed")})
-			wantWC(t, poll(t, cli.scq, 1)[0], 1, WCWrite, WCSuccess, n)
-			wantWC(t, poll(t, srv.rcq, 1)[0], 7, WCRecv, WCSuccess, 6)
+			rb := srv.region(8, verbs.AccessLocalWrite)
+			srv.recv(verbs.RecvWR{ID: 7, SGL: []verbs.SGE{rb.mr.SGE(0, 8)}})
+			cli.post(writeWR(cli, dst, 0, n, rkey), verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("placed")})
+			wantWC(t, poll(t, cli.scq, 1)[0], 1, verbs.WCWrite, verbs.WCSuccess, n)
+			wantWC(t, poll(t, srv.rcq, 1)[0], 7, verbs.WCRecv, verbs.WCSuccess, 6)
 			if err := dst.mr.Dereg(); err != nil {
 				t.Fatal(err)
 			}
@@ -1091,7 +1093,7 @@ func TestDeregInvalidates(t *testing.T) {
 			}
 			fill(dst.buf(), 99)
 			before := bytes.Clone(dst.buf())
-			if tt.op == WRWrite {
+			if tt.op == verbs.WRWrite {
 				cli.post(writeWR(cli, dst, 0, n, rkey))
 			} else {
 				cli.post(readWR(cli, dst, 0, n, rkey))
@@ -1107,20 +1109,20 @@ func TestDeregInvalidates(t *testing.T) {
 	}
 	t.Run("local-lkey", func(t *testing.T) {
 		cli, srv := newPair(t, pairOpts{depth: 8})
-		rb := srv.region(64, AccessLocalWrite)
-		srv.recv(RecvWR{ID: 1, SGL: []SGE{rb.mr.SGE(0, 64)}})
-		src := cli.region(64, AccessLocalWrite)
+		rb := srv.region(64, verbs.AccessLocalWrite)
+		srv.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{rb.mr.SGE(0, 64)}})
+		src := cli.region(64, verbs.AccessLocalWrite)
 		sge := src.mr.SGE(0, 64)
 		if err := src.mr.Dereg(); err != nil {
 			t.Fatal(err)
 		}
-		cli.post(SendWR{ID: 2, Opcode: WRSend, Flags: FlagSignaled, SGL: []SGE{sge}})
+		cli.post(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sge}})
 		wc := poll(t, cli.scq, 1)[0]
-		if wc.ID != 2 || wc.Status != WCLocProtErr {
-			t.Fatalf("Send from a deregistered lkey: {id %d %v}, want {id 2 %v}", wc.ID, wc.Status, WCLocProtErr)
+		if wc.ID != 2 || wc.Status != verbs.WCLocProtErr {
+			t.Fatalf("Send from a deregistered lkey: {id %d %v}, want {id 2 %v}", wc.ID, wc.Status, verbs.WCLocProtErr)
 		}
-		cli.waitEvent(EventDisconnected)
-		if st := cli.qp.State(); st != QPErr {
+		cli.waitEvent(verbs.EventDisconnected)
+		if st := cli.qp.State(); st != verbs.QPErr {
 			t.Fatalf("state %v after a local protection error, want ERR", st)
 		}
 	})
@@ -1133,13 +1135,13 @@ func TestRegMRRejects(t *testing.T) {
 		name   string
 		buf    []byte
 		iova   uint64
-		access Access
+		access verbs.Access
 	}{
-		{"empty", nil, 0x1000, AccessLocalWrite},
-		{"remote-write-without-local-write", make([]byte, 8), 0x1000, AccessRemoteWrite},
-		{"remote-write-and-read-without-local-write", make([]byte, 8), 0x1000, AccessRemoteWrite | AccessRemoteRead},
-		{"unknown-access-bit", make([]byte, 8), 0x1000, Access(8)},
-		{"wraps", make([]byte, 32), ^uint64(0) - 15, AccessLocalWrite},
+		{"empty", nil, 0x1000, verbs.AccessLocalWrite},
+		{"remote-write-without-local-write", make([]byte, 8), 0x1000, verbs.AccessRemoteWrite},
+		{"remote-write-and-read-without-local-write", make([]byte, 8), 0x1000, verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+		{"unknown-access-bit", make([]byte, 8), 0x1000, verbs.Access(8)},
+		{"wraps", make([]byte, 32), ^uint64(0) - 15, verbs.AccessLocalWrite},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

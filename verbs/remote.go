@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -48,7 +48,7 @@ func DialPath(path string) (*Device, error) {
 	go rd.reader()
 	r, err := rd.call(context.Background(), uabi.OpHello, func(e *uabi.Enc) { e.U32(uabi.Version) })
 	if err != nil {
-		rd.close()
+		rd.Close()
 		return nil, fmt.Errorf("verbs: hello to %s: %w", path, err)
 	}
 	d := &uabi.Dec{B: r.body}
@@ -62,11 +62,11 @@ func DialPath(path string) (*Device, error) {
 		*p = int(d.U32())
 	}
 	if err := d.End(); err != nil {
-		rd.close()
+		rd.Close()
 		return nil, fmt.Errorf("verbs: hello to %s: %w", path, err)
 	}
 	a.VendorID, a.VendorPartID = VendorID, 1
-	return newDevice(rd, nil), nil
+	return NewDevice(rd), nil
 }
 
 type rreply struct {
@@ -102,8 +102,8 @@ type sharedBuf struct {
 	fd  int
 }
 
-func (d *remoteDevice) name() string      { return d.devName }
-func (d *remoteDevice) query() DeviceAttr { return d.attr }
+func (d *remoteDevice) Name() string      { return d.devName }
+func (d *remoteDevice) Query() DeviceAttr { return d.attr }
 
 // reader dispatches replies and events until the socket ends.
 func (d *remoteDevice) reader() {
@@ -267,18 +267,18 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 	case uabi.StBusy:
 		return fmt.Errorf("%w: %s", ErrBusy, r.msg)
 	case uabi.StQPState:
-		return fmt.Errorf("%w: %s", offload.ErrQPState, r.msg)
+		return fmt.Errorf("%w: %s", ibv.ErrQPState, r.msg)
 	case uabi.StCanceled:
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	case uabi.StRejected:
 		dec := &uabi.Dec{B: r.body}
-		rej := &offload.RejectedError{PrivateData: dec.Bytes()}
+		rej := &ibv.RejectedError{PrivateData: dec.Bytes()}
 		switch r.msg {
 		case "":
-		case offload.ErrMarkersRejected.Error():
-			rej.Err = offload.ErrMarkersRejected
+		case ibv.ErrMarkersRejected.Error():
+			rej.Err = ibv.ErrMarkersRejected
 		default:
 			rej.Err = errors.New(r.msg)
 		}
@@ -314,7 +314,7 @@ func (e *RemoteError) Unwrap() error {
 	return e.Errno
 }
 
-func (d *remoteDevice) allocBuffer(n int) ([]byte, error) {
+func (d *remoteDevice) AllocBuffer(n int) ([]byte, error) {
 	fd, mem, err := uabi.NewShared("siwtun-mr", n, false)
 	if err != nil {
 		return nil, fmt.Errorf("alloc buffer: %w", err)
@@ -339,7 +339,7 @@ func (d *remoteDevice) shared(buf []byte) (int, uint64, bool) {
 	return -1, 0, false
 }
 
-func (d *remoteDevice) allocPD() (pdBackend, uint32, error) {
+func (d *remoteDevice) AllocPD() (ProviderPD, uint32, error) {
 	r, err := d.call(context.Background(), uabi.OpAllocPD, nil)
 	if err != nil {
 		return nil, 0, err
@@ -349,7 +349,7 @@ func (d *remoteDevice) allocPD() (pdBackend, uint32, error) {
 	return &remotePD{dev: d, h: h}, num, dec.End()
 }
 
-func (d *remoteDevice) listen(addr netip.AddrPort, backlog int) (listenerBackend, error) {
+func (d *remoteDevice) Listen(addr netip.AddrPort, backlog int) (ProviderListener, error) {
 	r, err := d.call(context.Background(), uabi.OpListen, func(e *uabi.Enc) { e.AddrPort(addr); e.U32(uint32(max(backlog, 0))) })
 	if err != nil {
 		return nil, fmt.Errorf("listen on %v: %w", addr, err)
@@ -361,7 +361,7 @@ func (d *remoteDevice) listen(addr netip.AddrPort, backlog int) (listenerBackend
 
 // close ends the session: the daemon destroys what is left. Rings and
 // buffers are unmapped.
-func (d *remoteDevice) close() error {
+func (d *remoteDevice) Close() error {
 	d.mu.Lock()
 	d.closing = true
 	cqs := make([]*remoteCQ, 0, len(d.cqs))
@@ -395,12 +395,12 @@ type remotePD struct {
 	h   uint32
 }
 
-func (pd *remotePD) dealloc() error {
+func (pd *remotePD) Dealloc() error {
 	_, err := pd.dev.call(context.Background(), uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(pd.h) })
 	return err
 }
 
-func (pd *remotePD) regMR(buf []byte, iova uint64, access Access) (mrBackend, uint32, error) {
+func (pd *remotePD) RegMR(buf []byte, iova uint64, access Access) (ProviderMR, uint32, error) {
 	fd, off, ok := pd.dev.shared(buf)
 	if !ok {
 		return nil, 0, ErrNotShared
@@ -425,7 +425,7 @@ type remoteMR struct {
 	h   uint32
 }
 
-func (mr *remoteMR) dereg() error {
+func (mr *remoteMR) Dereg() error {
 	_, err := mr.dev.call(context.Background(), uabi.OpDeregMR, func(e *uabi.Enc) { e.U32(mr.h) })
 	return err
 }
@@ -436,14 +436,14 @@ type remoteListener struct {
 	a   netip.AddrPort
 }
 
-func (l *remoteListener) addr() netip.AddrPort { return l.a }
+func (l *remoteListener) Addr() netip.AddrPort { return l.a }
 
-func (l *remoteListener) close() error {
+func (l *remoteListener) Close() error {
 	_, err := l.dev.call(context.Background(), uabi.OpCloseListener, func(e *uabi.Enc) { e.U32(l.h) })
 	return err
 }
 
-func (l *remoteListener) accept(ctx context.Context) (*ConnRequest, error) {
+func (l *remoteListener) Accept(ctx context.Context) (ProviderConnReq, error) {
 	r, err := l.dev.call(ctx, uabi.OpGetRequest, func(e *uabi.Enc) { e.U32(l.h) })
 	if err != nil {
 		return nil, err
@@ -456,12 +456,19 @@ func (l *remoteListener) accept(ctx context.Context) (*ConnRequest, error) {
 	if len(pdata) == 0 {
 		pdata = nil
 	}
-	return &ConnRequest{be: &remoteConnReq{dev: l.dev, h: h}, Remote: remote, PrivateData: pdata, IRD: ird, ORD: ord}, nil
+	return &remoteConnReq{dev: l.dev, h: h, remote: remote, pdata: pdata, ird: ird, ord: ord}, nil
 }
 
 type remoteConnReq struct {
-	dev *remoteDevice
-	h   uint32
+	dev      *remoteDevice
+	h        uint32
+	remote   netip.AddrPort
+	pdata    []byte
+	ird, ord uint16
+}
+
+func (r *remoteConnReq) Peer() (netip.AddrPort, []byte, uint16, uint16) {
+	return r.remote, r.pdata, r.ird, r.ord
 }
 
 func encParam(e *uabi.Enc, p ConnParam) {
@@ -470,8 +477,8 @@ func encParam(e *uabi.Enc, p ConnParam) {
 	e.U16(p.InitiatorDepth)
 }
 
-func (r *remoteConnReq) accept(qp *QP, p ConnParam) error {
-	q, ok := qp.be.(*remoteQP)
+func (r *remoteConnReq) Accept(qp ProviderQP, p ConnParam) error {
+	q, ok := qp.(*remoteQP)
 	if !ok || q.dev != r.dev {
 		return fmt.Errorf("accept: QP %d is not on this device", qp.Num())
 	}
@@ -482,7 +489,7 @@ func (r *remoteConnReq) accept(qp *QP, p ConnParam) error {
 	return err
 }
 
-func (r *remoteConnReq) reject(pd []byte) error {
+func (r *remoteConnReq) Reject(pd []byte) error {
 	_, err := r.dev.call(context.Background(), uabi.OpReject, func(e *uabi.Enc) { e.U32(r.h); e.Bytes(pd) })
 	return err
 }

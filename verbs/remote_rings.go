@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -30,7 +30,7 @@ type remoteCQ struct {
 	dead   error                // set when destroyed or the session ended
 }
 
-func (d *remoteDevice) createCQ(depth int) (cqBackend, error) {
+func (d *remoteDevice) CreateCQ(depth int) (ProviderCQ, error) {
 	r, err := d.call(context.Background(), uabi.OpCreateCQ, func(e *uabi.Enc) { e.U32(uint32(depth)) })
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (cq *remoteCQ) wake() {
 
 var errPollRemoved = fmt.Errorf("poll CQ: %w", ErrDeviceRemoved)
 
-func (cq *remoteCQ) poll(wcs []WorkCompletion) (int, error) {
+func (cq *remoteCQ) Poll(wcs []WorkCompletion) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead != nil {
@@ -124,7 +124,7 @@ func (cq *remoteCQ) poll(wcs []WorkCompletion) (int, error) {
 	return n, nil
 }
 
-func (cq *remoteCQ) reqNotify(solicitedOnly bool) error {
+func (cq *remoteCQ) ReqNotify(solicitedOnly bool) error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead != nil {
@@ -143,9 +143,9 @@ func (cq *remoteCQ) reqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-func (cq *remoteCQ) notifyChan() <-chan struct{} { return cq.notify }
+func (cq *remoteCQ) NotifyChan() <-chan struct{} { return cq.notify }
 
-func (cq *remoteCQ) destroy() error {
+func (cq *remoteCQ) Destroy() error {
 	cq.mu.Lock()
 	dead := cq.dead
 	cq.mu.Unlock()
@@ -207,14 +207,14 @@ type shadowWR struct {
 	op WROpcode
 }
 
-func (pd *remotePD) createQP(send, recv cqBackend, attr QPInitAttr) (qpBackend, *offload.QP, error) {
+func (pd *remotePD) CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP, error) {
 	scq, ok1 := send.(*remoteCQ)
 	rcq, ok2 := recv.(*remoteCQ)
 	if !ok1 || !ok2 || scq.dev != pd.dev || rcq.dev != pd.dev {
-		return nil, nil, errors.New("create QP: completion queue of another device")
+		return nil, errors.New("create QP: completion queue of another device")
 	}
 	if attr.MaxSendWR <= 0 || attr.MaxSendWR > MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > MaxQPWR {
-		return nil, nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
+		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
 	}
 	d := pd.dev
 	r, err := d.call(context.Background(), uabi.OpCreateQP, func(e *uabi.Enc) {
@@ -230,13 +230,13 @@ func (pd *remotePD) createQP(send, recv cqBackend, attr QPInitAttr) (qpBackend, 
 		}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("create QP: %w", err)
+		return nil, fmt.Errorf("create QP: %w", err)
 	}
 	dec := &uabi.Dec{B: r.body}
 	h, num, sqCount, rqCount, sqBytes, total := dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32()
 	if err := dec.End(); err != nil || len(r.fds) != 2 || sqBytes > total {
 		uabi.CloseFDs(r.fds)
-		return nil, nil, fmt.Errorf("create QP: bad reply (%v, %d fds)", err, len(r.fds))
+		return nil, fmt.Errorf("create QP: bad reply (%v, %d fds)", err, len(r.fds))
 	}
 	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(total))
 	uabi.Close(r.fds[0])
@@ -251,7 +251,7 @@ func (pd *remotePD) createQP(send, recv cqBackend, attr QPInitAttr) (qpBackend, 
 		uabi.Unmap(mapping)
 		uabi.Close(r.fds[1])
 		d.call(context.Background(), uabi.OpDestroyQP, func(e *uabi.Enc) { e.U32(h) })
-		return nil, nil, fmt.Errorf("create QP: %w", err)
+		return nil, fmt.Errorf("create QP: %w", err)
 	}
 	q := &remoteQP{dev: d, h: h, num: num, scq: scq, rcq: rcq, sigAll: attr.SignalAll, mem: mapping,
 		doorbell: r.fds[1], events: make(chan Event, 32), sq: sq, rq: rq,
@@ -264,7 +264,7 @@ func (pd *remotePD) createQP(send, recv cqBackend, attr QPInitAttr) (qpBackend, 
 		c.qps[num] = q
 		c.mu.Unlock()
 	}
-	return q, nil, nil
+	return q, nil
 }
 
 func (q *remoteQP) Num() uint32 { return q.num }
@@ -283,13 +283,13 @@ func (q *remoteQP) State() QPState {
 	return in.State
 }
 
-func (q *remoteQP) Info() offload.Info {
+func (q *remoteQP) Info() Info {
 	r, err := q.dev.call(context.Background(), uabi.OpQueryQP, func(e *uabi.Enc) { e.U32(q.h) })
 	if err != nil {
-		return offload.Info{Num: q.num, State: QPErr}
+		return Info{Num: q.num, State: QPErr}
 	}
 	dec := &uabi.Dec{B: r.body}
-	in := offload.Info{Num: q.num, State: QPState(dec.U32()), Local: dec.AddrPort(), Remote: dec.AddrPort()}
+	in := Info{Num: q.num, State: QPState(dec.U32()), Local: dec.AddrPort(), Remote: dec.AddrPort()}
 	in.Params.Rev = dec.U8()
 	in.Params.CRC = dec.U8() != 0
 	in.Params.MarkersTx = dec.U8() != 0
@@ -328,7 +328,7 @@ func (q *remoteQP) Modify(s QPState) error {
 func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
 	_, err := q.dev.call(ctx, uabi.OpConnect, func(e *uabi.Enc) { e.U32(q.h); e.AddrPort(remote); encParam(e, p) })
 	if err != nil {
-		var rej *offload.RejectedError
+		var rej *ibv.RejectedError
 		if errors.As(err, &rej) {
 			return fmt.Errorf("connect to %v: %w", remote, err)
 		}
@@ -377,9 +377,9 @@ func (q *remoteQP) release() {
 
 var (
 	errPostDead   = fmt.Errorf("post: %w", ErrDestroyed)
-	errPostState  = fmt.Errorf("%w: post send before the QP is connected", offload.ErrQPState)
-	errRecvState  = fmt.Errorf("%w: post receive in RESET", offload.ErrQPState)
-	errQueueFull  = fmt.Errorf("post: %w", offload.ErrQueueFull)
+	errPostState  = fmt.Errorf("%w: post send before the QP is connected", ibv.ErrQPState)
+	errRecvState  = fmt.Errorf("%w: post receive in RESET", ibv.ErrQPState)
+	errQueueFull  = fmt.Errorf("post: %w", ibv.ErrQueueFull)
 	errPostRemove = fmt.Errorf("post: %w", ErrDeviceRemoved)
 )
 
@@ -410,7 +410,7 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = checkSendWR(wr); err != nil {
+		if err = ibv.CheckSendWR(wr); err != nil {
 			break
 		}
 		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.Free(q.sqProd) {
@@ -430,34 +430,6 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 	return n, err
 }
 
-// checkSendWR is the engine's check, made before the request enters the
-// ring so that the caller gets the error.
-func checkSendWR(wr *SendWR) error {
-	switch wr.Opcode {
-	case WRSend, WRSendWithInv, WRWrite:
-		if wr.Flags&FlagInline != 0 {
-			if len(wr.Inline) > MaxInline {
-				return fmt.Errorf("%w: %d inline bytes, at most %d", offload.ErrInvalidWR, len(wr.Inline), MaxInline)
-			}
-		} else if len(wr.SGL) > MaxSGE {
-			return fmt.Errorf("%w: %d SGEs, at most %d", offload.ErrInvalidWR, len(wr.SGL), MaxSGE)
-		}
-	case WRRead:
-		if wr.Flags&FlagInline != 0 {
-			return fmt.Errorf("%w: RDMA Read cannot be inline", offload.ErrInvalidWR)
-		}
-		if len(wr.SGL) > MaxSGERead {
-			return fmt.Errorf("%w: RDMA Read sink has %d SGEs", offload.ErrInvalidWR, len(wr.SGL))
-		}
-	default:
-		return fmt.Errorf("%w: opcode %v not supported", offload.ErrInvalidWR, wr.Opcode)
-	}
-	if wr.Flags&^(FlagFence|FlagSignaled|FlagSolicited|FlagInline) != 0 {
-		return fmt.Errorf("%w: send flags 0x%x", offload.ErrInvalidWR, uint32(wr.Flags))
-	}
-	return nil
-}
-
 // PostRecv writes the requests into the receive ring.
 func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 	q.rmu.Lock()
@@ -472,8 +444,7 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if len(wr.SGL) > MaxSGE {
-			err = fmt.Errorf("%w: %d SGEs, at most %d", offload.ErrInvalidWR, len(wr.SGL), MaxSGE)
+		if err = ibv.CheckRecvWR(wr); err != nil {
 			break
 		}
 		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.Free(q.rqProd) {

@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"net/netip"
@@ -9,6 +9,7 @@ import (
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // TestWatchMarkersCRC opens a Watch on the client device before it
@@ -23,7 +24,7 @@ func TestWatchMarkersCRC(t *testing.T) {
 	cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", markers, 64)
 	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", markers, 64)
 	w := cli.eng.Watch(1 << 16)
-	connect(t, cli, srv, ConnParam{}, ConnParam{})
+	connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 	exercise(t, cli, srv, size, 3)
 	time.Sleep(50 * time.Millisecond) // the last ACKs
 	w.Close()

@@ -13,122 +13,167 @@
 // failed call is a Go error.
 package verbs
 
-import "github.com/siwtun/siwtun/offload"
+import (
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs/ibv"
+)
 
 // Access is a set of memory-region access rights (ibv_access_flags).
-type Access = offload.Access
+type Access = ibv.Access
 
 // Access rights.
 const (
-	AccessLocalWrite  = offload.AccessLocalWrite
-	AccessRemoteWrite = offload.AccessRemoteWrite
-	AccessRemoteRead  = offload.AccessRemoteRead
+	AccessLocalWrite  = ibv.AccessLocalWrite
+	AccessRemoteWrite = ibv.AccessRemoteWrite
+	AccessRemoteRead  = ibv.AccessRemoteRead
 )
 
 // WROpcode is a send work request's operation (ibv_wr_opcode).
-type WROpcode = offload.WROpcode
+type WROpcode = ibv.WROpcode
 
 // Send work request opcodes.
 const (
-	WRWrite       = offload.WRWrite
-	WRSend        = offload.WRSend
-	WRRead        = offload.WRRead
-	WRSendWithInv = offload.WRSendWithInv
+	WRWrite       = ibv.WRWrite
+	WRSend        = ibv.WRSend
+	WRRead        = ibv.WRRead
+	WRSendWithInv = ibv.WRSendWithInv
 )
 
 // SendFlags modify a send work request (ibv_send_flags).
-type SendFlags = offload.SendFlags
+type SendFlags = ibv.SendFlags
 
 // Send flags.
 const (
-	FlagFence     = offload.FlagFence
-	FlagSignaled  = offload.FlagSignaled
-	FlagSolicited = offload.FlagSolicited
-	FlagInline    = offload.FlagInline
+	FlagFence     = ibv.FlagFence
+	FlagSignaled  = ibv.FlagSignaled
+	FlagSolicited = ibv.FlagSolicited
+	FlagInline    = ibv.FlagInline
 )
 
 // WCOpcode says what a completion completes (ibv_wc_opcode).
-type WCOpcode = offload.WCOpcode
+type WCOpcode = ibv.WCOpcode
 
 // Completion opcodes.
 const (
-	WCSend  = offload.WCSend
-	WCWrite = offload.WCWrite
-	WCRead  = offload.WCRead
-	WCRecv  = offload.WCRecv
+	WCSend  = ibv.WCSend
+	WCWrite = ibv.WCWrite
+	WCRead  = ibv.WCRead
+	WCRecv  = ibv.WCRecv
 )
 
 // WCStatus is a work request's result (ibv_wc_status).
-type WCStatus = offload.WCStatus
+type WCStatus = ibv.WCStatus
 
 // Completion statuses.
 const (
-	WCSuccess      = offload.WCSuccess
-	WCLocLenErr    = offload.WCLocLenErr
-	WCLocQPOpErr   = offload.WCLocQPOpErr
-	WCLocProtErr   = offload.WCLocProtErr
-	WCFlushErr     = offload.WCFlushErr
-	WCLocAccessErr = offload.WCLocAccessErr
-	WCRemInvReqErr = offload.WCRemInvReqErr
-	WCRemAccessErr = offload.WCRemAccessErr
-	WCRemOpErr     = offload.WCRemOpErr
-	WCRemAbortErr  = offload.WCRemAbortErr
-	WCFatalErr     = offload.WCFatalErr
-	WCGeneralErr   = offload.WCGeneralErr
+	WCSuccess      = ibv.WCSuccess
+	WCLocLenErr    = ibv.WCLocLenErr
+	WCLocQPOpErr   = ibv.WCLocQPOpErr
+	WCLocProtErr   = ibv.WCLocProtErr
+	WCFlushErr     = ibv.WCFlushErr
+	WCLocAccessErr = ibv.WCLocAccessErr
+	WCRemInvReqErr = ibv.WCRemInvReqErr
+	WCRemAccessErr = ibv.WCRemAccessErr
+	WCRemOpErr     = ibv.WCRemOpErr
+	WCRemAbortErr  = ibv.WCRemAbortErr
+	WCFatalErr     = ibv.WCFatalErr
+	WCGeneralErr   = ibv.WCGeneralErr
 )
 
 // WCFlags qualify a completion (ibv_wc_flags).
-type WCFlags = offload.WCFlags
+type WCFlags = ibv.WCFlags
 
 // WCWithInv marks a receive completed by a Send with Invalidate.
-const WCWithInv = offload.WCWithInv
+const WCWithInv = ibv.WCWithInv
 
 // QPState is a queue pair state (ibv_qp_state).
-type QPState = offload.QPState
+type QPState = ibv.QPState
 
 // Queue pair states.
 const (
-	QPReset = offload.QPReset
-	QPInit  = offload.QPInit
-	QPRTR   = offload.QPRTR
-	QPRTS   = offload.QPRTS
-	QPErr   = offload.QPErr
+	QPReset = ibv.QPReset
+	QPInit  = ibv.QPInit
+	QPRTR   = ibv.QPRTR
+	QPRTS   = ibv.QPRTS
+	QPErr   = ibv.QPErr
 )
 
 // SGE is a scatter/gather element (ibv_sge).
-type SGE = offload.SGE
+type SGE = ibv.SGE
 
 // SendWR is a send work request (ibv_send_wr).
-type SendWR = offload.SendWR
+type SendWR = ibv.SendWR
 
 // RecvWR is a receive work request (ibv_recv_wr).
-type RecvWR = offload.RecvWR
+type RecvWR = ibv.RecvWR
 
 // WorkCompletion is one completion (ibv_wc).
-type WorkCompletion = offload.WorkCompletion
+type WorkCompletion = ibv.WorkCompletion
 
 // ConnParam are connection parameters (rdma_conn_param).
-type ConnParam = offload.ConnParam
+type ConnParam = ibv.ConnParam
 
 // Event is a connection event of a queue pair (rdma_cm_event).
-type Event = offload.Event
+type Event = ibv.Event
 
 // EventType says what happened.
-type EventType = offload.EventType
+type EventType = ibv.EventType
 
 // Connection events.
 const (
-	EventEstablished       = offload.EventEstablished
-	EventDisconnected      = offload.EventDisconnected
-	EventTerminateSent     = offload.EventTerminateSent
-	EventTerminateReceived = offload.EventTerminateReceived
+	EventEstablished       = ibv.EventEstablished
+	EventDisconnected      = ibv.EventDisconnected
+	EventTerminateSent     = ibv.EventTerminateSent
+	EventTerminateReceived = ibv.EventTerminateReceived
 )
 
 // Device limits.
 const (
-	MaxSGE     = offload.MaxSGE
-	MaxSGERead = offload.MaxSGERead
-	MaxInline  = offload.MaxInline
-	MaxIRDORD  = offload.MaxIRDORD
-	MaxQPWR    = offload.MaxQPWR
+	MaxSGE     = ibv.MaxSGE
+	MaxSGERead = ibv.MaxSGERead
+	MaxInline  = ibv.MaxInline
+	MaxIRDORD  = ibv.MaxIRDORD
+	MaxQPWR    = ibv.MaxQPWR
 )
+
+// Info is a snapshot of a queue pair (QP.Info).
+type Info = ibv.Info
+
+// CompletionQueue is what the in-process engine completes into; a CQ of an
+// in-process device implements it (CQ.Push).
+type CompletionQueue = ibv.CompletionQueue
+
+// RejectedError is returned by Connect when the peer rejected the
+// connection (an MPA Reply with the Reject flag); errors.As finds it.
+type RejectedError = ibv.RejectedError
+
+// Errors of queue-pair calls (not completions).
+var (
+	// ErrQPState: the QP's state forbids the call.
+	ErrQPState = ibv.ErrQPState
+	// ErrQueueFull: a work queue has no free slot.
+	ErrQueueFull = ibv.ErrQueueFull
+	// ErrInvalidWR: a malformed work request (see CheckSendWR).
+	ErrInvalidWR = ibv.ErrInvalidWR
+	// ErrMarkersRejected: the peer would not use the MPA markers this side
+	// required (RejectedError.Err).
+	ErrMarkersRejected = ibv.ErrMarkersRejected
+)
+
+// CheckSendWR reports whether a send work request is well formed; PostSend
+// applies it, in-process and over the verbs socket alike.
+func CheckSendWR(wr *SendWR) error { return ibv.CheckSendWR(wr) }
+
+// CheckRecvWR reports whether a receive work request is well formed.
+func CheckRecvWR(wr *RecvWR) error { return ibv.CheckRecvWR(wr) }
+
+// MTUEnum is the verbs MTU enum (IBV_MTU_256 = 1 … IBV_MTU_4096 = 5) of a
+// link MTU: the largest verbs MTU that fits.
+func MTUEnum(mtu int) int { return ibv.MTUEnum(mtu) }
+
+// MTUEnumBytes is the size in bytes of a verbs MTU enum (1 → 256).
+func MTUEnumBytes(e int) int { return ibv.MTUEnumBytes(e) }
+
+// MPAError is an MPA failure of a connection (a bad Request or Reply, a
+// negotiation that cannot succeed); errors.As finds it in Connect's error.
+type MPAError = mpa.Error

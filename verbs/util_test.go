@@ -1,4 +1,4 @@
-package verbs
+package verbs_test
 
 import (
 	"errors"

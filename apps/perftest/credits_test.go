@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -45,7 +46,7 @@ func TestSendCredits(t *testing.T) {
 				t.Fatalf("client: %v\nserver: %v", cli.err, srv.err)
 			}
 			for _, d := range []*verbs.Device{cdev, sdev} {
-				st := d.Engine().Stats()
+				st := rnic.Engine(d).Stats()
 				if n := st.RecvNoBuffer.Load(); n != 0 {
 					t.Errorf("%s: %d Sends met an empty receive queue", d.Name(), n)
 				}
@@ -66,11 +67,11 @@ func TestSendCredits(t *testing.T) {
 				}
 				return r.BW[0].Iters
 			}
-			if got, w := sdev.Engine().Stats().SendsRx.Load(), want(cli.report); got < w {
+			if got, w := rnic.Engine(sdev).Stats().SendsRx.Load(), want(cli.report); got < w {
 				t.Errorf("server received %d Sends, want at least %d", got, w)
 			}
 			if tc.bidir {
-				if got, w := cdev.Engine().Stats().SendsRx.Load(), want(srv.report); got < w {
+				if got, w := rnic.Engine(cdev).Stats().SendsRx.Load(), want(srv.report); got < w {
 					t.Errorf("client received %d Sends, want at least %d", got, w)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
@@ -37,7 +38,7 @@ func newDevice(t testing.TB, link *netstack.Link, addr netip.Prefix, name string
 		st.Close()
 		t.Fatalf("offload.NewDevice: %v", err)
 	}
-	dev := verbs.Open(eng)
+	dev := rnic.Open(eng)
 	t.Cleanup(func() {
 		dev.Close()
 		eng.Close()

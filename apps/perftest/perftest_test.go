@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -93,7 +94,7 @@ func TestModes(t *testing.T) {
 			testkit.Golden(t, filepath.Join("testdata", m.name+".json.golden"), []byte(maskJSON(string(js))))
 			checkAgreement(t, m, cli.report, srv.report)
 			for _, d := range []*verbs.Device{cdev, sdev} {
-				st := d.Engine().Stats()
+				st := rnic.Engine(d).Stats()
 				if n := st.RecvNoBuffer.Load(); n != 0 {
 					t.Errorf("%s: %d Sends met an empty receive queue", d.Name(), n)
 				}

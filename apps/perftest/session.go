@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -69,7 +68,7 @@ func run(ctx context.Context, dev *verbs.Device, addr netip.AddrPort, client boo
 	}
 	s := &session{ctx: ctx, dev: dev, cfg: cfg, client: client, out: out,
 		rng:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
-		cycleBuffer: os.Getpagesize(), mtuEnum: ctl.MTUEnum(attr.MTU)}
+		cycleBuffer: os.Getpagesize(), mtuEnum: verbs.MTUEnum(attr.MTU)}
 	s.report = &Report{Info: TestInfo{
 		Test: testName(&cfg), Role: map[bool]string{true: "client", false: "server"}[client],
 		Device: dev.Name(), DualPort: "OFF", QPs: cfg.QPs, Transport: "IW", Connection: "RC", SRQ: "OFF",
@@ -184,7 +183,7 @@ func (s *session) run(addr netip.AddrPort) error {
 	if err := s.exchangeSysData(); err != nil {
 		return err
 	}
-	s.report.Info.MTU = ctl.MTUEnumBytes(s.mtuEnum)
+	s.report.Info.MTU = verbs.MTUEnumBytes(s.mtuEnum)
 	if err := s.createTestResources(); err != nil {
 		return err
 	}

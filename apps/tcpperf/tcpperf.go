@@ -25,6 +25,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/siwtun/siwtun/ctl"
 )
 
 // Mode is the workload.
@@ -67,7 +69,7 @@ const (
 	// SummaryLen is the length of the bulk server's answer.
 	SummaryLen = 16
 	// MaxSize is the largest message size: 16 MiB.
-	MaxSize = 16 << 20
+	MaxSize = ctl.TCPPerfMaxSize
 )
 
 var magic = [4]byte{'S', 'T', 'P', 'F'}

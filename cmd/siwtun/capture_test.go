@@ -17,13 +17,14 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
 // watchedPair is two in-process RNICs with markers on, the client's
 // control socket served in dir.
 type watchedPair struct {
-	cli, srv *rnic
+	cli, srv *testRNIC
 	dir      string
 	server   *ctl.Server
 }
@@ -44,7 +45,7 @@ func newWatchedPair(t *testing.T) *watchedPair {
 }
 
 // newRNICConfig is newRNIC with a configuration change.
-func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Prefix, mod func(*offload.Config)) *rnic {
+func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Prefix, mod func(*offload.Config)) *testRNIC {
 	t.Helper()
 	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
 	if err != nil {
@@ -57,7 +58,7 @@ func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := verbs.Open(eng)
+	dev := rnic.Open(eng)
 	t.Cleanup(func() { dev.Close(); eng.Close() })
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -71,7 +72,7 @@ func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Pr
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rnic{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
+	return &testRNIC{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
 }
 
 // waitWatching waits until the client device has an open Watch.

@@ -16,6 +16,7 @@ import (
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -43,8 +44,8 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-// rnic is one in-process device with one queue pair.
-type rnic struct {
+// testRNIC is one in-process device with one queue pair.
+type testRNIC struct {
 	eng *offload.Device
 	dev *verbs.Device
 	pd  *verbs.PD
@@ -52,7 +53,7 @@ type rnic struct {
 	qp  *verbs.QP
 }
 
-func newRNIC(t *testing.T, link *netstack.Link, name string, addr netip.Prefix) *rnic {
+func newRNIC(t *testing.T, link *netstack.Link, name string, addr netip.Prefix) *testRNIC {
 	t.Helper()
 	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
 	if err != nil {
@@ -63,7 +64,7 @@ func newRNIC(t *testing.T, link *netstack.Link, name string, addr netip.Prefix) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := verbs.Open(eng)
+	dev := rnic.Open(eng)
 	t.Cleanup(func() { dev.Close(); eng.Close() })
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -77,10 +78,10 @@ func newRNIC(t *testing.T, link *netstack.Link, name string, addr netip.Prefix) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rnic{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
+	return &testRNIC{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
 }
 
-func (r *rnic) waitEstablished(t *testing.T) {
+func (r *testRNIC) waitEstablished(t *testing.T) {
 	t.Helper()
 	timer := time.NewTimer(ctlTestTimeout)
 	defer timer.Stop()
@@ -96,7 +97,7 @@ func (r *rnic) waitEstablished(t *testing.T) {
 	}
 }
 
-func (r *rnic) complete(t *testing.T, n int) {
+func (r *testRNIC) complete(t *testing.T, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ctlTestTimeout)
 	defer cancel()
@@ -182,7 +183,7 @@ func startEngines(t *testing.T) string {
 	}
 
 	dir := t.TempDir()
-	for _, r := range []*rnic{cli, srv} {
+	for _, r := range []*testRNIC{cli, srv} {
 		name := r.dev.Name()
 		s, err := ctl.Listen(ctl.SocketPath(dir, name), ctl.NewProvider(name, r.eng, []netip.Prefix{hostPrefix}), nil)
 		if err != nil {

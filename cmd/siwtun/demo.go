@@ -20,6 +20,7 @@ import (
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -167,31 +168,22 @@ func runDemo(w io.Writer, o demoOptions) error {
 		log.pcap = p
 	}
 	la, lb := netstack.Pipe(o.mtu, imp)
-	newDev := func(link *netstack.Link, addr netip.Prefix, name string) (*verbs.Device, func(), error) {
-		s, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log})
-		if err != nil {
-			return nil, nil, err
-		}
+	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
 		cfg := offload.DefaultConfig(name)
 		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
-		eng, err := offload.NewDevice(s, cfg)
-		if err != nil {
-			s.Close()
-			return nil, nil, err
-		}
-		dev := verbs.Open(eng)
-		return dev, func() { dev.Close(); eng.Close(); s.Close() }, nil
+		return rnic.New(link, rnic.Config{Stack: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log}, Engine: cfg})
 	}
-	cdev, cclose, err := newDev(la, cliAddr, "siwtun0")
+	cli, err := newRNIC(la, cliAddr, "siwtun0")
 	if err != nil {
 		return err
 	}
-	defer cclose()
-	sdev, sclose, err := newDev(lb, srvAddr, "siwtun1")
+	defer cli.Close()
+	srv, err := newRNIC(lb, srvAddr, "siwtun1")
 	if err != nil {
 		return err
 	}
-	defer sclose()
+	defer srv.Close()
+	cdev, sdev := cli.Device, srv.Device
 
 	fmt.Fprintf(w, "siwtun demo: two RNICs in one process, joined by an in-memory link (MTU %d", o.mtu)
 	if o.imp != "" {
@@ -209,8 +201,8 @@ func runDemo(w io.Writer, o demoOptions) error {
 	log.mu.Lock()
 	log.on = false
 	log.mu.Unlock()
-	st := cdev.Engine().Stats()
-	ss := sdev.Engine().Stats()
+	st := cli.Engine.Stats()
+	ss := srv.Engine.Stats()
 	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
 		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
 	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")

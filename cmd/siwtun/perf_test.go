@@ -58,7 +58,7 @@ func servePair(t *testing.T) string {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	dir := t.TempDir()
-	for _, r := range []*rnic{
+	for _, r := range []*testRNIC{
 		newRNIC(t, la, "siwtun0", netip.MustParsePrefix("198.18.0.1/24")),
 		newRNIC(t, lb, "siwtun1", netip.MustParsePrefix("198.18.0.2/24")),
 	} {

@@ -62,7 +62,7 @@ func serveSockets(t *testing.T) string {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	dir := t.TempDir()
-	for _, r := range []*rnic{newRNIC(t, la, "siwtun0", cliPrefix), newRNIC(t, lb, "siwtun1", srvPrefix)} {
+	for _, r := range []*testRNIC{newRNIC(t, la, "siwtun0", cliPrefix), newRNIC(t, lb, "siwtun1", srvPrefix)} {
 		srv, err := uverbs.NewServer(r.dev, nil)
 		if err != nil {
 			t.Fatal(err)

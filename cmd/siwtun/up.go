@@ -19,12 +19,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/tun"
-	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
@@ -275,18 +276,15 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if imp.Active() {
 		log.Warn("link impaired", "impairments", imp.String())
 	}
-	stack, err := netstack.New(link, netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout)})
-	if err != nil {
-		return fmt.Errorf("RNIC stack: %w", err)
-	}
-	defer stack.Close()
-	eng, err := offload.NewDevice(stack, cfg)
+	r, err := rnic.New(link, rnic.Config{
+		Stack:  netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout)},
+		Engine: cfg,
+	})
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
-	vdev := verbs.Open(eng)
-	defer vdev.Close()
+	defer r.Close()
+	stack, eng, vdev := r.Stack, r.Engine, r.Device
 
 	vsrv, err := uverbs.NewServer(vdev, log)
 	if err != nil {
@@ -298,6 +296,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		return err
 	}
 	defer cs.Close()
+	cs.TCPPerf = tcpperf.OnStack(stack)
 	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
 		return err
 	}

@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -80,8 +78,8 @@ func (c *conn) connect(addr netip.AddrPort) error {
 // a Reply siw cannot take as one with -ECONNREFUSED; other MPA failures as
 // CONNECT_ERROR.
 func (c *conn) connectFailed(err error) {
-	var rej *offload.RejectedError
-	var me *mpa.Error
+	var rej *verbs.RejectedError
+	var me *verbs.MPAError
 	switch {
 	case errors.As(err, &rej):
 		c.out.errf("cma event RDMA_CM_EVENT_REJECTED, error %d\n", -int(syscall.ECONNRESET))

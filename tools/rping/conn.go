@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -360,7 +359,7 @@ func postErrno(err error) syscall.Errno {
 	if e := errnoOf(err); e != 0 {
 		return e
 	}
-	if errors.Is(err, offload.ErrQueueFull) {
+	if errors.Is(err, verbs.ErrQueueFull) {
 		return syscall.ENOMEM
 	}
 	return syscall.EINVAL

@@ -14,6 +14,7 @@ import (
 	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/tools/rping"
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -48,7 +49,7 @@ func newDevice(t testing.TB, link *netstack.Link, addr netip.Prefix, mtu int, na
 	if err != nil {
 		t.Fatalf("offload.NewDevice: %v", err)
 	}
-	dev := verbs.Open(eng)
+	dev := rnic.Open(eng)
 	t.Cleanup(func() { dev.Close(); eng.Close(); s.Close() })
 	return dev
 }

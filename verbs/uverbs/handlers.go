@@ -7,6 +7,7 @@ import (
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -153,7 +154,7 @@ func (ss *session) deallocPD(d *uabi.Dec) error {
 
 func (ss *session) regMR(d *uabi.Dec, fd int) (func(*uabi.Enc), error) {
 	defer uabi.Close(fd) // the mapping keeps the memory
-	pdh, off, n, iova, access := d.U32(), d.U64(), d.U64(), d.U64(), offload.Access(d.U32())
+	pdh, off, n, iova, access := d.U32(), d.U64(), d.U64(), d.U64(), ibv.Access(d.U32())
 	if err := end(d); err != nil {
 		return nil, err
 	}
@@ -274,8 +275,8 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if maxSend <= 0 || maxSend > offload.MaxQPWR || maxRecv <= 0 || maxRecv > offload.MaxQPWR {
-		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, offload.MaxQPWR)
+	if maxSend <= 0 || maxSend > ibv.MaxQPWR || maxRecv <= 0 || maxRecv > ibv.MaxQPWR {
+		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, ibv.MaxQPWR)
 	}
 	sqCount, rqCount := uabi.RingCount(maxSend), uabi.RingCount(maxRecv)
 	sqBytes := uabi.RingBytes(sqCount, uabi.SQESize)
@@ -371,7 +372,7 @@ func (ss *session) destroyQP(d *uabi.Dec) error {
 }
 
 func (ss *session) modifyQP(d *uabi.Dec) error {
-	h, st := d.U32(), offload.QPState(d.U32())
+	h, st := d.U32(), ibv.QPState(d.U32())
 	if err := end(d); err != nil {
 		return err
 	}
@@ -413,8 +414,8 @@ func b2u(b bool) uint8 {
 	return 0
 }
 
-func decParam(d *uabi.Dec) offload.ConnParam {
-	p := offload.ConnParam{PrivateData: d.Bytes(), ResponderResources: d.U16(), InitiatorDepth: d.U16()}
+func decParam(d *uabi.Dec) ibv.ConnParam {
+	p := ibv.ConnParam{PrivateData: d.Bytes(), ResponderResources: d.U16(), InitiatorDepth: d.U16()}
 	if len(p.PrivateData) == 0 {
 		p.PrivateData = nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -61,8 +62,8 @@ func newRig(t testing.TB) *rig {
 	r := &rig{t: t, serveCh: make(chan error, 1)}
 	r.daemon = newEngine(t, newStack(t, la, daemonAddr), "siwtun0")
 	r.peerEng = newEngine(t, newStack(t, lb, peerAddr), "siwtun1")
-	r.local = verbs.Open(r.daemon)
-	r.peer = verbs.Open(r.peerEng)
+	r.local = rnic.Open(r.daemon)
+	r.peer = rnic.Open(r.peerEng)
 	t.Cleanup(func() { r.peer.Close() })
 	var log *slog.Logger
 	if testing.Verbose() {

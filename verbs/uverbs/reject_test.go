@@ -7,12 +7,12 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // TestSocketConnectRejected: a Connect the peer rejects fails over the
-// verbs socket with an *offload.RejectedError carrying the peer's private
+// verbs socket with an *ibv.RejectedError carrying the peer's private
 // data, and its message says so once ("connect to A: connection rejected
 // by the peer"), as in-process.
 func TestSocketConnectRejected(t *testing.T) {
@@ -35,7 +35,7 @@ func TestSocketConnectRejected(t *testing.T) {
 		}
 	}()
 	err = e.qp.Connect(ctx, addr, verbs.ConnParam{})
-	var rej *offload.RejectedError
+	var rej *ibv.RejectedError
 	if !errors.As(err, &rej) || string(rej.PrivateData) != "not now" {
 		t.Fatalf("Connect = %#v, want a RejectedError with the peer's private data", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -23,11 +24,11 @@ type sCQ struct {
 	dead     bool
 }
 
-var _ offload.CompletionQueue = (*sCQ)(nil)
+var _ ibv.CompletionQueue = (*sCQ)(nil)
 
 // Push writes one completion into the shared ring (called by the engine
 // under its QP lock: never blocks). A full ring marks the overflow.
-func (c *sCQ) Push(wc *offload.WorkCompletion, solicited bool) {
+func (c *sCQ) Push(wc *ibv.WorkCompletion, solicited bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
@@ -48,7 +49,7 @@ func (c *sCQ) Push(wc *offload.WorkCompletion, solicited bool) {
 		c.prod++
 		// Reload after publishing: the client arms, then polls again.
 		arm = c.ring.Notify().Load()
-		fire = arm == uabi.NotifyNext || arm == uabi.NotifySolicited && (solicited || wc.Status != offload.WCSuccess)
+		fire = arm == uabi.NotifyNext || arm == uabi.NotifySolicited && (solicited || wc.Status != ibv.WCSuccess)
 	}
 	if fire && c.ring.Notify().CompareAndSwap(arm, uabi.NotifyNone) {
 		uabi.Signal(c.notifyFD)
@@ -103,10 +104,10 @@ type sQP struct {
 	lastRx  atomic.Int64
 	rxRearm atomic.Bool
 
-	sbatch [16]offload.SendWR
+	sbatch [16]ibv.SendWR
 	sbufs  [16]uabi.SQEBuf
-	rbatch [16]offload.RecvWR
-	rsgl   [16][offload.MaxSGE]offload.SGE
+	rbatch [16]ibv.RecvWR
+	rsgl   [16][ibv.MaxSGE]ibv.SGE
 }
 
 // spinFor is how long the ring goroutine keeps polling the rings after the
@@ -297,23 +298,23 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 			q.sqCons++
 		}
 	}
-	if errors.Is(err, offload.ErrQueueFull) {
+	if errors.Is(err, ibv.ErrQueueFull) {
 		return posted > 0, true
 	}
 	if err != nil || (bad && posted == n) {
 		// A request the engine refused (or could not decode): complete it
 		// with an error, in place of the call error a local post returns.
-		wc := offload.WorkCompletion{Status: offload.WCLocQPOpErr, Opcode: offload.WCSend, QPNum: q.qp.Num(), VendorErr: 1}
+		wc := ibv.WorkCompletion{Status: ibv.WCLocQPOpErr, Opcode: ibv.WCSend, QPNum: q.qp.Num(), VendorErr: 1}
 		if err != nil {
 			wc.ID = q.sbatch[posted].ID
 			switch q.sbatch[posted].Opcode {
-			case offload.WRWrite:
-				wc.Opcode = offload.WCWrite
-			case offload.WRRead:
-				wc.Opcode = offload.WCRead
+			case ibv.WRWrite:
+				wc.Opcode = ibv.WCWrite
+			case ibv.WRRead:
+				wc.Opcode = ibv.WCRead
 			}
 		} else {
-			var wr offload.SendWR
+			var wr ibv.SendWR
 			uabi.DecodeSQE(q.sq.Entry(q.sqCons), &wr, &q.sbufs[0]) // the id, if readable
 			wc.ID = wr.ID
 		}
@@ -333,7 +334,7 @@ func (q *sQP) drainRQ() (progress, blocked bool) {
 			break
 		}
 		if err := uabi.DecodeRQE(q.rq.Entry(pos), &q.rbatch[n], &q.rsgl[n]); err != nil {
-			q.rbatch[n] = offload.RecvWR{ID: q.rbatch[n].ID}
+			q.rbatch[n] = ibv.RecvWR{ID: q.rbatch[n].ID}
 		}
 		n++
 	}
@@ -345,8 +346,8 @@ func (q *sQP) drainRQ() (progress, blocked bool) {
 		q.rq.Release(q.rqCons)
 		q.rqCons++
 	}
-	if err != nil && !errors.Is(err, offload.ErrQueueFull) {
-		wc := offload.WorkCompletion{ID: q.rbatch[posted].ID, Status: offload.WCLocQPOpErr, Opcode: offload.WCRecv, QPNum: q.qp.Num(), VendorErr: 1}
+	if err != nil && !errors.Is(err, ibv.ErrQueueFull) {
+		wc := ibv.WorkCompletion{ID: q.rbatch[posted].ID, Status: ibv.WCLocQPOpErr, Opcode: ibv.WCRecv, QPNum: q.qp.Num(), VendorErr: 1}
 		q.rcq.Push(&wc, false)
 		q.rq.Release(q.rqCons)
 		q.rqCons++

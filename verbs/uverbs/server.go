@@ -25,7 +25,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -70,15 +72,16 @@ func (s *Server) Counters() []offload.Counter {
 	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken}}
 }
 
-// NewServer returns a server of dev, which must be in-process (verbs.Open).
+// NewServer returns a server of dev, which must be in-process (package rnic).
 func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
-	if dev.Engine() == nil {
+	eng := rnic.Engine(dev)
+	if eng == nil {
 		return nil, errors.New("uverbs: the served device must be in-process")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{dev: dev, eng: dev.Engine(), log: log.With("dev", dev.Name()),
+	s := &Server{dev: dev, eng: eng, log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
 		owners: make(map[uint32]*session), nextHandle: 1}
 	s.rxSpin.Store(int64(rxSpinFor))
@@ -269,7 +272,7 @@ func fail(st uint32, format string, args ...any) error {
 // statusOf maps an engine or verbs error to a reply status.
 func statusOf(err error) (uint32, string, []byte) {
 	var se *statusError
-	var rej *offload.RejectedError
+	var rej *ibv.RejectedError
 	switch {
 	case errors.As(err, &se):
 		return se.st, se.msg, se.body
@@ -280,7 +283,7 @@ func statusOf(err error) (uint32, string, []byte) {
 			reason = rej.Err.Error()
 		}
 		return uabi.StRejected, reason, rej.PrivateData
-	case errors.Is(err, offload.ErrQPState):
+	case errors.Is(err, ibv.ErrQPState):
 		return uabi.StQPState, err.Error(), nil
 	case errors.Is(err, verbs.ErrBusy):
 		return uabi.StBusy, err.Error(), nil

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Ring header (HeaderSize bytes at the start of every ring), 32-bit words:
@@ -45,9 +45,9 @@ const (
 	// SQESize: owner u32 | opcode u8 | nsge u8 | inline len u16 | flags u32 |
 	// invalidate rkey u32 | id u64 | remote addr u64 | rkey u32 | pad u32 |
 	// 6 SGEs {addr u64, length u32, lkey u32} | 256 bytes inline.
-	SQESize = 40 + offload.MaxSGE*sgeSize + offload.MaxInline
+	SQESize = 40 + ibv.MaxSGE*sgeSize + ibv.MaxInline
 	// RQESize: owner u32 | nsge u8 | pad | id u64 | 6 SGEs.
-	RQESize = 16 + offload.MaxSGE*sgeSize
+	RQESize = 16 + ibv.MaxSGE*sgeSize
 	// CQESize: owner u32 (Valid|Solicited) | status u32 | id u64 | opcode u32 |
 	// vendor err u32 | byte len u32 | qp num u32 | flags u32 | invalidated rkey u32.
 	CQESize = 40
@@ -158,16 +158,16 @@ var (
 
 // EncodeSQE writes wr into the entry e (everything but the ownership word).
 // The caller has checked the request (counts and sizes).
-func EncodeSQE(e []byte, wr *offload.SendWR) {
+func EncodeSQE(e []byte, wr *ibv.SendWR) {
 	_ = e[SQESize-1]
 	e[4] = uint8(wr.Opcode)
 	le := binary.LittleEndian
-	if wr.Flags&offload.FlagInline != 0 {
+	if wr.Flags&ibv.FlagInline != 0 {
 		e[5] = 0
-		n := copy(e[40+offload.MaxSGE*sgeSize:SQESize], wr.Inline)
+		n := copy(e[40+ibv.MaxSGE*sgeSize:SQESize], wr.Inline)
 		le.PutUint16(e[6:], uint16(n))
 	} else {
-		n := min(len(wr.SGL), offload.MaxSGE)
+		n := min(len(wr.SGL), ibv.MaxSGE)
 		e[5] = uint8(n)
 		le.PutUint16(e[6:], 0)
 		for i, s := range wr.SGL[:n] {
@@ -183,14 +183,14 @@ func EncodeSQE(e []byte, wr *offload.SendWR) {
 
 // SQEBuf is the storage a decoded send request points into.
 type SQEBuf struct {
-	SGL    [offload.MaxSGE]offload.SGE
-	Inline [offload.MaxInline]byte
+	SGL    [ibv.MaxSGE]ibv.SGE
+	Inline [ibv.MaxInline]byte
 }
 
 // DecodeSQE reads the entry e into wr, whose SGL and Inline point into buf.
 // The entry is read once, field by field; it is checked for sizes only (the
 // engine checks opcodes, keys and bounds when it posts and executes).
-func DecodeSQE(e []byte, wr *offload.SendWR, buf *SQEBuf) error {
+func DecodeSQE(e []byte, wr *ibv.SendWR, buf *SQEBuf) error {
 	if len(e) < SQESize {
 		return fmt.Errorf("%w: SQE of %d bytes", ErrEntry, len(e))
 	}
@@ -198,22 +198,22 @@ func DecodeSQE(e []byte, wr *offload.SendWR, buf *SQEBuf) error {
 	op := e[4]
 	nsge := int(e[5])
 	inl := int(le.Uint16(e[6:]))
-	flags := offload.SendFlags(le.Uint32(e[8:]))
-	if flags&^(offload.FlagFence|offload.FlagSignaled|offload.FlagSolicited|offload.FlagInline) != 0 {
+	flags := ibv.SendFlags(le.Uint32(e[8:]))
+	if flags&^(ibv.FlagFence|ibv.FlagSignaled|ibv.FlagSolicited|ibv.FlagInline) != 0 {
 		return fmt.Errorf("%w: send flags 0x%x", ErrEntry, uint32(flags))
 	}
-	if nsge > offload.MaxSGE {
+	if nsge > ibv.MaxSGE {
 		return fmt.Errorf("%w: %d SGEs", ErrEntry, nsge)
 	}
-	if inl > offload.MaxInline {
+	if inl > ibv.MaxInline {
 		return fmt.Errorf("%w: %d inline bytes", ErrEntry, inl)
 	}
-	*wr = offload.SendWR{
-		ID: le.Uint64(e[16:]), Opcode: offload.WROpcode(op), Flags: flags,
+	*wr = ibv.SendWR{
+		ID: le.Uint64(e[16:]), Opcode: ibv.WROpcode(op), Flags: flags,
 		RemoteAddr: le.Uint64(e[24:]), RKey: le.Uint32(e[32:]), InvalidateRKey: le.Uint32(e[12:]),
 	}
-	if flags&offload.FlagInline != 0 {
-		copy(buf.Inline[:inl], e[40+offload.MaxSGE*sgeSize:])
+	if flags&ibv.FlagInline != 0 {
+		copy(buf.Inline[:inl], e[40+ibv.MaxSGE*sgeSize:])
 		wr.Inline = buf.Inline[:inl]
 		return nil
 	}
@@ -225,9 +225,9 @@ func DecodeSQE(e []byte, wr *offload.SendWR, buf *SQEBuf) error {
 }
 
 // EncodeRQE writes wr into the entry e.
-func EncodeRQE(e []byte, wr *offload.RecvWR) {
+func EncodeRQE(e []byte, wr *ibv.RecvWR) {
 	_ = e[RQESize-1]
-	n := min(len(wr.SGL), offload.MaxSGE)
+	n := min(len(wr.SGL), ibv.MaxSGE)
 	e[4] = uint8(n)
 	binary.LittleEndian.PutUint64(e[8:], wr.ID)
 	for i, s := range wr.SGL[:n] {
@@ -236,12 +236,12 @@ func EncodeRQE(e []byte, wr *offload.RecvWR) {
 }
 
 // DecodeRQE reads the entry e into wr, whose SGL points into sgl.
-func DecodeRQE(e []byte, wr *offload.RecvWR, sgl *[offload.MaxSGE]offload.SGE) error {
+func DecodeRQE(e []byte, wr *ibv.RecvWR, sgl *[ibv.MaxSGE]ibv.SGE) error {
 	if len(e) < RQESize {
 		return fmt.Errorf("%w: RQE of %d bytes", ErrEntry, len(e))
 	}
 	nsge := int(e[4])
-	if nsge > offload.MaxSGE {
+	if nsge > ibv.MaxSGE {
 		return fmt.Errorf("%w: %d SGEs", ErrEntry, nsge)
 	}
 	wr.ID = binary.LittleEndian.Uint64(e[8:])
@@ -253,7 +253,7 @@ func DecodeRQE(e []byte, wr *offload.RecvWR, sgl *[offload.MaxSGE]offload.SGE) e
 }
 
 // EncodeCQE writes wc into the entry e (everything but the ownership word).
-func EncodeCQE(e []byte, wc *offload.WorkCompletion) {
+func EncodeCQE(e []byte, wc *ibv.WorkCompletion) {
 	_ = e[CQESize-1]
 	le := binary.LittleEndian
 	le.PutUint32(e[4:], uint32(wc.Status))
@@ -267,26 +267,26 @@ func EncodeCQE(e []byte, wc *offload.WorkCompletion) {
 }
 
 // DecodeCQE reads the entry e into wc.
-func DecodeCQE(e []byte, wc *offload.WorkCompletion) error {
+func DecodeCQE(e []byte, wc *ibv.WorkCompletion) error {
 	if len(e) < CQESize {
 		return fmt.Errorf("%w: CQE of %d bytes", ErrEntry, len(e))
 	}
 	le := binary.LittleEndian
-	*wc = offload.WorkCompletion{
-		Status: offload.WCStatus(le.Uint32(e[4:])), ID: le.Uint64(e[8:]),
-		Opcode: offload.WCOpcode(le.Uint32(e[16:])), VendorErr: le.Uint32(e[20:]),
-		ByteLen: le.Uint32(e[24:]), QPNum: le.Uint32(e[28:]), Flags: offload.WCFlags(le.Uint32(e[32:])),
+	*wc = ibv.WorkCompletion{
+		Status: ibv.WCStatus(le.Uint32(e[4:])), ID: le.Uint64(e[8:]),
+		Opcode: ibv.WCOpcode(le.Uint32(e[16:])), VendorErr: le.Uint32(e[20:]),
+		ByteLen: le.Uint32(e[24:]), QPNum: le.Uint32(e[28:]), Flags: ibv.WCFlags(le.Uint32(e[32:])),
 		InvalidatedRKey: le.Uint32(e[36:]),
 	}
 	return nil
 }
 
-func putSGE(b []byte, s offload.SGE) {
+func putSGE(b []byte, s ibv.SGE) {
 	binary.LittleEndian.PutUint64(b, s.Addr)
 	binary.LittleEndian.PutUint32(b[8:], s.Length)
 	binary.LittleEndian.PutUint32(b[12:], s.LKey)
 }
 
-func getSGE(b []byte) offload.SGE {
-	return offload.SGE{Addr: binary.LittleEndian.Uint64(b), Length: binary.LittleEndian.Uint32(b[8:]), LKey: binary.LittleEndian.Uint32(b[12:])}
+func getSGE(b []byte) ibv.SGE {
+	return ibv.SGE{Addr: binary.LittleEndian.Uint64(b), Length: binary.LittleEndian.Uint32(b[8:]), LKey: binary.LittleEndian.Uint32(b[12:])}
 }

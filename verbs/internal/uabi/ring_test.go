@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 func newTestRing(t testing.TB, n int, esz int) *Ring {
@@ -64,20 +64,20 @@ func TestOpenRingRejects(t *testing.T) {
 func TestSQERoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
-		wr   offload.SendWR
+		wr   ibv.SendWR
 	}{
-		{"write-sgl", offload.SendWR{ID: 7, Opcode: offload.WRWrite, Flags: offload.FlagSignaled | offload.FlagFence,
-			SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 1 << 60, Length: 5, LKey: 6}}, RemoteAddr: 0xdead0000, RKey: 0x200}},
-		{"send-inline", offload.SendWR{ID: 1<<64 - 1, Opcode: offload.WRSend, Flags: offload.FlagInline | offload.FlagSolicited, Inline: []byte("hello")}},
-		{"send-inv", offload.SendWR{ID: 9, Opcode: offload.WRSendWithInv, InvalidateRKey: 0x301, SGL: make([]offload.SGE, offload.MaxSGE)}},
-		{"read", offload.SendWR{ID: 3, Opcode: offload.WRRead, SGL: []offload.SGE{{Addr: 8, Length: 4096, LKey: 0x100}}, RemoteAddr: 4, RKey: 5}},
-		{"inline-max", offload.SendWR{Opcode: offload.WRWrite, Flags: offload.FlagInline, Inline: make([]byte, offload.MaxInline)}},
+		{"write-sgl", ibv.SendWR{ID: 7, Opcode: ibv.WRWrite, Flags: ibv.FlagSignaled | ibv.FlagFence,
+			SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 1 << 60, Length: 5, LKey: 6}}, RemoteAddr: 0xdead0000, RKey: 0x200}},
+		{"send-inline", ibv.SendWR{ID: 1<<64 - 1, Opcode: ibv.WRSend, Flags: ibv.FlagInline | ibv.FlagSolicited, Inline: []byte("hello")}},
+		{"send-inv", ibv.SendWR{ID: 9, Opcode: ibv.WRSendWithInv, InvalidateRKey: 0x301, SGL: make([]ibv.SGE, ibv.MaxSGE)}},
+		{"read", ibv.SendWR{ID: 3, Opcode: ibv.WRRead, SGL: []ibv.SGE{{Addr: 8, Length: 4096, LKey: 0x100}}, RemoteAddr: 4, RKey: 5}},
+		{"inline-max", ibv.SendWR{Opcode: ibv.WRWrite, Flags: ibv.FlagInline, Inline: make([]byte, ibv.MaxInline)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := make([]byte, SQESize)
 			EncodeSQE(e, &tt.wr)
-			var got offload.SendWR
+			var got ibv.SendWR
 			var buf SQEBuf
 			if err := DecodeSQE(e, &got, &buf); err != nil {
 				t.Fatal(err)
@@ -85,7 +85,7 @@ func TestSQERoundTrip(t *testing.T) {
 			w := tt.wr
 			if got.ID != w.ID || got.Opcode != w.Opcode || got.Flags != w.Flags || got.RemoteAddr != w.RemoteAddr ||
 				got.RKey != w.RKey || got.InvalidateRKey != w.InvalidateRKey || string(got.Inline) != string(w.Inline) ||
-				len(got.SGL) != len(w.SGL) && w.Flags&offload.FlagInline == 0 {
+				len(got.SGL) != len(w.SGL) && w.Flags&ibv.FlagInline == 0 {
 				t.Fatalf("got %+v, want %+v", got, w)
 			}
 			for i := range got.SGL {
@@ -98,10 +98,10 @@ func TestSQERoundTrip(t *testing.T) {
 }
 
 func TestDecodeSQERejects(t *testing.T) {
-	var wr offload.SendWR
+	var wr ibv.SendWR
 	var buf SQEBuf
 	e := make([]byte, SQESize)
-	e[5] = offload.MaxSGE + 1
+	e[5] = ibv.MaxSGE + 1
 	if err := DecodeSQE(e, &wr, &buf); !errors.Is(err, ErrEntry) {
 		t.Fatalf("7 SGEs: %v", err)
 	}
@@ -121,18 +121,18 @@ func TestDecodeSQERejects(t *testing.T) {
 }
 
 func TestRQEAndCQERoundTrip(t *testing.T) {
-	rq := offload.RecvWR{ID: 42, SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}}}
+	rq := ibv.RecvWR{ID: 42, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}}}
 	e := make([]byte, RQESize)
 	EncodeRQE(e, &rq)
-	var got offload.RecvWR
-	var sgl [offload.MaxSGE]offload.SGE
+	var got ibv.RecvWR
+	var sgl [ibv.MaxSGE]ibv.SGE
 	if err := DecodeRQE(e, &got, &sgl); err != nil || got.ID != 42 || len(got.SGL) != 1 || got.SGL[0] != rq.SGL[0] {
 		t.Fatalf("RQE: %+v %v", got, err)
 	}
-	wc := offload.WorkCompletion{ID: 1, Status: offload.WCRemAccessErr, Opcode: offload.WCRecv, VendorErr: 2, ByteLen: 3, QPNum: 4, Flags: offload.WCWithInv, InvalidatedRKey: 5}
+	wc := ibv.WorkCompletion{ID: 1, Status: ibv.WCRemAccessErr, Opcode: ibv.WCRecv, VendorErr: 2, ByteLen: 3, QPNum: 4, Flags: ibv.WCWithInv, InvalidatedRKey: 5}
 	c := make([]byte, CQESize)
 	EncodeCQE(c, &wc)
-	var gwc offload.WorkCompletion
+	var gwc ibv.WorkCompletion
 	if err := DecodeCQE(c, &gwc); err != nil || gwc != wc {
 		t.Fatalf("CQE: %+v %v", gwc, err)
 	}
@@ -146,7 +146,7 @@ func TestRingOwnership(t *testing.T) {
 			if !r.Free(prod) {
 				t.Fatalf("slot %d not free", prod)
 			}
-			EncodeCQE(r.Entry(prod), &offload.WorkCompletion{ID: uint64(prod)})
+			EncodeCQE(r.Entry(prod), &ibv.WorkCompletion{ID: uint64(prod)})
 			r.Publish(prod, Solicited)
 			prod++
 		}
@@ -158,7 +158,7 @@ func TestRingOwnership(t *testing.T) {
 			if !ok || bits&Solicited == 0 {
 				t.Fatalf("slot %d not ready: %x", cons, bits)
 			}
-			var wc offload.WorkCompletion
+			var wc ibv.WorkCompletion
 			DecodeCQE(r.Entry(cons), &wc)
 			if wc.ID != uint64(cons) {
 				t.Fatalf("slot %d has id %d", cons, wc.ID)
@@ -197,25 +197,25 @@ func TestMapSharedRejectsUnsealed(t *testing.T) {
 
 func FuzzDecodeEntries(f *testing.F) {
 	e := make([]byte, SQESize)
-	EncodeSQE(e, &offload.SendWR{ID: 1, Opcode: offload.WRWrite, SGL: []offload.SGE{{Addr: 1, Length: 2, LKey: 3}}})
+	EncodeSQE(e, &ibv.SendWR{ID: 1, Opcode: ibv.WRWrite, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}}})
 	f.Add(e)
-	EncodeSQE(e, &offload.SendWR{ID: 1, Opcode: offload.WRSend, Flags: offload.FlagInline, Inline: []byte("x")})
+	EncodeSQE(e, &ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.FlagInline, Inline: []byte("x")})
 	f.Add(e)
 	f.Add(make([]byte, 3))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var wr offload.SendWR
+		var wr ibv.SendWR
 		var buf SQEBuf
 		if DecodeSQE(b, &wr, &buf) == nil {
-			if len(wr.SGL) > offload.MaxSGE || len(wr.Inline) > offload.MaxInline {
+			if len(wr.SGL) > ibv.MaxSGE || len(wr.Inline) > ibv.MaxInline {
 				t.Fatalf("decoded %d SGEs, %d inline", len(wr.SGL), len(wr.Inline))
 			}
 		}
-		var rwr offload.RecvWR
-		var sgl [offload.MaxSGE]offload.SGE
-		if DecodeRQE(b, &rwr, &sgl) == nil && len(rwr.SGL) > offload.MaxSGE {
+		var rwr ibv.RecvWR
+		var sgl [ibv.MaxSGE]ibv.SGE
+		if DecodeRQE(b, &rwr, &sgl) == nil && len(rwr.SGL) > ibv.MaxSGE {
 			t.Fatal("too many SGEs")
 		}
-		var wc offload.WorkCompletion
+		var wc ibv.WorkCompletion
 		DecodeCQE(b, &wc)
 	})
 }
@@ -224,8 +224,8 @@ func FuzzDecodeEntries(f *testing.F) {
 // (client), then decode and release (daemon).
 func BenchmarkRingSQE(b *testing.B) {
 	r := newTestRing(b, 64, SQESize)
-	wr := offload.SendWR{ID: 1, Opcode: offload.WRWrite, Flags: offload.FlagInline | offload.FlagSignaled, Inline: make([]byte, 64), RKey: 2}
-	var out offload.SendWR
+	wr := ibv.SendWR{ID: 1, Opcode: ibv.WRWrite, Flags: ibv.FlagInline | ibv.FlagSignaled, Inline: make([]byte, 64), RKey: 2}
+	var out ibv.SendWR
 	var buf SQEBuf
 	var pos uint32
 	b.ReportAllocs()
@@ -246,8 +246,8 @@ func BenchmarkRingSQE(b *testing.B) {
 // BenchmarkRingCQE is one completion through a ring.
 func BenchmarkRingCQE(b *testing.B) {
 	r := newTestRing(b, 64, CQESize)
-	wc := offload.WorkCompletion{ID: 1, Opcode: offload.WCWrite, ByteLen: 64, QPNum: 1}
-	var out offload.WorkCompletion
+	wc := ibv.WorkCompletion{ID: 1, Opcode: ibv.WCWrite, ByteLen: 64, QPNum: 1}
+	var out ibv.WorkCompletion
 	var pos uint32
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,0 +1,78 @@
+package ibv
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Device limits (what a device reports in its attributes).
+const (
+	// MaxSGE is the most scatter/gather elements of a Send, Write or receive.
+	MaxSGE = 6
+	// MaxSGERead is the most elements of an RDMA Read sink: one, an iWARP
+	// limitation (a Read Response targets one STag).
+	MaxSGERead = 1
+	// MaxInline is the most payload bytes of a request posted with FlagInline.
+	MaxInline = 256
+	// MaxIRDORD is the most outstanding RDMA Reads per direction of a QP.
+	MaxIRDORD = 128
+	// MaxQPWR is the largest send or receive queue.
+	MaxQPWR = 16384
+)
+
+// Errors returned by queue-pair calls (not completions: a failed work
+// request is reported as a completion).
+var (
+	// ErrQPState is returned when the QP's state forbids the call.
+	ErrQPState = errors.New("verbs: invalid queue pair state")
+	// ErrQueueFull is returned when a work queue has no free slot.
+	ErrQueueFull = errors.New("verbs: work queue full")
+	// ErrInvalidWR is returned for a malformed work request.
+	ErrInvalidWR = errors.New("verbs: invalid work request")
+)
+
+// sendFlags are the send flags an iWARP RNIC implements.
+const sendFlags = FlagFence | FlagSignaled | FlagSolicited | FlagInline
+
+// CheckSendWR reports whether a send work request is well formed: a
+// supported opcode, known flags, inline data within MaxInline, at most
+// MaxSGE elements (MaxSGERead for an RDMA Read sink, which cannot be
+// inline). Every backend applies it before the request is queued, so the
+// in-process engine and the verbs socket give the same answer. The error
+// wraps ErrInvalidWR.
+func CheckSendWR(wr *SendWR) error {
+	if wr.Flags&^sendFlags != 0 {
+		return fmt.Errorf("%w: send flags 0x%x", ErrInvalidWR, uint32(wr.Flags))
+	}
+	switch wr.Opcode {
+	case WRSend, WRSendWithInv, WRWrite:
+		if wr.Flags&FlagInline != 0 {
+			if len(wr.Inline) > MaxInline {
+				return fmt.Errorf("%w: %d inline bytes, at most %d", ErrInvalidWR, len(wr.Inline), MaxInline)
+			}
+			return nil
+		}
+		if len(wr.SGL) > MaxSGE {
+			return fmt.Errorf("%w: %d SGEs, at most %d", ErrInvalidWR, len(wr.SGL), MaxSGE)
+		}
+	case WRRead:
+		if wr.Flags&FlagInline != 0 {
+			return fmt.Errorf("%w: RDMA Read cannot be inline", ErrInvalidWR)
+		}
+		if len(wr.SGL) > MaxSGERead {
+			return fmt.Errorf("%w: RDMA Read sink has %d SGEs, iWARP allows %d", ErrInvalidWR, len(wr.SGL), MaxSGERead)
+		}
+	default:
+		return fmt.Errorf("%w: opcode %v not supported", ErrInvalidWR, wr.Opcode)
+	}
+	return nil
+}
+
+// CheckRecvWR reports whether a receive work request is well formed (at
+// most MaxSGE elements). The error wraps ErrInvalidWR.
+func CheckRecvWR(wr *RecvWR) error {
+	if len(wr.SGL) > MaxSGE {
+		return fmt.Errorf("%w: %d SGEs, at most %d", ErrInvalidWR, len(wr.SGL), MaxSGE)
+	}
+	return nil
+}
