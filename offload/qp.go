@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -117,6 +118,7 @@ type QP struct {
 	p2pRTR    mpa.RTR // RTR still to send (initiator) or to receive (responder)
 	term      *rdmap.Terminate
 	termSent  bool
+	termDone  chan struct{} // closed once term is on the wire (or failed to go)
 	closing   bool
 	connected bool
 	conn      *netstack.Conn
@@ -232,7 +234,7 @@ func (qp *QP) Modify(s ibv.QPState) error {
 		}
 		qp.state = ibv.QPReset
 		qp.inErr.Store(false)
-		qp.closing, qp.term, qp.termSent, qp.p2pRTR = false, nil, false, 0
+		qp.closing, qp.term, qp.termSent, qp.termDone, qp.p2pRTR = false, nil, false, nil, 0
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
@@ -404,17 +406,35 @@ func (qp *QP) errorLocked(firstStatus ibv.WCStatus) {
 	qp.txCond.Broadcast()
 }
 
+// termFlushTimeout bounds how long Disconnect waits for a queued Terminate
+// to reach TCP (the peer's window may stay shut).
+const termFlushTimeout = 2 * time.Second
+
 // Disconnect ends the connection as rdma_disconnect does on iWARP: the QP
 // enters ERR, outstanding work is flushed, and the TCP connection is closed
 // with a FIN. It returns once the engine's goroutines have stopped.
+//
+// A Terminate the engine has queued goes out first (RFC 5040 §7: the
+// Terminate precedes the close), however soon after the error completion
+// the application disconnects or destroys the QP.
 func (qp *QP) Disconnect() {
 	qp.mu.Lock()
 	qp.errorLocked(ibv.WCSuccess)
 	qp.closing = true
 	conn := qp.conn
 	done := qp.done
+	termDone := qp.termDone
 	qp.txCond.Broadcast()
 	qp.mu.Unlock()
+	if termDone != nil {
+		t := time.NewTimer(termFlushTimeout)
+		select {
+		case <-termDone:
+		case <-t.C:
+			qp.dev.logf("QP %d: Terminate not sent within %v; closing", qp.num, termFlushTimeout)
+		}
+		t.Stop()
+	}
 	if conn != nil {
 		conn.Close()
 	}
