@@ -1,0 +1,240 @@
+package uabi
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+)
+
+// OpInfo describes one op of the verbs socket: its request, its reply
+// (after the reply's Status) and the descriptors each carries.
+type OpInfo struct {
+	Op         uint16
+	Name       string
+	Request    Msg
+	RequestFDs int
+	// Reply is nil for an op without a reply of its own (Cancel).
+	Reply    Msg
+	ReplyFDs int
+}
+
+// Ops is the verbs socket's protocol, every op with its request and reply
+// type: the single source of truth for both ends. The Go client (package
+// verbs) and the daemon (package verbs/uverbs) encode and decode with these
+// types only, and a client in another language (the C library) is checked
+// against this table: Fields lists each message's fields in wire order
+// with their kinds and sizes, so a test or a generator can turn the table
+// into a C header. testdata/messages.golden holds sample bytes of every
+// message.
+//
+//	op  name           request (fds)                                   reply (fds)
+//	 1  Hello          Version                                         HelloReply: version, name, fw, GUID, caps
+//	 2  AllocPD        Empty                                           Handle, PDNum
+//	 3  DeallocPD      Ref                                             Empty
+//	 4  RegMR          PD, Offset, Length, IOVA, Access (1: memfd)     Handle, STag
+//	 5  DeregMR        Ref                                             Empty
+//	 6  CreateCQ       Depth                                           Handle, Count, Size (2: ring memfd, notify eventfd)
+//	 7  DestroyCQ      Ref                                             Empty
+//	 8  CreateQP       PD, SendCQ, RecvCQ, MaxSendWR, MaxRecvWR, SignalAll  Handle, Num, SQCount, RQCount, SQBytes, Total (2: rings memfd, doorbell eventfd)
+//	 9  DestroyQP      Ref                                             Empty
+//	10  ModifyQP       Handle, State                                   Empty
+//	11  QueryQP        Ref                                             QueryQPReply: state, endpoints, MPA params, depths
+//	12  Connect        Handle, Remote, ConnParam                       Empty (StRejected: detail = private data)
+//	13  Disconnect     Ref                                             Empty
+//	14  Listen         Addr, Backlog                                   Handle, Addr
+//	15  CloseListener  Ref                                             Empty
+//	16  GetRequest     Ref                                             ConnRequest: Handle, Remote, PrivateData, IRD, ORD
+//	17  Accept         Request, QP, ConnParam                          Empty
+//	18  Reject         Request, PrivateData                            Empty
+//	19  Cancel         Seq                                             none (the canceled request replies StCanceled)
+//
+// Events (op OpEvent, sequence number 0) are a u32 kind and its body: see
+// Events.
+var Ops = []OpInfo{
+	{Op: OpHello, Name: "Hello", Request: &Hello{}, Reply: &HelloReply{}},
+	{Op: OpAllocPD, Name: "AllocPD", Request: &Empty{}, Reply: &AllocPDReply{}},
+	{Op: OpDeallocPD, Name: "DeallocPD", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpRegMR, Name: "RegMR", Request: &RegMR{}, RequestFDs: 1, Reply: &RegMRReply{}},
+	{Op: OpDeregMR, Name: "DeregMR", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpCreateCQ, Name: "CreateCQ", Request: &CreateCQ{}, Reply: &CreateCQReply{}, ReplyFDs: 2},
+	{Op: OpDestroyCQ, Name: "DestroyCQ", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpCreateQP, Name: "CreateQP", Request: &CreateQP{}, Reply: &CreateQPReply{}, ReplyFDs: 2},
+	{Op: OpDestroyQP, Name: "DestroyQP", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpModifyQP, Name: "ModifyQP", Request: &ModifyQP{}, Reply: &Empty{}},
+	{Op: OpQueryQP, Name: "QueryQP", Request: &Ref{}, Reply: &QueryQPReply{}},
+	{Op: OpConnect, Name: "Connect", Request: &Connect{}, Reply: &Empty{}},
+	{Op: OpDisconnect, Name: "Disconnect", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpListen, Name: "Listen", Request: &Listen{}, Reply: &ListenReply{}},
+	{Op: OpCloseListener, Name: "CloseListener", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpGetRequest, Name: "GetRequest", Request: &Ref{}, Reply: &ConnRequest{}},
+	{Op: OpAccept, Name: "Accept", Request: &Accept{}, Reply: &Empty{}},
+	{Op: OpReject, Name: "Reject", Request: &Reject{}, Reply: &Empty{}},
+	{Op: OpCancel, Name: "Cancel", Request: &Cancel{}},
+}
+
+// EventInfo describes one kind of event.
+type EventInfo struct {
+	Kind uint32
+	Name string
+	Body Msg
+}
+
+// Events are the kinds of OpEvent messages with their bodies (after the
+// u32 kind).
+var Events = []EventInfo{
+	{Kind: EvQP, Name: "QP", Body: &QPEvent{}},
+	{Kind: EvDeviceRemoved, Name: "DeviceRemoved", Body: &DeviceRemoved{}},
+}
+
+// Lookup returns the description of op.
+func Lookup(op uint16) (OpInfo, bool) {
+	if op == 0 || int(op) > len(Ops) {
+		return OpInfo{}, false
+	}
+	return Ops[op-1], true
+}
+
+// OpName is op's name, or "op N" for an unknown one.
+func OpName(op uint16) string {
+	if in, ok := Lookup(op &^ ReplyBit); ok {
+		return in.Name
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
+// NewRequest returns a fresh request of op to decode into.
+func NewRequest(op uint16) (Msg, bool) {
+	in, ok := Lookup(op)
+	if !ok {
+		return nil, false
+	}
+	return newMsg(in.Request), true
+}
+
+func newMsg(m Msg) Msg { return reflect.New(reflect.TypeOf(m).Elem()).Interface().(Msg) }
+
+// Kind is how a field travels.
+type Kind string
+
+// Field kinds, little-endian.
+const (
+	KindU8    Kind = "u8"    // 1 byte; a bool is 0 or 1
+	KindU16   Kind = "u16"   // 2 bytes
+	KindU32   Kind = "u32"   // 4 bytes
+	KindU64   Kind = "u64"   // 8 bytes
+	KindBytes Kind = "bytes" // u16 length, then at most 1024 bytes (strings too)
+	KindAddr  Kind = "addr"  // u8 family (0 none, 4, 6), 16 bytes (IPv4-mapped for 4), u16 port
+)
+
+// AddrSize is the size of a KindAddr field.
+const AddrSize = 1 + 16 + 2
+
+// Field is one field of a message on the wire.
+type Field struct {
+	// Name is the Go field's name; a field of a nested struct is
+	// Outer.Inner (Param.InitiatorDepth).
+	Name string
+	Kind Kind
+	// Size is the field's size in bytes, 0 for KindBytes (2 + its length).
+	Size int
+}
+
+var (
+	addrPortType = reflect.TypeFor[netip.AddrPort]()
+	kindSizes    = map[Kind]int{KindU8: 1, KindU16: 2, KindU32: 4, KindU64: 8, KindAddr: AddrSize}
+)
+
+// Fields lists m's fields in wire order: its struct's fields, nested
+// structs flattened.
+func Fields(m Msg) []Field {
+	return appendFields(nil, "", reflect.TypeOf(m).Elem())
+}
+
+func appendFields(out []Field, prefix string, t reflect.Type) []Field {
+	for f := range t.Fields() {
+		name := prefix + f.Name
+		var k Kind
+		switch {
+		case f.Type == addrPortType:
+			k = KindAddr
+		case f.Type.Kind() == reflect.Struct:
+			out = appendFields(out, name+".", f.Type)
+			continue
+		case f.Type.Kind() == reflect.Bool || f.Type.Kind() == reflect.Uint8:
+			k = KindU8
+		case f.Type.Kind() == reflect.Uint16:
+			k = KindU16
+		case f.Type.Kind() == reflect.Uint32:
+			k = KindU32
+		case f.Type.Kind() == reflect.Uint64:
+			k = KindU64
+		case f.Type.Kind() == reflect.String, f.Type == reflect.TypeFor[[]byte]():
+			k = KindBytes
+		default:
+			panic(fmt.Sprintf("uabi: field %s of %v: no wire kind for %v", name, t, f.Type))
+		}
+		out = append(out, Field{Name: name, Kind: k, Size: kindSizes[k]})
+	}
+	return out
+}
+
+// Message encodes a whole message of op with body m (nil: empty).
+func (e *Enc) Message(op uint16, seq uint32, m Msg, nfds int) []byte {
+	e.Begin(op, seq)
+	if m != nil {
+		m.Encode(e)
+	}
+	return e.Finish(nfds)
+}
+
+// Reply encodes a whole reply to op: st, then, if st is StOK, body m.
+func (e *Enc) Reply(op uint16, seq uint32, st Status, m Msg, nfds int) []byte {
+	e.Begin(op|ReplyBit, seq)
+	st.Encode(e)
+	if m != nil && st.Code == StOK {
+		m.Encode(e)
+	}
+	return e.Finish(nfds)
+}
+
+// Event encodes a whole event of kind with body m.
+func (e *Enc) Event(kind uint32, m Msg) []byte {
+	e.Begin(OpEvent, 0)
+	e.U32(kind)
+	m.Encode(e)
+	return e.Finish(0)
+}
+
+// Decode decodes body, a whole message body, into m.
+func Decode(body []byte, m Msg) error {
+	return m.Decode(&Dec{B: body})
+}
+
+// DecodeEvent decodes an event's body: its kind and a fresh body of that
+// kind.
+func DecodeEvent(body []byte) (uint32, Msg, error) {
+	d := &Dec{B: body}
+	kind := d.U32()
+	for _, ev := range Events {
+		if ev.Kind == kind {
+			m := newMsg(ev.Body)
+			return kind, m, m.Decode(d)
+		}
+	}
+	if d.Err != nil {
+		return 0, nil, d.Err
+	}
+	return kind, nil, fmt.Errorf("%w: unknown event kind %d", ErrBadMessage, kind)
+}
+
+// Bool appends b as a u8 (0 or 1).
+func (e *Enc) Bool(b bool) {
+	if b {
+		e.U8(1)
+	} else {
+		e.U8(0)
+	}
+}
+
+// Bool reads a u8; any value but 0 is true.
+func (d *Dec) Bool() bool { return d.U8() != 0 }
