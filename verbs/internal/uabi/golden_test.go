@@ -88,14 +88,12 @@ func samples() []sample {
 		{name: "reject reply", op: OpReject, st: ok, m: &Empty{}},
 		{name: "cancel", op: OpCancel, m: &Cancel{Seq: 5}},
 		{name: "error reply", op: OpConnect, st: &Status{Code: StBadHandle, Msg: "no QP with handle 17"}},
-		{name: "errno reply", op: OpConnect, st: ptr(ErrnoStatus("connection refused", 111))},
+		{name: "errno reply", op: OpConnect, st: &Status{Code: StError, Msg: "connection refused", Detail: ErrnoDetail(111)}},
 		{name: "rejected reply", op: OpConnect, st: &Status{Code: StRejected, Msg: "MPA markers rejected", Detail: samplePData}},
 		{name: "qp event", op: OpEvent, kind: EvQP, m: &QPEvent{QP: 0x15, Type: 2, Code: 0x0102, Err: "peer reset"}},
 		{name: "device removed event", op: OpEvent, kind: EvDeviceRemoved, m: &DeviceRemoved{Reason: "daemon shutting down"}},
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // packet encodes s as a whole packet.
 func (s sample) packet() []byte {

@@ -455,17 +455,18 @@ func (m *Status) Decode(d *Dec) error {
 	return d.End()
 }
 
-// ErrnoStatus is StError for a system error, with errno as its detail.
-func ErrnoStatus(msg string, errno syscall.Errno) Status {
-	return Status{Code: StError, Msg: msg, Detail: binary.BigEndian.AppendUint32(nil, uint32(errno))}
+// ErrnoDetail is the detail of an StError status for a system error:
+// errno, u32 big-endian.
+func ErrnoDetail(errno syscall.Errno) []byte {
+	return binary.BigEndian.AppendUint32(nil, uint32(errno))
 }
 
-// Errno is the system error of an StError status, or 0.
-func (m *Status) Errno() syscall.Errno {
-	if m.Code != StError || len(m.Detail) != 4 {
+// DetailErrno is the system error of an StError status's detail, or 0.
+func DetailErrno(detail []byte) syscall.Errno {
+	if len(detail) != 4 {
 		return 0
 	}
-	return syscall.Errno(binary.BigEndian.Uint32(m.Detail))
+	return syscall.Errno(binary.BigEndian.Uint32(detail))
 }
 
 // QPEvent (EvQP) is a QP's connection event (ibv.Event).
