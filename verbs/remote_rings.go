@@ -384,7 +384,7 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = ibv.CheckSendWR(wr); err != nil {
+		if err = ibv.CheckPostSend(q.num, i, wr); err != nil {
 			break
 		}
 		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.Free(q.sqProd) {
@@ -418,7 +418,7 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = ibv.CheckRecvWR(wr); err != nil {
+		if err = ibv.CheckPostRecv(q.num, i, wr); err != nil {
 			break
 		}
 		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.Free(q.rqProd) {
