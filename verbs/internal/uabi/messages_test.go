@@ -117,7 +117,7 @@ func TestMessagesMatchFields(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := filled(m, len(name))
 			var e Enc
-			m.Encode(&e)
+			e.Msg(m)
 			fields := Fields(m)
 			got := wireValues(t, fields, e.B)
 			if want := structValues(reflect.ValueOf(m).Elem()); !reflect.DeepEqual(got, want) {
@@ -183,7 +183,7 @@ func TestSamplesRoundTrip(t *testing.T) {
 			}
 			if err == nil && s.m != nil {
 				got = newMsg(s.m)
-				err = got.Decode(d)
+				err = d.Msg(got)
 			}
 		default:
 			got, _ = NewRequest(h.Op)
@@ -203,7 +203,7 @@ func TestDecodeRejects(t *testing.T) {
 	for name, m := range allBodies() {
 		m := filled(m, 3)
 		var e Enc
-		m.Encode(&e)
+		e.Msg(m)
 		for n := range len(e.B) {
 			if err := Decode(e.B[:n], newMsg(m)); !errors.Is(err, ErrBadMessage) {
 				t.Errorf("%s cut to %d of %d bytes: %v", name, n, len(e.B), err)
@@ -257,7 +257,7 @@ func seeds(f *testing.F, replies bool) {
 // again.
 func roundTrip(t *testing.T, m Msg) {
 	var e Enc
-	m.Encode(&e)
+	e.Msg(m)
 	again := newMsg(m)
 	if err := Decode(e.B, again); err != nil || !reflect.DeepEqual(again, m) {
 		t.Fatalf("%T %+v: re-encoded, decodes to %+v, %v", m, m, again, err)
@@ -300,7 +300,7 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		m := newMsg(in.Reply)
-		if err := m.Decode(d); err != nil {
+		if err := d.Msg(m); err != nil {
 			if !errors.Is(err, ErrBadMessage) {
 				t.Fatalf("error %v is not ErrBadMessage", err)
 			}

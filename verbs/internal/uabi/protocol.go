@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"sync"
 )
 
 // OpInfo describes one op of the verbs socket: its request, its reply
@@ -113,7 +114,9 @@ func NewRequest(op uint16) (Msg, bool) {
 
 func newMsg(m Msg) Msg { return reflect.New(reflect.TypeOf(m).Elem()).Interface().(Msg) }
 
-// Kind is how a field travels.
+// Kind is how a field travels; a message struct's field types map to
+// kinds: bool and uint8 u8, uint16 u16, uint32 u32, uint64 u64, string and
+// []byte bytes, netip.AddrPort addr, and a nested struct is its fields.
 type Kind string
 
 // Field kinds, little-endian.
@@ -141,48 +144,133 @@ type Field struct {
 
 var (
 	addrPortType = reflect.TypeFor[netip.AddrPort]()
+	bytesType    = reflect.TypeFor[[]byte]()
 	kindSizes    = map[Kind]int{KindU8: 1, KindU16: 2, KindU32: 4, KindU64: 8, KindAddr: AddrSize}
+	plans        sync.Map // reflect.Type → []planField
 )
+
+// planField is a Field with where it is in its struct.
+type planField struct {
+	Field
+	index []int
+	typ   reflect.Type
+}
 
 // Fields lists m's fields in wire order: its struct's fields, nested
 // structs flattened.
 func Fields(m Msg) []Field {
-	return appendFields(nil, "", reflect.TypeOf(m).Elem())
-}
-
-func appendFields(out []Field, prefix string, t reflect.Type) []Field {
-	for f := range t.Fields() {
-		name := prefix + f.Name
-		var k Kind
-		switch {
-		case f.Type == addrPortType:
-			k = KindAddr
-		case f.Type.Kind() == reflect.Struct:
-			out = appendFields(out, name+".", f.Type)
-			continue
-		case f.Type.Kind() == reflect.Bool || f.Type.Kind() == reflect.Uint8:
-			k = KindU8
-		case f.Type.Kind() == reflect.Uint16:
-			k = KindU16
-		case f.Type.Kind() == reflect.Uint32:
-			k = KindU32
-		case f.Type.Kind() == reflect.Uint64:
-			k = KindU64
-		case f.Type.Kind() == reflect.String, f.Type == reflect.TypeFor[[]byte]():
-			k = KindBytes
-		default:
-			panic(fmt.Sprintf("uabi: field %s of %v: no wire kind for %v", name, t, f.Type))
-		}
-		out = append(out, Field{Name: name, Kind: k, Size: kindSizes[k]})
+	p := plan(reflect.TypeOf(m).Elem())
+	out := make([]Field, len(p))
+	for i, f := range p {
+		out[i] = f.Field
 	}
 	return out
+}
+
+// plan returns the fields of struct type t, computed once.
+func plan(t reflect.Type) []planField {
+	if p, ok := plans.Load(t); ok {
+		return p.([]planField)
+	}
+	p, _ := plans.LoadOrStore(t, appendPlan(nil, "", nil, t))
+	return p.([]planField)
+}
+
+func appendPlan(out []planField, prefix string, index []int, t reflect.Type) []planField {
+	for f := range t.Fields() {
+		name, idx := prefix+f.Name, append(index[:len(index):len(index)], f.Index...)
+		var k Kind
+		switch ft := f.Type; {
+		case ft == addrPortType:
+			k = KindAddr
+		case ft.Kind() == reflect.Struct:
+			out = appendPlan(out, name+".", idx, ft)
+			continue
+		case ft.Kind() == reflect.Bool || ft.Kind() == reflect.Uint8:
+			k = KindU8
+		case ft.Kind() == reflect.Uint16:
+			k = KindU16
+		case ft.Kind() == reflect.Uint32:
+			k = KindU32
+		case ft.Kind() == reflect.Uint64:
+			k = KindU64
+		case ft.Kind() == reflect.String, ft == bytesType:
+			k = KindBytes
+		default:
+			panic(fmt.Sprintf("uabi: field %s of %v: no wire kind for %v", name, t, ft))
+		}
+		out = append(out, planField{Field: Field{Name: name, Kind: k, Size: kindSizes[k]}, index: idx, typ: f.Type})
+	}
+	return out
+}
+
+// Msg appends m's fields, in order.
+func (e *Enc) Msg(m Msg) {
+	v := reflect.ValueOf(m).Elem()
+	for _, f := range plan(v.Type()) {
+		fv := v.FieldByIndex(f.index)
+		switch f.Kind {
+		case KindU8:
+			if f.typ.Kind() == reflect.Bool {
+				e.Bool(fv.Bool())
+			} else {
+				e.U8(uint8(fv.Uint()))
+			}
+		case KindU16:
+			e.U16(uint16(fv.Uint()))
+		case KindU32:
+			e.U32(uint32(fv.Uint()))
+		case KindU64:
+			e.U64(fv.Uint())
+		case KindAddr:
+			e.AddrPort(fv.Interface().(netip.AddrPort))
+		case KindBytes:
+			if f.typ == bytesType {
+				e.Bytes(fv.Bytes())
+			} else {
+				e.String(fv.String())
+			}
+		}
+	}
+}
+
+// Msg reads m's fields, in order, and fails (ErrBadMessage) on a short body
+// or trailing bytes.
+func (d *Dec) Msg(m Msg) error {
+	v := reflect.ValueOf(m).Elem()
+	for _, f := range plan(v.Type()) {
+		fv := v.FieldByIndex(f.index)
+		switch f.Kind {
+		case KindU8:
+			if f.typ.Kind() == reflect.Bool {
+				fv.SetBool(d.Bool())
+			} else {
+				fv.SetUint(uint64(d.U8()))
+			}
+		case KindU16:
+			fv.SetUint(uint64(d.U16()))
+		case KindU32:
+			fv.SetUint(uint64(d.U32()))
+		case KindU64:
+			fv.SetUint(d.U64())
+		case KindAddr:
+			fv.Set(reflect.ValueOf(d.AddrPort()))
+		case KindBytes:
+			if f.typ == bytesType {
+				fv.SetBytes(d.Bytes())
+			} else {
+				fv.SetString(d.String())
+			}
+		}
+	}
+	return d.End()
 }
 
 // Message encodes a whole message of op with body m (nil: empty).
 func (e *Enc) Message(op uint16, seq uint32, m Msg, nfds int) []byte {
 	e.Begin(op, seq)
 	if m != nil {
-		m.Encode(e)
+		e.Msg(m)
 	}
 	return e.Finish(nfds)
 }
@@ -192,7 +280,7 @@ func (e *Enc) Reply(op uint16, seq uint32, st Status, m Msg, nfds int) []byte {
 	e.Begin(op|ReplyBit, seq)
 	st.Encode(e)
 	if m != nil && st.Code == StOK {
-		m.Encode(e)
+		e.Msg(m)
 	}
 	return e.Finish(nfds)
 }
@@ -201,13 +289,13 @@ func (e *Enc) Reply(op uint16, seq uint32, st Status, m Msg, nfds int) []byte {
 func (e *Enc) Event(kind uint32, m Msg) []byte {
 	e.Begin(OpEvent, 0)
 	e.U32(kind)
-	m.Encode(e)
+	e.Msg(m)
 	return e.Finish(0)
 }
 
 // Decode decodes body, a whole message body, into m.
 func Decode(body []byte, m Msg) error {
-	return m.Decode(&Dec{B: body})
+	return (&Dec{B: body}).Msg(m)
 }
 
 // DecodeEvent decodes an event's body: its kind and a fresh body of that
@@ -218,7 +306,7 @@ func DecodeEvent(body []byte) (uint32, Msg, error) {
 	for _, ev := range Events {
 		if ev.Kind == kind {
 			m := newMsg(ev.Body)
-			return kind, m, m.Decode(d)
+			return kind, m, d.Msg(m)
 		}
 	}
 	if d.Err != nil {
