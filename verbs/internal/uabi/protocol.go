@@ -25,8 +25,8 @@ type OpInfo struct {
 // types only, and a client in another language (the C library) is checked
 // against this table: Fields lists each message's fields in wire order
 // with their kinds and sizes, so a test or a generator can turn the table
-// into a C header. testdata/messages.golden holds sample bytes of every
-// message.
+// into a C header (CHeader does: testdata/siwtun_uabi.h).
+// testdata/messages.golden holds sample bytes of every message.
 //
 //	op  name           request (fds)                                   reply (fds)
 //	 1  Hello          Version                                         HelloReply: version, name, fw, GUID, caps
