@@ -145,15 +145,52 @@ type Field struct {
 var (
 	addrPortType = reflect.TypeFor[netip.AddrPort]()
 	bytesType    = reflect.TypeFor[[]byte]()
-	kindSizes    = map[Kind]int{KindU8: 1, KindU16: 2, KindU32: 4, KindU64: 8, KindAddr: AddrSize}
 	plans        sync.Map // reflect.Type → []planField
 )
 
-// planField is a Field with where it is in its struct.
+// codec moves one field of a Go type: its kind, its encoder and decoder.
+type codec struct {
+	kind Kind
+	size int
+	enc  func(*Enc, reflect.Value)
+	dec  func(*Dec, reflect.Value)
+}
+
+// codecs by Go type kind; netip.AddrPort and []byte are checked first.
+var (
+	addrCodec = codec{KindAddr, AddrSize,
+		func(e *Enc, v reflect.Value) { e.AddrPort(v.Interface().(netip.AddrPort)) },
+		func(d *Dec, v reflect.Value) { v.Set(reflect.ValueOf(d.AddrPort())) }}
+	bytesCodec = codec{KindBytes, 0,
+		func(e *Enc, v reflect.Value) { e.Bytes(v.Bytes()) },
+		func(d *Dec, v reflect.Value) { v.SetBytes(d.Bytes()) }}
+	codecs = map[reflect.Kind]codec{
+		reflect.Bool: {KindU8, 1,
+			func(e *Enc, v reflect.Value) { e.Bool(v.Bool()) },
+			func(d *Dec, v reflect.Value) { v.SetBool(d.Bool()) }},
+		reflect.Uint8: {KindU8, 1,
+			func(e *Enc, v reflect.Value) { e.U8(uint8(v.Uint())) },
+			func(d *Dec, v reflect.Value) { v.SetUint(uint64(d.U8())) }},
+		reflect.Uint16: {KindU16, 2,
+			func(e *Enc, v reflect.Value) { e.U16(uint16(v.Uint())) },
+			func(d *Dec, v reflect.Value) { v.SetUint(uint64(d.U16())) }},
+		reflect.Uint32: {KindU32, 4,
+			func(e *Enc, v reflect.Value) { e.U32(uint32(v.Uint())) },
+			func(d *Dec, v reflect.Value) { v.SetUint(uint64(d.U32())) }},
+		reflect.Uint64: {KindU64, 8,
+			func(e *Enc, v reflect.Value) { e.U64(v.Uint()) },
+			func(d *Dec, v reflect.Value) { v.SetUint(d.U64()) }},
+		reflect.String: {KindBytes, 0,
+			func(e *Enc, v reflect.Value) { e.String(v.String()) },
+			func(d *Dec, v reflect.Value) { v.SetString(d.String()) }},
+	}
+)
+
+// planField is a Field with where it is in its struct and how it moves.
 type planField struct {
 	Field
 	index []int
-	typ   reflect.Type
+	codec codec
 }
 
 // Fields lists m's fields in wire order: its struct's fields, nested
@@ -179,27 +216,20 @@ func plan(t reflect.Type) []planField {
 func appendPlan(out []planField, prefix string, index []int, t reflect.Type) []planField {
 	for f := range t.Fields() {
 		name, idx := prefix+f.Name, append(index[:len(index):len(index)], f.Index...)
-		var k Kind
-		switch ft := f.Type; {
-		case ft == addrPortType:
-			k = KindAddr
-		case ft.Kind() == reflect.Struct:
-			out = appendPlan(out, name+".", idx, ft)
+		c, ok := codecs[f.Type.Kind()]
+		switch {
+		case f.Type == addrPortType:
+			c, ok = addrCodec, true
+		case f.Type == bytesType:
+			c, ok = bytesCodec, true
+		case f.Type.Kind() == reflect.Struct:
+			out = appendPlan(out, name+".", idx, f.Type)
 			continue
-		case ft.Kind() == reflect.Bool || ft.Kind() == reflect.Uint8:
-			k = KindU8
-		case ft.Kind() == reflect.Uint16:
-			k = KindU16
-		case ft.Kind() == reflect.Uint32:
-			k = KindU32
-		case ft.Kind() == reflect.Uint64:
-			k = KindU64
-		case ft.Kind() == reflect.String, ft == bytesType:
-			k = KindBytes
-		default:
-			panic(fmt.Sprintf("uabi: field %s of %v: no wire kind for %v", name, t, ft))
 		}
-		out = append(out, planField{Field: Field{Name: name, Kind: k, Size: kindSizes[k]}, index: idx, typ: f.Type})
+		if !ok {
+			panic(fmt.Sprintf("uabi: field %s of %v: no wire kind for %v", name, t, f.Type))
+		}
+		out = append(out, planField{Field: Field{Name: name, Kind: c.kind, Size: c.size}, index: idx, codec: c})
 	}
 	return out
 }
@@ -208,29 +238,7 @@ func appendPlan(out []planField, prefix string, index []int, t reflect.Type) []p
 func (e *Enc) Msg(m Msg) {
 	v := reflect.ValueOf(m).Elem()
 	for _, f := range plan(v.Type()) {
-		fv := v.FieldByIndex(f.index)
-		switch f.Kind {
-		case KindU8:
-			if f.typ.Kind() == reflect.Bool {
-				e.Bool(fv.Bool())
-			} else {
-				e.U8(uint8(fv.Uint()))
-			}
-		case KindU16:
-			e.U16(uint16(fv.Uint()))
-		case KindU32:
-			e.U32(uint32(fv.Uint()))
-		case KindU64:
-			e.U64(fv.Uint())
-		case KindAddr:
-			e.AddrPort(fv.Interface().(netip.AddrPort))
-		case KindBytes:
-			if f.typ == bytesType {
-				e.Bytes(fv.Bytes())
-			} else {
-				e.String(fv.String())
-			}
-		}
+		f.codec.enc(e, v.FieldByIndex(f.index))
 	}
 }
 
@@ -239,29 +247,7 @@ func (e *Enc) Msg(m Msg) {
 func (d *Dec) Msg(m Msg) error {
 	v := reflect.ValueOf(m).Elem()
 	for _, f := range plan(v.Type()) {
-		fv := v.FieldByIndex(f.index)
-		switch f.Kind {
-		case KindU8:
-			if f.typ.Kind() == reflect.Bool {
-				fv.SetBool(d.Bool())
-			} else {
-				fv.SetUint(uint64(d.U8()))
-			}
-		case KindU16:
-			fv.SetUint(uint64(d.U16()))
-		case KindU32:
-			fv.SetUint(uint64(d.U32()))
-		case KindU64:
-			fv.SetUint(d.U64())
-		case KindAddr:
-			fv.Set(reflect.ValueOf(d.AddrPort()))
-		case KindBytes:
-			if f.typ == bytesType {
-				fv.SetBytes(d.Bytes())
-			} else {
-				fv.SetString(d.String())
-			}
-		}
+		f.codec.dec(d, v.FieldByIndex(f.index))
 	}
 	return d.End()
 }
