@@ -1,9 +1,12 @@
 package uabi
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
@@ -46,4 +49,31 @@ func TestCName(t *testing.T) {
 			t.Errorf("cName(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestOpsDocTable checks that the table in Ops' doc comment is Ops.
+func TestOpsDocTable(t *testing.T) {
+	src, err := os.ReadFile("protocol.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := opsDocTable()
+	if !strings.Contains(string(src), want) {
+		t.Errorf("the table of Ops' doc comment is not Ops; it should read\n%s", want)
+	}
+}
+
+// opsDocTable renders Ops as the table of its doc comment.
+func opsDocTable() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "//\top  name           request        fds  reply           fds\n")
+	for _, op := range Ops {
+		reply, fds := "none", "-"
+		if op.Reply != nil {
+			reply, fds = reflect.TypeOf(op.Reply).Elem().Name(), fmt.Sprint(op.ReplyFDs)
+		}
+		fmt.Fprintf(&b, "//\t%2d  %-14s %-14s %d    %-15s %s\n", op.Op, op.Name,
+			reflect.TypeOf(op.Request).Elem().Name(), op.RequestFDs, reply, fds)
+	}
+	return b.String()
 }

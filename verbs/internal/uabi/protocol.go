@@ -28,26 +28,32 @@ type OpInfo struct {
 // into a C header (CHeader does: testdata/siwtun_uabi.h).
 // testdata/messages.golden holds sample bytes of every message.
 //
-//	op  name           request (fds)                                   reply (fds)
-//	 1  Hello          Version                                         HelloReply: version, name, fw, GUID, caps
-//	 2  AllocPD        Empty                                           Handle, PDNum
-//	 3  DeallocPD      Ref                                             Empty
-//	 4  RegMR          PD, Offset, Length, IOVA, Access (1: memfd)     Handle, STag
-//	 5  DeregMR        Ref                                             Empty
-//	 6  CreateCQ       Depth                                           Handle, Count, Size (2: ring memfd, notify eventfd)
-//	 7  DestroyCQ      Ref                                             Empty
-//	 8  CreateQP       PD, SendCQ, RecvCQ, MaxSendWR, MaxRecvWR, SignalAll  Handle, Num, SQCount, RQCount, SQBytes, Total (2: rings memfd, doorbell eventfd)
-//	 9  DestroyQP      Ref                                             Empty
-//	10  ModifyQP       Handle, State                                   Empty
-//	11  QueryQP        Ref                                             QueryQPReply: state, endpoints, MPA params, depths
-//	12  Connect        Handle, Remote, ConnParam                       Empty (StRejected: detail = private data)
-//	13  Disconnect     Ref                                             Empty
-//	14  Listen         Addr, Backlog                                   Handle, Addr
-//	15  CloseListener  Ref                                             Empty
-//	16  GetRequest     Ref                                             ConnRequest: Handle, Remote, PrivateData, IRD, ORD
-//	17  Accept         Request, QP, ConnParam                          Empty
-//	18  Reject         Request, PrivateData                            Empty
-//	19  Cancel         Seq                                             none (the canceled request replies StCanceled)
+//	op  name           request        fds  reply           fds
+//	 1  Hello          Hello          0    HelloReply      0
+//	 2  AllocPD        Empty          0    AllocPDReply    0
+//	 3  DeallocPD      Ref            0    Empty           0
+//	 4  RegMR          RegMR          1    RegMRReply      0
+//	 5  DeregMR        Ref            0    Empty           0
+//	 6  CreateCQ       CreateCQ       0    CreateCQReply   2
+//	 7  DestroyCQ      Ref            0    Empty           0
+//	 8  CreateQP       CreateQP       0    CreateQPReply   2
+//	 9  DestroyQP      Ref            0    Empty           0
+//	10  ModifyQP       ModifyQP       0    Empty           0
+//	11  QueryQP        Ref            0    QueryQPReply    0
+//	12  Connect        Connect        0    Empty           0
+//	13  Disconnect     Ref            0    Empty           0
+//	14  Listen         Listen         0    ListenReply     0
+//	15  CloseListener  Ref            0    Empty           0
+//	16  GetRequest     Ref            0    ConnRequest     0
+//	17  Accept         Accept         0    Empty           0
+//	18  Reject         Reject         0    Empty           0
+//	19  Cancel         Cancel         0    none            -
+//
+// RegMR's request carries the region's memfd; CreateCQ's reply the ring's
+// memfd and the notification eventfd, CreateQP's the rings' memfd and the
+// doorbell eventfd. Connect's StRejected reply has the peer's private data
+// as its Status detail. Cancel has no reply: the request it cancels
+// replies StCanceled.
 //
 // Events (op OpEvent, sequence number 0) are a u32 kind and its body: see
 // Events.
