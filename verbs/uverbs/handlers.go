@@ -17,13 +17,13 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	if len(fds) != in.RequestFDs {
 		uabi.CloseFDs(fds)
 		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage,
-			Msg: fmt.Sprintf("op %d carries %d descriptors, want %d", h.Op, len(fds), in.RequestFDs)}, nil)
+			Msg: fmt.Sprintf("%s (op %d) carries %d descriptors, want %d", in.Name, h.Op, len(fds), in.RequestFDs)}, nil)
 		return
 	}
 	req, _ := uabi.NewRequest(h.Op)
 	if err := uabi.Decode(body, req); err != nil {
 		uabi.CloseFDs(fds)
-		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage, Msg: err.Error()}, nil)
+		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s request: %v", in.Name, err)}, nil)
 		return
 	}
 	ref := func() uint32 { return req.(*uabi.Ref).Handle }
