@@ -226,6 +226,9 @@ func TestDecodeRejects(t *testing.T) {
 	if _, _, err := DecodeEvent([]byte{9, 0, 0, 0}); !errors.Is(err, ErrBadMessage) {
 		t.Errorf("event kind 9: %v", err)
 	}
+	if _, m, err := DecodeEvent([]byte{EvQP, 0, 0, 0, 1}); m != nil || !errors.Is(err, ErrBadMessage) {
+		t.Errorf("a truncated QP event: %v, %v", m, err)
+	}
 }
 
 func TestStatus(t *testing.T) {

@@ -291,14 +291,17 @@ func Decode(body []byte, m Msg) error {
 }
 
 // DecodeEvent decodes an event's body: its kind and a fresh body of that
-// kind.
+// kind (nil on an error).
 func DecodeEvent(body []byte) (uint32, Msg, error) {
 	d := &Dec{B: body}
 	kind := d.U32()
 	for _, ev := range Events {
 		if ev.Kind == kind {
 			m := newMsg(ev.Body)
-			return kind, m, d.Msg(m)
+			if err := d.Msg(m); err != nil {
+				return kind, nil, fmt.Errorf("%s event: %w", ev.Name, err)
+			}
+			return kind, m, nil
 		}
 	}
 	if d.Err != nil {
