@@ -173,10 +173,12 @@ func ExampleDevice_AllocBuffer() {
 	defer mr.Dereg()
 	attr := dev.Query()
 	fmt.Printf("%s: %d SGEs per request, %d inline bytes\n", dev.Name(), attr.MaxSGE, attr.MaxInline)
-	fmt.Printf("registered %d bytes; a peer reads them with rkey %v\n", mr.Len(), mr.RKey() == mr.LKey())
+	// An iWARP region has one STag: the lkey of local work requests and the
+	// rkey a peer names in RDMA Reads and Writes.
+	fmt.Printf("registered %d bytes, lkey == rkey: %v\n", mr.Len(), mr.LKey() == mr.RKey())
 	// Output:
 	// siwtun0: 6 SGEs per request, 256 inline bytes
-	// registered 65536 bytes; a peer reads them with rkey true
+	// registered 65536 bytes, lkey == rkey: true
 }
 
 // Poll completions without blocking (ibv_poll_cq): the busy loop of a
