@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // The examples run two in-process RNICs joined by an in-memory link. A
@@ -179,6 +182,52 @@ func ExampleDevice_AllocBuffer() {
 	// Output:
 	// siwtun0: 6 SGEs per request, 256 inline bytes
 	// registered 65536 bytes, lkey == rkey: true
+}
+
+// Open a device a daemon serves on its verbs socket. Here the daemon's
+// side (what siwtun up does) runs in the same process; an application
+// calls only verbs.Dial("siwtun0"), or DialPath with the socket's path.
+func ExampleDialPath() {
+	link, _ := netstack.Pipe(1500, netstack.Impairments{})
+	r := newRNIC(link, "siwtun0", "198.18.0.1/24")
+	defer r.Close()
+	dir, err := os.MkdirTemp("", "siwtun-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "siwtun0.sock")
+	l, err := uverbs.Listen(path, -1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := uverbs.NewServer(r.Device, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	dev, err := verbs.DialPath(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		log.Fatal(err)
+	}
+	buf, err := dev.AllocBuffer(4096) // shared with the daemon, which places data in it
+	if err != nil {
+		log.Fatal(err)
+	}
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s over the verbs socket (remote %v): registered %d bytes\n", dev.Name(), dev.Remote(), mr.Len())
+	// Output:
+	// siwtun0 over the verbs socket (remote true): registered 4096 bytes
 }
 
 // Poll completions without blocking (ibv_poll_cq): the busy loop of a
