@@ -262,8 +262,8 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if err := ibv.CheckSendWR(wr); err != nil {
-			return i, fmt.Errorf("QP %d send WR %d (id %d): %w", qp.num, i, wr.ID, err)
+		if err := ibv.CheckPostSend(qp.num, i, wr); err != nil {
+			return i, err
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.sq))
@@ -298,8 +298,8 @@ func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if len(wr.SGL) > ibv.MaxSGE {
-			return i, fmt.Errorf("QP %d recv WR %d (id %d): %w: %d SGEs, at most %d", qp.num, i, wr.ID, ibv.ErrInvalidWR, len(wr.SGL), ibv.MaxSGE)
+		if err := ibv.CheckPostRecv(qp.num, i, wr); err != nil {
+			return i, err
 		}
 		if qp.rqTail-qp.rqHead == uint64(len(qp.rq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.rq))
