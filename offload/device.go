@@ -594,7 +594,7 @@ func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 	}
 	nl, err := d.stack.Listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %v: %w", addr, err)
+		return nil, err // netstack's error names the address
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Listener{dev: d, nl: nl, reqs: make(chan *ConnRequest, backlog), ctx: ctx, stop: stop}

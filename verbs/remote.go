@@ -349,7 +349,7 @@ func (d *remoteDevice) AllocPD() (ProviderPD, uint32, error) {
 func (d *remoteDevice) Listen(addr netip.AddrPort, backlog int) (ProviderListener, error) {
 	var rep uabi.ListenReply
 	if _, err := d.call(context.Background(), uabi.OpListen, &uabi.Listen{Addr: addr, Backlog: uint32(max(backlog, 0))}, &rep); err != nil {
-		return nil, fmt.Errorf("listen on %v: %w", addr, err)
+		return nil, err // the daemon's error names the address
 	}
 	return &remoteListener{dev: d, h: rep.Handle, a: rep.Addr}, nil
 }
