@@ -35,8 +35,14 @@ paths, and a verbs API for applications.`,
 	return root
 }
 
+// execute runs the command line args (without the program name) on root.
+func execute(root *cobra.Command, args []string) error {
+	root.SetArgs(joinWordValues(root, args))
+	return root.Execute()
+}
+
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	if err := execute(newRootCmd(), os.Args[1:]); err != nil {
 		var st interface{ ExitStatus() int }
 		if errors.As(err, &st) {
 			os.Exit(st.ExitStatus()) // the command has said why

@@ -74,9 +74,9 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringSliceVar(&o.hostAddrs, "host-addr", nil, "the host side's address(es) on the TUN device, CIDR")
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
-	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
-	f.StringVar(&o.markers, "markers", "off", "ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
-	f.Lookup("markers").NoOptDefVal = "on"
+	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
+	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"},
+		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
@@ -234,7 +234,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		return fmt.Errorf("--impair: %w", err)
 	}
 	if imp.Corrupt > 0 && !o.crc {
-		log.Warn("--impair corrupt with --crc=false: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
+		log.Warn("--impair corrupt with --crc off: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
 	}
 	markers, markersPrefer, err := parseMarkers(o.markers)
 	if err != nil {
