@@ -199,12 +199,31 @@ func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []stri
 		rep, err = perftest.RunServer(ctx, dev, uint16(o.port), cfg, out)
 	}
 	if err != nil {
+		if rerr := removal(dev); rerr != nil {
+			return rerr // the cause, not what it broke
+		}
 		return err
 	}
 	if o.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
+	}
+	return nil
+}
+
+// removal returns dev's removal ("device siwtun1 removed (daemon
+// stopped)") if the daemon has stopped: a run that failed because of it
+// says so instead of blaming the peer. The daemon announces its removal
+// on the verbs socket before it destroys the session's queue pairs, so a
+// failure it caused is followed by the announcement at once; removal waits
+// briefly for it.
+func removal(dev *verbs.Device) error {
+	for range 10 {
+		if err := dev.Removed(); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 
@@ -321,8 +322,9 @@ func (c *Conn) Recv() (h Header, body []byte, fds []int, err error) {
 
 var errEOF = errors.New("uabi: connection closed")
 
-// IsEOF reports whether err is the peer's orderly close.
-func IsEOF(err error) bool { return errors.Is(err, errEOF) }
+// IsEOF reports whether err is the peer's orderly close (an empty read, or
+// io.EOF, which the net package returns for it on a unixpacket socket).
+func IsEOF(err error) bool { return errors.Is(err, errEOF) || errors.Is(err, io.EOF) }
 
 func parseRights(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
