@@ -56,6 +56,9 @@ and demo prints what crossed the wire, segment by segment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			if err := offload.CheckMTU(o.mtu, nil); err != nil {
+				return fmt.Errorf("--mtu: %w", err)
+			}
 			if !o.inProc && o.pcap == "" {
 				err := netns.CanRun()
 				if err == nil {

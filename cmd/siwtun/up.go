@@ -240,6 +240,9 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := offload.CheckMTU(o.mtu, addrs); err != nil {
+		return fmt.Errorf("--mtu: %w", err)
+	}
 	cfg := offload.DefaultConfig(o.dev)
 	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
