@@ -164,6 +164,13 @@ func (o *perfOptions) config(verb perftest.Verb) (perftest.Config, error) {
 }
 
 func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []string) error {
+	// 0 stands for "the default" in these options: refuse it when given,
+	// rather than run the default silently.
+	for _, name := range []string{"size", "iters", "tx-depth", "rx-depth", "duration", "outs"} {
+		if f := cmd.Flags().Lookup(name); f.Changed && f.Value.String() == "0" {
+			return fmt.Errorf("--%s (-%s) 0: must be at least 1 (leave it out for the default)", name, f.Shorthand)
+		}
+	}
 	cfg, err := o.config(verb)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,27 @@ func TestMTUTooSmall(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("siwtun %s printed %q before refusing", strings.Join(args, " "), out.String())
+		}
+	}
+}
+
+// TestPerfZeroRefused: -s 0, -n 0, -t 0 (and the other options whose 0
+// means the default) are refused instead of running the defaults (issue
+// 18), before any device is opened.
+func TestPerfZeroRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"perf", "write", "-s", "0"},
+		{"perf", "read", "-n", "0", "198.18.2.2"},
+		{"perf", "send", "-t", "0"},
+		{"perf", "send", "--rx-depth=0"},
+		{"perf", "write", "-D", "0"},
+	} {
+		root := newRootCmd()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := execute(root, append(args, "--socket-dir", t.TempDir()))
+		if err == nil || !strings.Contains(err.Error(), " 0: must be at least 1 (leave it out for the default)") {
+			t.Errorf("siwtun %s: %v", strings.Join(args, " "), err)
 		}
 	}
 }
