@@ -208,6 +208,14 @@ rdma statistic qp show.`,
 			if err != nil {
 				return err
 			}
+			if len(qps) == 0 && !o.wantJSON() {
+				if qpn != 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s has no queue pair %d\n", o.dev, qpn)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s has no queue pairs\n", o.dev)
+				}
+				return nil
+			}
 			return writeQPs(cmd.OutOrStdout(), o, qps, qpn != 0)
 		},
 	}

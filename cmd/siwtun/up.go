@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -168,13 +169,36 @@ func lockDevice(dir, dev string) (*os.File, error) {
 		pid, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, strings.TrimSpace(string(pid)))
+			p := strings.TrimSpace(string(pid))
+			if otherNetns(p) {
+				return nil, fmt.Errorf("device %s is already up in another network namespace (siwtun up pid %s): %s is shared by every namespace; give each namespace's daemons and clients their own --socket-dir (or SIWTUN_SOCKET_DIR)", dev, p, dir)
+			}
+			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, p)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	f.Truncate(0)
 	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 	return f, nil
+}
+
+// otherNetns reports whether process pid runs in another network namespace
+// than this one.
+func otherNetns(pid string) bool {
+	theirs, err := os.Readlink("/proc/" + pid + "/ns/net")
+	if err != nil {
+		return false
+	}
+	ours, err := os.Readlink("/proc/self/ns/net")
+	return err == nil && ours != theirs
+}
+
+// needsRoot adds what siwtun up needs to a permission error.
+func needsRoot(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w (siwtun up needs root, or CAP_NET_ADMIN and write access to --socket-dir)", err)
+	}
+	return err
 }
 
 // socketOwnership applies --socket-group and mode 0660 to a socket file.
@@ -253,11 +277,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.FPDUsPerWrite = o.perWrite
 	cfg.Logger = log
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
+		return needsRoot(fmt.Errorf("socket directory: %w", err))
 	}
 	lock, err := lockDevice(o.socketDir, o.dev)
 	if err != nil {
-		return err
+		return needsRoot(err)
 	}
 	defer func() {
 		os.Remove(lock.Name())
@@ -266,7 +290,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 
 	dev, err := tun.Create(o.dev, o.mtu)
 	if err != nil {
-		return err
+		return err // it says that it needs CAP_NET_ADMIN
 	}
 	defer func() {
 		dev.Close()
