@@ -127,6 +127,9 @@ func (d *remoteDevice) reader() {
 				d.mu.Unlock()
 				if qp != nil {
 					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
+					if len(ev.PrivateData) > 0 {
+						e.PrivateData = ev.PrivateData
+					}
 					if ev.Err != "" {
 						e.Err = errors.New(ev.Err)
 					}

@@ -52,3 +52,24 @@ func TestPerfZeroRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageHint: an unknown flag or a stray argument says where the usage
+// is (issue 18: neither printed a hint).
+func TestUsageHint(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"up", "--mtuu", "9000"}, "unknown flag: --mtuu (run 'siwtun up --help' for usage)"},
+		{[]string{"up", "prefer"}, `unknown command "prefer" for "siwtun up" (run 'siwtun up --help' for usage)`},
+		{[]string{"nosuch"}, `unknown command "nosuch" for "siwtun" (run 'siwtun --help' for usage)`},
+		{[]string{"ctl", "qp", "--bogus"}, "unknown flag: --bogus (run 'siwtun ctl qp --help' for usage)"},
+	} {
+		root := newRootCmd()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		if err := execute(root, tc.args); err == nil || err.Error() != tc.want {
+			t.Errorf("siwtun %s: %v, want %s", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -32,13 +33,29 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
+	// A mistyped flag says where the usage is (SilenceUsage keeps the
+	// whole usage off every other error).
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageHint(c, err)
+	})
 	return root
+}
+
+// usageHint adds "run 'siwtun up --help' for usage" to err.
+func usageHint(c *cobra.Command, err error) error {
+	return fmt.Errorf("%w (run '%s --help' for usage)", err, c.CommandPath())
 }
 
 // execute runs the command line args (without the program name) on root.
 func execute(root *cobra.Command, args []string) error {
 	root.SetArgs(joinWordValues(root, args))
-	return root.Execute()
+	c, err := root.ExecuteC()
+	if err != nil && strings.HasPrefix(err.Error(), "unknown command ") {
+		// An argument a command does not take (cobra.NoArgs says
+		// "unknown command"), or a mistyped subcommand.
+		return usageHint(c, err)
+	}
+	return err
 }
 
 func main() {

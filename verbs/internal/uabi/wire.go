@@ -28,8 +28,9 @@ const (
 	MaxMsg = 4096
 	// MaxFDs bounds the descriptors of one message.
 	MaxFDs = 2
-	// Version is the protocol version of Hello.
-	Version = 1
+	// Version is the protocol version of Hello. 2: QPEvent carries
+	// PrivateData.
+	Version = 2
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -63,7 +64,7 @@ const (
 
 // Event kinds (first u32 of an OpEvent body).
 const (
-	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error
+	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished)
 	EvDeviceRemoved = 2 // string reason
 )
 
