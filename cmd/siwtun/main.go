@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/siwtun/siwtun/verbs"
 	"github.com/spf13/cobra"
 )
 
@@ -44,6 +45,16 @@ paths, and a verbs API for applications.`,
 // usageHint adds "run 'siwtun up --help' for usage" to err.
 func usageHint(c *cobra.Command, err error) error {
 	return fmt.Errorf("%w (run '%s --help' for usage)", err, c.CommandPath())
+}
+
+// defaultSocketDir is the --socket-dir default of every command: the
+// SIWTUN_SOCKET_DIR environment variable, which verbs.Dial also reads,
+// else /run/siwtun.
+func defaultSocketDir() string {
+	if d := os.Getenv("SIWTUN_SOCKET_DIR"); d != "" {
+		return d
+	}
+	return verbs.SocketDir
 }
 
 // execute runs the command line args (without the program name) on root.

@@ -33,7 +33,7 @@ type watchOptions struct {
 func addWatchFlags(cmd *cobra.Command, o *watchOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.ctl.dev, "dev", defaultDev, "device to watch")
-	f.StringVar(&o.ctl.dir, "socket-dir", ctl.DefaultSocketDir, "directory of the daemons' control sockets")
+	f.StringVar(&o.ctl.dir, "socket-dir", defaultSocketDir(), "directory of the daemons' control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun)")
 	f.IntVar(&o.qp, "qp", 0, "only the connection of this queue pair (and its placements and completions); 0: all, as in ctl qp --qp")
 	f.IntVarP(&o.count, "count", "c", 0, "stop after this many segments (0: until interrupted)")
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until interrupted)")
