@@ -63,10 +63,12 @@ func switchVar(f *pflag.FlagSet, p *bool, name string, def bool, usage string) {
 	f.Lookup(name).NoOptDefVal = "on"
 }
 
-// choiceValue is a string flag that accepts the words in choices.
+// choiceValue is a string flag that accepts the words in choices; the
+// first shown of them name it in the help (the rest are aliases).
 type choiceValue struct {
 	p       *string
 	choices []string
+	shown   int
 }
 
 func (v choiceValue) String() string { return *v.p }
@@ -79,7 +81,7 @@ func (v choiceValue) Set(s string) error {
 	return nil
 }
 
-func (v choiceValue) Type() string { return strings.Join(v.choices, "|") }
+func (v choiceValue) Type() string { return strings.Join(v.choices[:v.shown], "|") }
 
 func (v choiceValue) accepts(word string) bool {
 	for _, c := range v.choices {
@@ -91,10 +93,10 @@ func (v choiceValue) accepts(word string) bool {
 }
 
 // choiceVar defines a choiceValue flag with default def; --name alone
-// means noOpt (if not empty).
-func choiceVar(f *pflag.FlagSet, p *string, name, def, noOpt string, choices []string, usage string) {
+// means noOpt (if not empty). The help names the first shown choices.
+func choiceVar(f *pflag.FlagSet, p *string, name, def, noOpt string, choices []string, shown int, usage string) {
 	*p = def
-	f.Var(choiceValue{p, choices}, name, usage)
+	f.Var(choiceValue{p, choices, shown}, name, usage)
 	f.Lookup(name).NoOptDefVal = noOpt
 }
 

@@ -76,7 +76,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
-	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"},
+	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
 		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
