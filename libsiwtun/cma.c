@@ -1,0 +1,1033 @@
+/* librdmacm over the verbs socket: event channels, ids, address
+ * resolution, listen/connect/accept/reject/disconnect. The daemon runs
+ * iWARP connection management (TCP, MPA); the library turns its replies
+ * and QP events into rdma_cm events. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "sw.h"
+
+int sw_qp_modify_state(struct sw_qp *q, enum ibv_qp_state s);
+
+struct sw_cm_event {
+	struct rdma_cm_event ev;
+	uint8_t pdata[256];
+	struct sw_cm_event *next;
+};
+
+struct sw_channel {
+	struct rdma_event_channel ch;
+	pthread_mutex_t mu;
+	struct sw_cm_event *q, **tail;
+};
+
+struct sw_cm_id {
+	struct rdma_cm_id id;
+	struct sw_channel *ch;
+	struct sw_context *ctx;
+	struct sw_qp *qp;
+	uint32_t listener;
+	int listening;
+	int pending; /* async calls in flight that hold this id */
+	int destroyed;
+	uint32_t get_seq;
+	uint32_t req;
+	int has_req;
+	uint8_t peer_ird, peer_ord;
+	int connecting, established, disconnected, removal_sent;
+	struct ibv_comp_channel *own_ch; /* rdma_create_qp made the CQs */
+	struct ibv_cq *own_scq, *own_rcq;
+	struct sw_cm_id *next;
+};
+
+/* cm_mu guards the ids' flags and the id list. Lock order: a context's mu,
+ * then cm_mu, then a channel's mu. */
+static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sw_cm_id *ids;
+
+/* The contexts rdma_cm opened, one per device, kept open. */
+static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct sw_device *dev;
+	struct ibv_context *ctx;
+} cm_ctxs[64];
+static int ncm_ctxs;
+
+static struct ibv_context *cm_ctx(struct sw_device *d)
+{
+	pthread_mutex_lock(&ctx_mu);
+	struct ibv_context *c = NULL;
+	for (int i = 0; i < ncm_ctxs; i++)
+		if (cm_ctxs[i].dev == d)
+			c = cm_ctxs[i].ctx;
+	if (!c && ncm_ctxs < 64) {
+		c = ibv_open_device(&d->dev);
+		if (c) {
+			cm_ctxs[ncm_ctxs].dev = d;
+			cm_ctxs[ncm_ctxs++].ctx = c;
+		}
+	}
+	pthread_mutex_unlock(&ctx_mu);
+	return c;
+}
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static socklen_t sa_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static int is_any(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return 1;
+}
+
+static int same_ip(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+	if (a->sa_family != b->ss_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+static int in_prefix(const struct sockaddr *a, const struct sockaddr_storage *b, int prefix)
+{
+	if (a->sa_family != AF_INET || b->ss_family != AF_INET || prefix <= 0)
+		return 0;
+	uint32_t m = prefix >= 32 ? 0xffffffffu : ~(0xffffffffu >> prefix);
+	return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) & m) ==
+	       (ntohl(((const struct sockaddr_in *)b)->sin_addr.s_addr) & m);
+}
+
+/* The device for an id: the RNIC owning the bound source address; else the
+ * only device (SIWTUN_DEV narrows the list to one); else the one whose
+ * subnet holds the destination; else the first. */
+static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr *dst, int *err)
+{
+	int n;
+	struct sw_device **l = sw_devices(&n), *d = NULL;
+	*err = 0;
+	if (!l || n == 0) {
+		*err = ENODEV;
+		free(l);
+		return NULL;
+	}
+	if (src && !is_any(src)) {
+		for (int i = 0; i < n && !d; i++)
+			for (int j = 0; j < l[i]->naddrs; j++)
+				if (same_ip(src, &l[i]->addrs[j]))
+					d = l[i];
+		if (!d)
+			*err = EADDRNOTAVAIL;
+	} else if (n == 1) {
+		d = l[0];
+	} else {
+		for (int i = 0; dst && i < n && !d; i++)
+			for (int j = 0; j < l[i]->naddrs; j++)
+				if (in_prefix(dst, &l[i]->addrs[j], l[i]->prefix[j]))
+					d = l[i];
+		if (!d)
+			d = l[0];
+	}
+	free(l);
+	return d;
+}
+
+/* ---- events ---- */
+
+static void push(struct sw_cm_id *sid, struct sw_cm_id *listen, enum rdma_cm_event_type type, int status,
+		 const void *pdata, size_t pdlen, uint8_t rr, uint8_t id_depth)
+{
+	struct sw_cm_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return;
+	e->ev.id = &sid->id;
+	e->ev.listen_id = listen ? &listen->id : NULL;
+	e->ev.event = type;
+	e->ev.status = status;
+	if (pdlen > sizeof(e->pdata))
+		pdlen = sizeof(e->pdata);
+	if (pdlen)
+		memcpy(e->pdata, pdata, pdlen);
+	e->ev.param.conn.private_data = pdlen ? e->pdata : NULL;
+	e->ev.param.conn.private_data_len = (uint8_t)pdlen;
+	e->ev.param.conn.responder_resources = rr;
+	e->ev.param.conn.initiator_depth = id_depth;
+	struct sw_channel *ch = sid->ch;
+	pthread_mutex_lock(&ch->mu);
+	*ch->tail = e;
+	ch->tail = &e->next;
+	pthread_mutex_unlock(&ch->mu);
+	uint64_t one = 1;
+	if (write(ch->ch.fd, &one, sizeof(one)) < 0) {
+		/* cannot overflow in practice */
+	}
+}
+
+SW_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct sw_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (ch->ch.fd < 0) {
+		free(ch);
+		return NULL;
+	}
+	pthread_mutex_init(&ch->mu, NULL);
+	ch->tail = &ch->q;
+	return &ch->ch;
+}
+
+SW_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct sw_channel *ch = (struct sw_channel *)channel;
+	close(ch->ch.fd);
+	while (ch->q) {
+		struct sw_cm_event *e = ch->q;
+		ch->q = e->next;
+		free(e);
+	}
+	pthread_mutex_destroy(&ch->mu);
+	free(ch);
+}
+
+SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct sw_channel *ch = (struct sw_channel *)channel;
+	uint64_t v;
+	if (read(ch->ch.fd, &v, sizeof(v)) != sizeof(v))
+		return -1; /* errno: EAGAIN on a non-blocking channel, EINTR */
+	pthread_mutex_lock(&ch->mu);
+	struct sw_cm_event *e = ch->q;
+	if (e) {
+		ch->q = e->next;
+		if (!ch->q)
+			ch->tail = &ch->q;
+	}
+	pthread_mutex_unlock(&ch->mu);
+	if (!e)
+		return fail(EAGAIN);
+	e->ev.id->event = &e->ev;
+	*event = &e->ev;
+	return 0;
+}
+
+SW_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	free((struct sw_cm_event *)event);
+	return 0;
+}
+
+SW_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	static const char *const names[] = {
+		"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR", "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		"RDMA_CM_EVENT_ROUTE_ERROR", "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		"RDMA_CM_EVENT_CONNECT_ERROR", "RDMA_CM_EVENT_UNREACHABLE", "RDMA_CM_EVENT_REJECTED",
+		"RDMA_CM_EVENT_ESTABLISHED", "RDMA_CM_EVENT_DISCONNECTED", "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		"RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
+		"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+	if ((unsigned)event < sizeof(names) / sizeof(names[0]))
+		return names[event];
+	return "UNKNOWN EVENT";
+}
+
+/* ---- ids ---- */
+
+SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+			     enum rdma_port_space ps)
+{
+	if (!channel)
+		return fail(EOPNOTSUPP); /* synchronous ids: not yet */
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB)
+		return fail(EOPNOTSUPP);
+	struct sw_cm_id *sid = calloc(1, sizeof(*sid));
+	if (!sid)
+		return fail(ENOMEM);
+	sid->ch = (struct sw_channel *)channel;
+	sid->id.channel = channel;
+	sid->id.context = context;
+	sid->id.ps = ps;
+	sid->id.qp_type = IBV_QPT_RC;
+	sid->id.port_num = 1;
+	pthread_mutex_lock(&cm_mu);
+	sid->next = ids;
+	ids = sid;
+	pthread_mutex_unlock(&cm_mu);
+	*id = &sid->id;
+	return 0;
+}
+
+/* Frees an id no async call holds any more (cm_mu held). */
+static void unlink_free(struct sw_cm_id *sid)
+{
+	for (struct sw_cm_id **pp = &ids; *pp; pp = &(*pp)->next)
+		if (*pp == sid) {
+			*pp = sid->next;
+			break;
+		}
+	free(sid);
+}
+
+static void detach_qp(struct sw_cm_id *sid)
+{
+	if (!sid->qp || !sid->ctx)
+		return;
+	pthread_mutex_lock(&sid->ctx->mu);
+	if (sid->qp && sid->qp->cm == sid)
+		sid->qp->cm = NULL;
+	sid->qp = NULL;
+	pthread_mutex_unlock(&sid->ctx->mu);
+}
+
+SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	struct sw_enc e;
+	struct sw_reply r;
+	if (sid->listening && sid->ctx) {
+		sid->listening = 0;
+		sw_cancel(sid->ctx->conn, sid->get_seq);
+		sw_enc_begin(&e, 0, 0);
+		sw_enc_u32(&e, sid->listener);
+		if (!sw_call(sid->ctx->conn, SW_OP_CLOSE_LISTENER, &e, NULL, 0, &r))
+			sw_close_fds(&r);
+	}
+	if (sid->has_req && sid->ctx) {
+		sid->has_req = 0;
+		sw_enc_begin(&e, 0, 0);
+		sw_enc_u32(&e, sid->req);
+		sw_enc_bytes(&e, NULL, 0);
+		if (!sw_call(sid->ctx->conn, SW_OP_REJECT, &e, NULL, 0, &r))
+			sw_close_fds(&r);
+	}
+	detach_qp(sid);
+	pthread_mutex_lock(&cm_mu);
+	sid->destroyed = 1;
+	if (!sid->pending)
+		unlink_free(sid);
+	pthread_mutex_unlock(&cm_mu);
+	return 0;
+}
+
+static int set_ctx(struct sw_cm_id *sid, struct sw_device *d)
+{
+	struct ibv_context *c = cm_ctx(d);
+	if (!c)
+		return errno ? errno : ENODEV;
+	sid->ctx = to_ctx(c);
+	sid->id.verbs = c;
+	return 0;
+}
+
+SW_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return fail(EAFNOSUPPORT);
+	int err;
+	struct sw_device *d = pick(addr, NULL, &err);
+	if (!d)
+		return fail(err);
+	if ((err = set_ctx(sid, d)))
+		return fail(err);
+	memcpy(&id->route.addr.src_storage, addr, sa_len(addr));
+	return 0;
+}
+
+SW_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int timeout_ms)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	(void)timeout_ms;
+	if (!dst || (dst->sa_family != AF_INET && dst->sa_family != AF_INET6))
+		return fail(EAFNOSUPPORT);
+	int err;
+	struct sw_device *d = sid->ctx ? sid->ctx->dev : pick(src, dst, &err);
+	if (!d)
+		return fail(err);
+	if (!sid->ctx && (err = set_ctx(sid, d)))
+		return fail(err);
+	if (src && !is_any(src)) {
+		memcpy(&id->route.addr.src_storage, src, sa_len(src));
+	} else if (is_any(&id->route.addr.src_addr)) {
+		for (int i = 0; i < d->naddrs; i++)
+			if (d->addrs[i].ss_family == dst->sa_family) {
+				memcpy(&id->route.addr.src_storage, &d->addrs[i], sizeof(d->addrs[i]));
+				break;
+			}
+	}
+	memcpy(&id->route.addr.dst_storage, dst, sa_len(dst));
+	push(sid, NULL, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0, 0, 0);
+	return 0;
+}
+
+SW_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	(void)timeout_ms;
+	if (!sid->ctx)
+		return fail(EINVAL);
+	push(sid, NULL, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0, 0, 0);
+	return 0;
+}
+
+static void get_request(struct sw_cm_id *sid);
+
+static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
+{
+	(void)c;
+	struct sw_cm_id *l = arg;
+	pthread_mutex_lock(&cm_mu);
+	l->pending--;
+	int alive = !l->destroyed && l->listening;
+	if (!alive && !l->pending && l->destroyed)
+		unlink_free(l);
+	pthread_mutex_unlock(&cm_mu);
+	sw_close_fds(r);
+	if (!alive)
+		return;
+	if (r->st != SW_ST_OK) {
+		if (r->st != SW_ST_REMOVED && r->st != SW_ST_CANCELED)
+			sw_log("rdma_listen: waiting for connection requests: %s", r->msg);
+		return;
+	}
+	struct sw_dec d = {r->body, r->blen, 0};
+	uint32_t h = sw_dec_u32(&d);
+	struct sockaddr_storage remote;
+	sw_dec_addr(&d, &remote);
+	size_t pdlen;
+	const uint8_t *pd = sw_dec_bytes(&d, &pdlen);
+	uint16_t ird = sw_dec_u16(&d), ord = sw_dec_u16(&d);
+	struct sw_cm_id *child = calloc(1, sizeof(*child));
+	if (!child || d.err) {
+		free(child);
+		get_request(l);
+		return;
+	}
+	child->ch = l->ch;
+	child->ctx = l->ctx;
+	child->id.verbs = l->id.verbs;
+	child->id.channel = l->id.channel;
+	child->id.context = l->id.context;
+	child->id.ps = l->id.ps;
+	child->id.qp_type = IBV_QPT_RC;
+	child->id.port_num = 1;
+	child->id.route.addr.src_storage = l->id.route.addr.src_storage;
+	if (is_any(&child->id.route.addr.src_addr) && l->ctx->dev->naddrs) {
+		in_port_t port = ((struct sockaddr_in *)&l->id.route.addr.src_storage)->sin_port;
+		child->id.route.addr.src_storage = l->ctx->dev->addrs[0];
+		((struct sockaddr_in *)&child->id.route.addr.src_storage)->sin_port = port;
+	}
+	child->id.route.addr.dst_storage = remote;
+	child->req = h;
+	child->has_req = 1;
+	child->peer_ird = (uint8_t)(ird > 255 ? 255 : ird);
+	child->peer_ord = (uint8_t)(ord > 255 ? 255 : ord);
+	pthread_mutex_lock(&cm_mu);
+	child->next = ids;
+	ids = child;
+	pthread_mutex_unlock(&cm_mu);
+	/* The peer's ORD is what it asks of our responder resources, its IRD
+	 * what our initiator depth may use. */
+	push(child, l, RDMA_CM_EVENT_CONNECT_REQUEST, 0, pd, pdlen, child->peer_ord, child->peer_ird);
+	get_request(l);
+}
+
+static void get_request(struct sw_cm_id *l)
+{
+	struct sw_enc e;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, l->listener);
+	pthread_mutex_lock(&cm_mu);
+	l->pending++;
+	pthread_mutex_unlock(&cm_mu);
+	if (sw_call_async(l->ctx->conn, SW_OP_GET_REQUEST, &e, on_request, l, &l->get_seq) > 0) {
+		pthread_mutex_lock(&cm_mu);
+		l->pending--;
+		pthread_mutex_unlock(&cm_mu);
+	}
+}
+
+SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx)
+		return fail(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_addr(&e, &id->route.addr.src_addr);
+	sw_enc_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
+	int err = sw_call(sid->ctx->conn, SW_OP_LISTEN, &e, NULL, 0, &r);
+	if (err)
+		return fail(err);
+	sw_close_fds(&r);
+	if (r.st != SW_ST_OK)
+		return fail(strstr(r.msg, "in use") ? EADDRINUSE : sw_status_errno(&r));
+	struct sw_dec d = {r.body, r.blen, 0};
+	sid->listener = sw_dec_u32(&d);
+	struct sockaddr_storage bound;
+	sw_dec_addr(&d, &bound);
+	if (bound.ss_family == id->route.addr.src_addr.sa_family && bound.ss_family == AF_INET)
+		id->route.addr.src_sin.sin_port = ((struct sockaddr_in *)&bound)->sin_port;
+	else if (bound.ss_family == AF_INET6 && id->route.addr.src_addr.sa_family == AF_INET6)
+		id->route.addr.src_sin6.sin6_port = ((struct sockaddr_in6 *)&bound)->sin6_port;
+	sid->listening = 1;
+	get_request(sid);
+	return 0;
+}
+
+static uint16_t clamp_rd(struct sw_cm_id *sid, unsigned v)
+{
+	unsigned max = sid->ctx->dev->attr[SW_A_MAX_QP_RD_ATOM];
+	return (uint16_t)(v > max ? max : v);
+}
+
+static struct sw_qp *qp_of(struct sw_cm_id *sid, struct rdma_conn_param *p)
+{
+	if (sid->qp)
+		return sid->qp;
+	if (!p || !p->qp_num)
+		return NULL;
+	/* A QP the application created itself (rping -q): by number. */
+	pthread_mutex_lock(&sid->ctx->mu);
+	struct sw_qp *q = sid->ctx->qps;
+	while (q && q->qp.qp_num != p->qp_num)
+		q = q->next;
+	if (q) {
+		q->cm = sid;
+		sid->qp = q;
+	}
+	pthread_mutex_unlock(&sid->ctx->mu);
+	return q;
+}
+
+static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
+{
+	(void)c;
+	struct sw_cm_id *sid = arg;
+	sw_close_fds(r);
+	pthread_mutex_lock(&cm_mu);
+	sid->pending--;
+	if (sid->destroyed) {
+		if (!sid->pending)
+			unlink_free(sid);
+		pthread_mutex_unlock(&cm_mu);
+		return;
+	}
+	if (r->st == SW_ST_OK) {
+		if (sid->qp) {
+			atomic_store(&sid->qp->inited, 1);
+			atomic_store(&sid->qp->post_ok, 1);
+			sid->qp->qp.state = IBV_QPS_RTS;
+		}
+		int first = !sid->established && !sid->disconnected;
+		sid->established = 1;
+		pthread_mutex_unlock(&cm_mu);
+		if (first)
+			push(sid, NULL, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0, 0, 0);
+		return;
+	}
+	sid->connecting = 0;
+	pthread_mutex_unlock(&cm_mu);
+	if (r->st == SW_ST_REMOVED)
+		return; /* DEVICE_REMOVAL says it */
+	int err = sw_status_errno(r);
+	if (r->st == SW_ST_REJECTED) {
+		struct sw_dec d = {r->body, r->blen, 0};
+		size_t n;
+		const uint8_t *pd = sw_dec_bytes(&d, &n);
+		push(sid, NULL, RDMA_CM_EVENT_REJECTED, -ECONNREFUSED, pd, n, 0, 0);
+	} else if (err == ECONNREFUSED || err == ECONNRESET) {
+		push(sid, NULL, RDMA_CM_EVENT_REJECTED, -err, NULL, 0, 0, 0);
+	} else if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH) {
+		push(sid, NULL, RDMA_CM_EVENT_UNREACHABLE, -err, NULL, 0, 0, 0);
+	} else {
+		push(sid, NULL, RDMA_CM_EVENT_CONNECT_ERROR, -err, NULL, 0, 0, 0);
+	}
+}
+
+SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx)
+		return fail(EINVAL);
+	struct sw_qp *q = qp_of(sid, p);
+	if (!q)
+		return fail(EINVAL);
+	unsigned max = sid->ctx->dev->attr[SW_A_MAX_QP_RD_ATOM];
+	struct sw_enc e;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, q->h);
+	sw_enc_addr(&e, &id->route.addr.dst_addr);
+	sw_enc_bytes(&e, p ? p->private_data : NULL, p && p->private_data ? p->private_data_len : 0);
+	sw_enc_u16(&e, clamp_rd(sid, p ? p->responder_resources : max));
+	sw_enc_u16(&e, clamp_rd(sid, p ? p->initiator_depth : max));
+	pthread_mutex_lock(&cm_mu);
+	sid->pending++;
+	sid->connecting = 1;
+	pthread_mutex_unlock(&cm_mu);
+	int err = sw_call_async(sid->ctx->conn, SW_OP_CONNECT, &e, on_connect, sid, NULL);
+	if (err > 0) {
+		pthread_mutex_lock(&cm_mu);
+		sid->pending--;
+		sid->connecting = 0;
+		pthread_mutex_unlock(&cm_mu);
+		return fail(err);
+	}
+	return 0;
+}
+
+SW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->has_req)
+		return fail(EINVAL);
+	struct sw_qp *q = qp_of(sid, p);
+	if (!q)
+		return fail(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, sid->req);
+	sw_enc_u32(&e, q->h);
+	sw_enc_bytes(&e, p ? p->private_data : NULL, p && p->private_data ? p->private_data_len : 0);
+	sw_enc_u16(&e, clamp_rd(sid, p ? p->responder_resources : sid->peer_ord));
+	sw_enc_u16(&e, clamp_rd(sid, p ? p->initiator_depth : sid->peer_ird));
+	pthread_mutex_lock(&cm_mu);
+	sid->connecting = 1;
+	pthread_mutex_unlock(&cm_mu);
+	int err = sw_call(sid->ctx->conn, SW_OP_ACCEPT, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	sid->has_req = 0; /* answered, either way */
+	if (err) {
+		pthread_mutex_lock(&cm_mu);
+		sid->connecting = 0;
+		pthread_mutex_unlock(&cm_mu);
+		return fail(err);
+	}
+	atomic_store(&q->inited, 1);
+	atomic_store(&q->post_ok, 1);
+	return 0;
+}
+
+SW_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->has_req)
+		return fail(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, sid->req);
+	sw_enc_bytes(&e, pdata, pdata ? len : 0);
+	sid->has_req = 0;
+	int err = sw_call(sid->ctx->conn, SW_OP_REJECT, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	return err ? fail(err) : 0;
+}
+
+SW_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->qp)
+		return fail(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, sid->qp->h);
+	int err = sw_call(sid->ctx->conn, SW_OP_DISCONNECT, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	return err && err != ENODEV ? fail(err) : 0;
+}
+
+SW_EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	/* rdma_connect already completed the iWARP connection. */
+	return sid->established ? 0 : fail(EINVAL);
+}
+
+SW_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx)
+		return fail(EINVAL);
+	enum ibv_qp_state s = attr->qp_state;
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = s;
+	*mask = IBV_QP_STATE;
+	if (s == IBV_QPS_INIT) {
+		attr->port_num = 1;
+		attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+		*mask |= IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	}
+	return 0;
+}
+
+/* ---- QPs on ids ---- */
+
+SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx || sid->qp)
+		return fail(EINVAL);
+	struct ibv_context *c = id->verbs;
+	if (!pd) {
+		if (!sid->ctx->cm_pd)
+			sid->ctx->cm_pd = ibv_alloc_pd(c);
+		if (!(pd = sid->ctx->cm_pd))
+			return -1;
+	}
+	struct ibv_qp_init_attr a = *attr;
+	if (!a.send_cq || !a.recv_cq) {
+		/* As librdmacm: CQs of the queues' depths, with a channel. */
+		sid->own_ch = ibv_create_comp_channel(c);
+		if (!sid->own_ch)
+			return -1;
+		if (!a.send_cq)
+			a.send_cq = sid->own_scq = ibv_create_cq(c, (int)(a.cap.max_send_wr ? a.cap.max_send_wr : 1), NULL, sid->own_ch, 0);
+		if (!a.recv_cq)
+			a.recv_cq = sid->own_rcq = ibv_create_cq(c, (int)(a.cap.max_recv_wr ? a.cap.max_recv_wr : 1), NULL, sid->own_ch, 0);
+		if (!a.send_cq || !a.recv_cq)
+			goto fail_cq;
+		id->send_cq_channel = id->recv_cq_channel = sid->own_ch;
+		id->send_cq = a.send_cq;
+		id->recv_cq = a.recv_cq;
+	}
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	if (!qp)
+		goto fail_cq;
+	struct sw_qp *q = (struct sw_qp *)qp;
+	int err = sw_qp_modify_state(q, IBV_QPS_INIT);
+	if (err) {
+		ibv_destroy_qp(qp);
+		errno = err;
+		goto fail_cq;
+	}
+	attr->cap = a.cap;
+	pthread_mutex_lock(&sid->ctx->mu);
+	q->cm = sid;
+	sid->qp = q;
+	pthread_mutex_unlock(&sid->ctx->mu);
+	id->qp = qp;
+	id->pd = pd;
+	return 0;
+fail_cq: {
+	int e = errno;
+	if (sid->own_scq)
+		ibv_destroy_cq(sid->own_scq);
+	if (sid->own_rcq)
+		ibv_destroy_cq(sid->own_rcq);
+	if (sid->own_ch)
+		ibv_destroy_comp_channel(sid->own_ch);
+	sid->own_scq = sid->own_rcq = NULL;
+	sid->own_ch = NULL;
+	id->send_cq = id->recv_cq = NULL;
+	id->send_cq_channel = id->recv_cq_channel = NULL;
+	return fail(e);
+}
+}
+
+SW_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
+		return fail(EOPNOTSUPP);
+	struct ibv_qp_init_attr a = {
+		.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .srq = attr->srq,
+		.cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all,
+	};
+	int ret = rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!ret)
+		attr->cap = a.cap;
+	return ret;
+}
+
+SW_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (id->qp)
+		ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+	sid->qp = NULL;
+	if (sid->own_scq)
+		ibv_destroy_cq(sid->own_scq);
+	if (sid->own_rcq)
+		ibv_destroy_cq(sid->own_rcq);
+	if (sid->own_ch)
+		ibv_destroy_comp_channel(sid->own_ch);
+	sid->own_scq = sid->own_rcq = NULL;
+	sid->own_ch = NULL;
+}
+
+/* From the context's reader thread, with the context's mu held. type 0:
+ * the QP is being destroyed. */
+void sw_cm_qp_event(struct sw_context *ctx, struct sw_qp *qp, uint32_t type, int status)
+{
+	(void)ctx;
+	(void)status;
+	struct sw_cm_id *sid = qp->cm;
+	if (!sid)
+		return;
+	if (type == 0) {
+		sid->qp = NULL;
+		if (sid->id.qp == &qp->qp)
+			sid->id.qp = NULL;
+		qp->cm = NULL;
+		return;
+	}
+	pthread_mutex_lock(&cm_mu);
+	enum rdma_cm_event_type ev = RDMA_CM_EVENT_ESTABLISHED;
+	int send = 0;
+	if (sid->destroyed) {
+	} else if (type == SW_QPEV_ESTABLISHED && !sid->established && !sid->disconnected) {
+		sid->established = 1;
+		send = 1;
+	} else if (type == SW_QPEV_DISCONNECTED && (sid->established || sid->connecting) && !sid->disconnected) {
+		sid->disconnected = 1;
+		ev = RDMA_CM_EVENT_DISCONNECTED;
+		send = 1;
+	}
+	pthread_mutex_unlock(&cm_mu);
+	if (send)
+		push(sid, NULL, ev, 0, NULL, 0, 0, 0);
+}
+
+void sw_cm_device_removed(struct sw_context *ctx)
+{
+	pthread_mutex_lock(&cm_mu);
+	for (struct sw_cm_id *s = ids; s; s = s->next)
+		if (s->ctx == ctx && !s->destroyed && !s->removal_sent) {
+			s->removal_sent = 1;
+			push(s, NULL, RDMA_CM_EVENT_DEVICE_REMOVAL, 0, NULL, 0, 0, 0);
+		}
+	pthread_mutex_unlock(&cm_mu);
+}
+
+/* ---- the rest of the API ---- */
+
+SW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	(void)id;
+	(void)optval;
+	(void)optlen;
+	if (level == RDMA_OPTION_ID &&
+	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR || optname == RDMA_OPTION_ID_AFONLY))
+		return 0; /* accepted, not applied (README) */
+	return fail(ENOSYS);
+}
+
+SW_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return id->route.addr.src_addr.sa_family == AF_INET6 ? id->route.addr.src_sin6.sin6_port
+							       : id->route.addr.src_sin.sin_port;
+}
+
+SW_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return id->route.addr.dst_addr.sa_family == AF_INET6 ? id->route.addr.dst_sin6.sin6_port
+							       : id->route.addr.dst_sin.sin_port;
+}
+
+SW_EXPORT struct ibv_context **rdma_get_devices(int *num)
+{
+	int n;
+	struct sw_device **l = sw_devices(&n);
+	struct ibv_context **out = calloc((size_t)n + 1, sizeof(*out));
+	int k = 0;
+	for (int i = 0; l && out && i < n; i++) {
+		struct ibv_context *c = cm_ctx(l[i]);
+		if (c)
+			out[k++] = c;
+	}
+	free(l);
+	if (num)
+		*num = k;
+	return out;
+}
+
+SW_EXPORT void rdma_free_devices(struct ibv_context **list) { free(list); }
+
+SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
+			       struct rdma_addrinfo **res)
+{
+	struct addrinfo h = {.ai_socktype = SOCK_STREAM}, *ai;
+	if (hints) {
+		if (hints->ai_flags & RAI_PASSIVE)
+			h.ai_flags |= AI_PASSIVE;
+		if (hints->ai_flags & RAI_NUMERICHOST)
+			h.ai_flags |= AI_NUMERICHOST;
+		h.ai_family = hints->ai_family;
+	}
+	if (getaddrinfo(node, service, &h, &ai))
+		return fail(EADDRNOTAVAIL);
+	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+	struct sockaddr *sa = malloc(ai->ai_addrlen);
+	if (!r || !sa) {
+		free(r);
+		free(sa);
+		freeaddrinfo(ai);
+		return fail(ENOMEM);
+	}
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	r->ai_family = ai->ai_family;
+	r->ai_qp_type = IBV_QPT_RC;
+	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	r->ai_flags = hints ? hints->ai_flags : 0;
+	if (hints && (hints->ai_flags & RAI_PASSIVE)) {
+		r->ai_src_addr = sa;
+		r->ai_src_len = ai->ai_addrlen;
+	} else {
+		r->ai_dst_addr = sa;
+		r->ai_dst_len = ai->ai_addrlen;
+		if (hints && hints->ai_src_addr && hints->ai_src_len) {
+			r->ai_src_addr = malloc(hints->ai_src_len);
+			if (r->ai_src_addr) {
+				memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+				r->ai_src_len = hints->ai_src_len;
+			}
+		}
+	}
+	freeaddrinfo(ai);
+	*res = r;
+	return 0;
+}
+
+SW_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
+{
+	while (res) {
+		struct rdma_addrinfo *n = res->ai_next;
+		free(res->ai_src_addr);
+		free(res->ai_dst_addr);
+		free(res->ai_src_canonname);
+		free(res->ai_dst_canonname);
+		free(res->ai_route);
+		free(res->ai_connect);
+		free(res);
+		res = n;
+	}
+}
+
+/* Not offered yet (README): synchronous endpoints, multicast, SRQs,
+ * migration, ECE. */
+SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *qp_init_attr)
+{
+	(void)id;
+	(void)res;
+	(void)pd;
+	(void)qp_init_attr;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id) { (void)id; }
+
+SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	(void)listen;
+	(void)id;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	(void)id;
+	(void)channel;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	(void)id;
+	(void)event;
+	return 0; /* iWARP: nothing to learn from QP events */
+}
+
+SW_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	(void)id;
+	(void)addr;
+	(void)context;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr, void *context)
+{
+	(void)id;
+	(void)mc_join_attr;
+	(void)context;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	(void)id;
+	(void)addr;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	(void)id;
+	(void)pd;
+	(void)attr;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	(void)id;
+	(void)attr;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id; }
+
+SW_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	(void)id;
+	(void)ece;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
+{
+	(void)id;
+	(void)ece;
+	return fail(EOPNOTSUPP);
+}
+
+SW_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return rdma_reject(id, private_data, private_data_len);
+}
