@@ -35,6 +35,8 @@ struct sw_cm_id {
 	struct sw_qp *qp;
 	uint32_t listener;
 	int listening;
+	int owns;                  /* listener: the daemon listener is ours to close */
+	struct sw_cm_id *delegate; /* listener: a later id on the same port takes the requests */
 	int pending; /* async calls in flight that hold this id */
 	int destroyed;
 	uint32_t get_seq;
@@ -306,8 +308,22 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	struct sw_enc e;
 	struct sw_reply r;
+	int close_it = 0;
 	if (sid->listening && sid->ctx) {
+		pthread_mutex_lock(&cm_mu);
 		sid->listening = 0;
+		if (sid->owns && sid->delegate && !sid->delegate->destroyed) {
+			sid->delegate->owns = 1; /* the request loop moves to it */
+		} else if (sid->owns) {
+			close_it = 1;
+		} else {
+			for (struct sw_cm_id *o = ids; o; o = o->next)
+				if (o->delegate == sid)
+					o->delegate = NULL;
+		}
+		pthread_mutex_unlock(&cm_mu);
+	}
+	if (close_it) {
 		sw_cancel(sid->ctx->conn, sid->get_seq);
 		sw_enc_begin(&e, 0, 0);
 		sw_enc_u32(&e, sid->listener);
@@ -397,12 +413,18 @@ static void get_request(struct sw_cm_id *sid);
 static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
 {
 	(void)c;
-	struct sw_cm_id *l = arg;
+	struct sw_cm_id *owner = arg, *l;
 	pthread_mutex_lock(&cm_mu);
-	l->pending--;
+	owner->pending--;
+	/* Requests go to the newest id listening on the port (see rdma_listen);
+	 * the loop continues on whichever id still owns the listener. */
+	l = owner->delegate && !owner->delegate->destroyed ? owner->delegate : owner;
 	int alive = !l->destroyed && l->listening;
-	if (!alive && !l->pending && l->destroyed)
-		unlink_free(l);
+	struct sw_cm_id *loop = NULL;
+	if (alive)
+		loop = owner->destroyed ? l : owner;
+	if (owner->destroyed && !owner->pending)
+		unlink_free(owner);
 	pthread_mutex_unlock(&cm_mu);
 	sw_close_fds(r);
 	if (!alive)
@@ -422,7 +444,7 @@ static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
 	struct sw_cm_id *child = calloc(1, sizeof(*child));
 	if (!child || d.err) {
 		free(child);
-		get_request(l);
+		get_request(loop);
 		return;
 	}
 	child->ch = l->ch;
@@ -451,7 +473,7 @@ static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
 	/* The peer's ORD is what it asks of our responder resources, its IRD
 	 * what our initiator depth may use. */
 	push(child, l, RDMA_CM_EVENT_CONNECT_REQUEST, 0, pd, pdlen, child->peer_ord, child->peer_ird);
-	get_request(l);
+	get_request(loop);
 }
 
 static void get_request(struct sw_cm_id *l)
@@ -474,6 +496,26 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	if (!sid->ctx)
 		return fail(EINVAL);
+	/* A second id of this process listening on the same port (perftest
+	 * -R: its control listener stays while the data listener binds the
+	 * same port, which rdma_cm allows): the daemon's listener is shared
+	 * and its requests go to the newest id. */
+	pthread_mutex_lock(&cm_mu);
+	if (getenv("SIWTUN_DEBUG"))
+		for (struct sw_cm_id *o = ids; o; o = o->next)
+			sw_log("listen: id %p ctx %p listening %d owns %d port %u (new %p ctx %p port %u)", (void *)o, (void *)o->ctx,
+			       o->listening, o->owns, ntohs(rdma_get_src_port(&o->id)), (void *)sid, (void *)sid->ctx,
+			       ntohs(rdma_get_src_port(id)));
+	for (struct sw_cm_id *o = ids; o; o = o->next)
+		if (o != sid && o->ctx == sid->ctx && o->listening && o->owns && !o->destroyed && !o->delegate &&
+		    rdma_get_src_port(&o->id) == rdma_get_src_port(id) && rdma_get_src_port(id) != 0) {
+			o->delegate = sid;
+			sid->listener = o->listener;
+			sid->listening = 1;
+			pthread_mutex_unlock(&cm_mu);
+			return 0;
+		}
+	pthread_mutex_unlock(&cm_mu);
 	struct sw_enc e;
 	struct sw_reply r;
 	sw_enc_begin(&e, 0, 0);
@@ -483,8 +525,11 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	if (err)
 		return fail(err);
 	sw_close_fds(&r);
-	if (r.st != SW_ST_OK)
+	if (r.st != SW_ST_OK) {
+		if (getenv("SIWTUN_DEBUG"))
+			sw_log("rdma_listen: %s", r.msg);
 		return fail(strstr(r.msg, "in use") ? EADDRINUSE : sw_status_errno(&r));
+	}
 	struct sw_dec d = {r.body, r.blen, 0};
 	sid->listener = sw_dec_u32(&d);
 	struct sockaddr_storage bound;
@@ -494,6 +539,7 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	else if (bound.ss_family == AF_INET6 && id->route.addr.src_addr.sa_family == AF_INET6)
 		id->route.addr.src_sin6.sin6_port = ((struct sockaddr_in6 *)&bound)->sin6_port;
 	sid->listening = 1;
+	sid->owns = 1;
 	get_request(sid);
 	return 0;
 }

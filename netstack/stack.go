@@ -338,6 +338,11 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 		ep.SocketOptions().SetV6Only(false)
 	}
 	ep.SocketOptions().SetDelayOption(false)
+	// SO_REUSEADDR, as Linux siw's listening socket (siw_cm.c): a port
+	// whose previous listener is closed can be listened on again while
+	// connections it accepted still run (perftest -R listens twice on its
+	// port, the second time with its control connection up).
+	ep.SocketOptions().SetReuseAddress(true)
 	full := tcpip.FullAddress{Port: addr.Port()}
 	if a.IsValid() && !a.IsUnspecified() {
 		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
