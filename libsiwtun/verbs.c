@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sw.h"
@@ -680,6 +682,26 @@ SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int ma
 	return 0;
 }
 
+/* wait_free waits for the daemon to hand back a ring entry our accounting
+ * says is free: the daemon releases an entry after handing its request to
+ * the engine, which may complete it (and the application poll that
+ * completion and post again) first. The wait is short; ENOMEM after 100 ms
+ * (the daemon is stuck or gone). */
+static int wait_free(const uint8_t *e)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; ld32(e) != 0; i++) {
+		if (i < 64)
+			continue;
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 100000000L)
+			return ENOMEM;
+	}
+	return 0;
+}
+
 static inline void ring_doorbell(struct sw_qp *q, const uint8_t *ring)
 {
 	if (ld32(ring + SW_RING_HDR_NOTIFY)) {
@@ -724,7 +746,7 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
-		if (q->s_tail - q->s_head == q->nsent || ld32(e) != 0) {
+		if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && wait_free(e))) {
 			err = ENOMEM;
 			break;
 		}
@@ -788,7 +810,7 @@ int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			break;
 		}
 		uint8_t *e = q->rq + SW_RING_HEADER_SIZE + (size_t)(q->rq_prod & (q->rq_count - 1)) * SW_RQE_SIZE;
-		if (q->r_tail - q->r_head == q->nrecvd || ld32(e) != 0) {
+		if (q->r_tail - q->r_head == q->nrecvd || (ld32(e) != 0 && wait_free(e))) {
 			err = ENOMEM;
 			break;
 		}
