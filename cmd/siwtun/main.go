@@ -32,6 +32,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newExecCmd())
 	return root
 }
 
