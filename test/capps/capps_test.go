@@ -1,0 +1,383 @@
+// Package capps runs unmodified C verbs programs — Debian's rping,
+// perftest and ibverbs-utils, and libsiwtun's own C test — on two siwtun
+// daemons through libsiwtun (`siwtun exec`), in a network namespace of
+// its own with addresses from 198.18.0.0/15. It needs root, gcc and the
+// Debian packages libibverbs-dev, librdmacm-dev, rdmacm-utils, perftest and
+// ibverbs-utils (.ci/run installs them); without them it skips and says why.
+package capps
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ipnetns "github.com/siwtun/siwtun/internal/netns"
+)
+
+// env is the test topology: one namespace, siwtun0 at 198.18.1.2 and
+// siwtun1 at 198.18.2.2 (hosts .1), both daemons' sockets in one directory.
+type env struct {
+	t       *testing.T
+	ns      string
+	bin     string // siwtun
+	ctest   string // siwtun-ctest
+	sockDir string
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// build compiles siwtun, libsiwtun and siwtun-ctest once per run.
+func build(t *testing.T) (bin, ctest string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "siwtun-capps-")
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, "siwtun"), "../../cmd/siwtun").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		out, err = exec.Command("make", "-s", "-C", "../../libsiwtun", "all", "test-prog", "OUT="+buildDir).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("make -C libsiwtun: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "siwtun"), filepath.Join(buildDir, "siwtun-ctest")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// need skips the test when something it runs is not installed.
+func need(t *testing.T) {
+	t.Helper()
+	if err := ipnetns.CanRun(); err != nil {
+		t.Skip(err)
+	}
+	for _, h := range []struct{ path, pkg string }{
+		{"/usr/include/infiniband/verbs.h", "libibverbs-dev"}, {"/usr/include/rdma/rdma_cma.h", "librdmacm-dev"},
+	} {
+		if _, err := os.Stat(h.path); err != nil {
+			t.Skipf("%s missing: install %s (.ci/run does)", h.path, h.pkg)
+		}
+	}
+	for _, p := range []struct{ prog, pkg string }{
+		{"gcc", "gcc"}, {"make", "make"}, {"rping", "rdmacm-utils"}, {"ib_write_bw", "perftest"}, {"ibv_devinfo", "ibverbs-utils"},
+	} {
+		if _, err := exec.LookPath(p.prog); err != nil {
+			t.Skipf("%s not installed: install %s (.ci/run does)", p.prog, p.pkg)
+		}
+	}
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	need(t)
+	bin, ctest := build(t)
+	e := &env{t: t, bin: bin, ctest: ctest, sockDir: t.TempDir(),
+		ns: fmt.Sprintf("siwtun-capps-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+	if err := ipnetns.IP("netns", "add", e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ipnetns.IP("netns", "del", e.ns) })
+	e.run("ip", "link", "set", "lo", "up")
+	e.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	e.daemon("siwtun0", "198.18.1.2/24", "198.18.1.1/24")
+	e.daemon("siwtun1", "198.18.2.2/24", "198.18.2.1/24")
+	return e
+}
+
+func (e *env) command(args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", e.ns}, args...)...)
+}
+
+func (e *env) run(args ...string) {
+	e.t.Helper()
+	if out, err := e.command(args...).CombinedOutput(); err != nil {
+		e.t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// daemon starts siwtun up and waits for its sockets; cleanup stops it
+// (SIGINT, by PID) and waits.
+func (e *env) daemon(dev, addr, host string) {
+	e.t.Helper()
+	var log bytes.Buffer
+	cmd := e.command(e.bin, "up", "--dev", dev, "--addr", addr, "--host-addr", host, "--socket-dir", e.sockDir, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	e.t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if e.t.Failed() {
+			e.t.Logf("%s log:\n%s", dev, log.String())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, err1 := os.Stat(filepath.Join(e.sockDir, dev+".sock"))
+		_, err2 := os.Stat(filepath.Join(e.sockDir, dev+".ctl"))
+		if err1 == nil && err2 == nil {
+			return
+		}
+		select {
+		case <-done:
+			e.t.Fatalf("siwtun up %s exited:\n%s", dev, log.String())
+		default:
+		}
+	}
+	e.t.Fatalf("siwtun up %s: no sockets after 20 s", dev)
+}
+
+// app is a program started through siwtun exec.
+type app struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr bytes.Buffer // apart: a pipe's stdout is flushed in blocks
+	done   chan struct{}
+	err    error
+}
+
+// start runs PROGRAM ARGS through `siwtun exec --dev dev` (dev "" sees
+// every device); cleanup kills it (by PID) if it is still running.
+func (e *env) start(dev string, extraEnv []string, args ...string) *app {
+	e.t.Helper()
+	cmdArgs := []string{e.bin, "exec", "--socket-dir", e.sockDir}
+	if dev != "" {
+		cmdArgs = append(cmdArgs, "--dev", dev)
+	}
+	a := &app{cmd: e.command(append(append(cmdArgs, "--"), args...)...), done: make(chan struct{})}
+	a.cmd.Env = append(os.Environ(), extraEnv...)
+	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
+	if err := a.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { a.err = a.cmd.Wait(); close(a.done) }()
+	e.t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			a.cmd.Process.Kill()
+			<-a.done
+		}
+	})
+	return a
+}
+
+// wait waits for the program to exit (at most d) and returns its standard
+// output, then its standard error.
+func (a *app) wait(t *testing.T, d time.Duration) (string, error) {
+	t.Helper()
+	var err error
+	select {
+	case <-a.done:
+		err = a.err
+	case <-time.After(d):
+		a.cmd.Process.Kill()
+		<-a.done
+		err = fmt.Errorf("still running after %v, killed", d)
+	}
+	return a.stdout.String() + a.stderr.String(), err
+}
+
+func (e *env) output(dev string, args ...string) string {
+	e.t.Helper()
+	out, err := e.start(dev, nil, args...).wait(e.t, time.Minute)
+	if err != nil {
+		e.t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func TestDevices(t *testing.T) {
+	e := newEnv(t)
+	out := e.output("", "ibv_devices")
+	for _, dev := range []string{"siwtun0", "siwtun1"} {
+		if !regexp.MustCompile(`(?m)^\s+` + dev + `\s+[0-9a-f]{16}$`).MatchString(out) {
+			t.Errorf("ibv_devices does not list %s:\n%s", dev, out)
+		}
+	}
+	out = e.output("siwtun1", "ibv_devinfo", "-v")
+	for _, want := range []string{"hca_id:\tsiwtun1", "transport:\t\t\tiWARP (1)", "vendor_id:\t\t\t0x736977",
+		"state:\t\t\tPORT_ACTIVE (4)", "link_layer:\t\tEthernet", "GID[  0]:\t\t0000:0000:0000:0000:0000:ffff:c612:0202"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "siwtun0") {
+		t.Errorf("--dev siwtun1 still shows siwtun0:\n%s", out)
+	}
+	t.Logf("ibv_devices and ibv_devinfo -v show both devices as iWARP RNICs")
+
+	// No daemon: an empty list and one line saying why.
+	empty := t.TempDir()
+	cmd := e.command(e.bin, "exec", "--socket-dir", empty, "--", "ibv_devinfo")
+	b, _ := cmd.CombinedOutput()
+	if n := strings.Count(string(b), "libsiwtun: no siwtun device"); n != 1 || !strings.Contains(string(b), "No IB devices found") {
+		t.Errorf("ibv_devinfo with no daemon:\n%s", b)
+	}
+}
+
+func TestCTest(t *testing.T) {
+	e := newEnv(t)
+	out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}, e.ctest, "siwtun0", "siwtun1").wait(t, 2*time.Minute)
+	if err != nil || !strings.Contains(out, "\nPASS\n") {
+		t.Fatalf("siwtun-ctest: %v\n%s", err, out)
+	}
+	t.Logf("siwtun-ctest:\n%s", out)
+}
+
+// rpingLine is what rping -v prints for ping i of size bytes: its
+// "rdma-ping-%d: " then letters from 'A'+i (mod 58) upwards, wrapping after
+// 'z', up to size-1 characters.
+func rpingLine(i, size int) string {
+	b := []byte(fmt.Sprintf("rdma-ping-%d: ", i))
+	c := byte(65 + i%58)
+	for len(b) < size-1 {
+		b = append(b, c)
+		c++
+		if c > 122 {
+			c = 65
+		}
+	}
+	return string(b[:size-1])
+}
+
+func TestRping(t *testing.T) {
+	e := newEnv(t)
+	for i, size := range []int{64, 4096, 65535} {
+		port := strconv.Itoa(7174 + i)
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			srv := e.start("siwtun1", nil, "rping", "-s", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-S", strconv.Itoa(size))
+			var out string
+			var err error
+			// The server listens once its daemon session is up; a client
+			// that comes first is refused and tries again.
+			for try := 0; try < 20; try++ {
+				time.Sleep(200 * time.Millisecond)
+				out, err = e.start("siwtun0", nil, "rping", "-c", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-C", "100",
+					"-S", strconv.Itoa(size)).wait(t, time.Minute)
+				if !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("rping -c: %v\n%s", err, out)
+			}
+			sout, serr := srv.wait(t, 30*time.Second)
+			if serr != nil {
+				t.Fatalf("rping -s: %v\n%s", serr, sout)
+			}
+			for p := 0; p < 100; p++ {
+				want := rpingLine(p, size)
+				if !strings.Contains(out, "ping data: "+want+"\n") {
+					t.Fatalf("client: ping %d missing or wrong", p)
+				}
+				if !strings.Contains(sout, "server ping data: "+want+"\n") {
+					t.Fatalf("server: ping %d missing or wrong", p)
+				}
+			}
+			if strings.Count(out, "\nping data: ")+boolInt(strings.HasPrefix(out, "ping data: ")) != 100 {
+				t.Errorf("client printed %d pings, want 100", strings.Count(out, "ping data: "))
+			}
+			if !strings.Contains(sout, "server DISCONNECT EVENT") {
+				t.Errorf("server saw no DISCONNECT:\n%s", lastLines(sout, 3))
+			}
+			t.Logf("rping -S %d -C 100: 100 pings verified on both sides, then DISCONNECT events", size)
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// perfReport is the result line under perftest's "#bytes" header.
+var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)`)
+
+func TestPerftest(t *testing.T) {
+	e := newEnv(t)
+	type dir struct{ srvDev, cliDev, srvAddr string }
+	dirs := []dir{{"siwtun1", "siwtun0", "198.18.2.2"}, {"siwtun0", "siwtun1", "198.18.1.2"}}
+	port := 18515
+	for _, tc := range []struct {
+		prog, size string
+		bw         bool
+	}{{"ib_write_bw", "65536", true}, {"ib_read_bw", "65536", true}, {"ib_send_bw", "65536", true}, {"ib_write_lat", "2", false}} {
+		for _, d := range dirs {
+			port++
+			name := fmt.Sprintf("%s/%s-to-%s", tc.prog, d.cliDev, d.srvDev)
+			t.Run(name, func(t *testing.T) {
+				args := []string{"-R", "-s", tc.size, "-D", "1", "-p", strconv.Itoa(port)}
+				srv := e.start(d.srvDev, nil, append([]string{tc.prog, "-d", d.srvDev}, args...)...)
+				time.Sleep(time.Second) // the server's listener
+				cout, cerr := e.start(d.cliDev, nil, append([]string{tc.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
+				sout, serr := srv.wait(t, time.Minute)
+				if cerr != nil || serr != nil {
+					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
+				}
+				cm, sm := perfReport.FindStringSubmatch(cout), perfReport.FindStringSubmatch(sout)
+				if cm == nil || sm == nil {
+					t.Fatalf("no report:\nclient:\n%s\nserver:\n%s", cout, sout)
+				}
+				col := 4 // BW average[MB/sec]
+				if !tc.bw {
+					col = 3 // t_avg[usec]
+				}
+				v, _ := strconv.ParseFloat(cm[col], 64)
+				if v <= 0 || cm[1] != tc.size {
+					t.Fatalf("client report %q", cm[0])
+				}
+				if tc.bw && (cm[2] != sm[2] || cm[4] != sm[4]) {
+					t.Errorf("client and server disagree:\n%s\n%s", cm[0], sm[0])
+				}
+				unit := "MB/s average"
+				if !tc.bw {
+					unit = "µs t_avg"
+				}
+				t.Logf("%s -R -s %s: %s iterations, %s %s", tc.prog, tc.size, cm[2], cm[col], unit)
+			})
+		}
+	}
+}
