@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sw.h"
@@ -37,6 +38,8 @@ struct sw_cm_id {
 	int listening;
 	int owns;                  /* listener: the daemon listener is ours to close */
 	struct sw_cm_id *delegate; /* listener: a later id on the same port takes the requests */
+	int lingering;             /* destroyed listener keeping its port a moment (rdma_destroy_id) */
+	struct orphan *orphans;    /* requests that came while lingering */
 	int pending; /* async calls in flight that hold this id */
 	int destroyed;
 	uint32_t get_seq;
@@ -49,9 +52,24 @@ struct sw_cm_id {
 	struct sw_cm_id *next;
 };
 
+/* A connection request that reached a lingering listener. */
+struct orphan {
+	uint32_t h;
+	struct sockaddr_storage remote;
+	uint8_t pd[256];
+	size_t pdlen;
+	uint16_t ird, ord;
+	struct orphan *next;
+};
+
+/* How long a destroyed listener keeps its port for a new id of the process
+ * (see rdma_destroy_id). */
+#define SW_LINGER_MS 1000
+
 /* cm_mu guards the ids' flags and the id list. Lock order: a context's mu,
  * then cm_mu, then a channel's mu. */
 static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *linger_main(void *arg);
 static struct sw_cm_id *ids;
 
 /* The contexts rdma_cm opened, one per device, kept open. */
@@ -324,11 +342,31 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		pthread_mutex_unlock(&cm_mu);
 	}
 	if (close_it) {
-		sw_cancel(sid->ctx->conn, sid->get_seq);
-		sw_enc_begin(&e, 0, 0);
-		sw_enc_u32(&e, sid->listener);
-		if (!sw_call(sid->ctx->conn, SW_OP_CLOSE_LISTENER, &e, NULL, 0, &r))
-			sw_close_fds(&r);
+		/* The daemon's listener stays for SW_LINGER_MS, for a new id of
+		 * this process on the same port (perftest -R destroys its control
+		 * listener, then listens again for the data connection, which
+		 * its client may already be making): requests wait, and go to
+		 * that id, or are rejected when the time is up. */
+		pthread_t th;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		pthread_mutex_lock(&cm_mu);
+		sid->lingering = 1;
+		sid->pending++;
+		pthread_mutex_unlock(&cm_mu);
+		if (pthread_create(&th, &at, linger_main, sid)) {
+			pthread_mutex_lock(&cm_mu);
+			sid->lingering = 0;
+			sid->pending--;
+			pthread_mutex_unlock(&cm_mu);
+			sw_cancel(sid->ctx->conn, sid->get_seq);
+			sw_enc_begin(&e, 0, 0);
+			sw_enc_u32(&e, sid->listener);
+			if (!sw_call(sid->ctx->conn, SW_OP_CLOSE_LISTENER, &e, NULL, 0, &r))
+				sw_close_fds(&r);
+		}
+		pthread_attr_destroy(&at);
 	}
 	if (sid->has_req && sid->ctx) {
 		sid->has_req = 0;
@@ -410,43 +448,14 @@ SW_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 
 static void get_request(struct sw_cm_id *sid);
 
-static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
+/* deliver makes the child id of a connection request on listener l and
+ * queues CONNECT_REQUEST. */
+static void deliver(struct sw_cm_id *l, uint32_t h, const struct sockaddr_storage *remote, const uint8_t *pd,
+		    size_t pdlen, uint16_t ird, uint16_t ord)
 {
-	(void)c;
-	struct sw_cm_id *owner = arg, *l;
-	pthread_mutex_lock(&cm_mu);
-	owner->pending--;
-	/* Requests go to the newest id listening on the port (see rdma_listen);
-	 * the loop continues on whichever id still owns the listener. */
-	l = owner->delegate && !owner->delegate->destroyed ? owner->delegate : owner;
-	int alive = !l->destroyed && l->listening;
-	struct sw_cm_id *loop = NULL;
-	if (alive)
-		loop = owner->destroyed ? l : owner;
-	if (owner->destroyed && !owner->pending)
-		unlink_free(owner);
-	pthread_mutex_unlock(&cm_mu);
-	sw_close_fds(r);
-	if (!alive)
-		return;
-	if (r->st != SW_ST_OK) {
-		if (r->st != SW_ST_REMOVED && r->st != SW_ST_CANCELED)
-			sw_log("rdma_listen: waiting for connection requests: %s", r->msg);
-		return;
-	}
-	struct sw_dec d = {r->body, r->blen, 0};
-	uint32_t h = sw_dec_u32(&d);
-	struct sockaddr_storage remote;
-	sw_dec_addr(&d, &remote);
-	size_t pdlen;
-	const uint8_t *pd = sw_dec_bytes(&d, &pdlen);
-	uint16_t ird = sw_dec_u16(&d), ord = sw_dec_u16(&d);
 	struct sw_cm_id *child = calloc(1, sizeof(*child));
-	if (!child || d.err) {
-		free(child);
-		get_request(loop);
+	if (!child)
 		return;
-	}
 	child->ch = l->ch;
 	child->ctx = l->ctx;
 	child->id.verbs = l->id.verbs;
@@ -461,7 +470,7 @@ static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
 		child->id.route.addr.src_storage = l->ctx->dev->addrs[0];
 		((struct sockaddr_in *)&child->id.route.addr.src_storage)->sin_port = port;
 	}
-	child->id.route.addr.dst_storage = remote;
+	child->id.route.addr.dst_storage = *remote;
 	child->req = h;
 	child->has_req = 1;
 	child->peer_ird = (uint8_t)(ird > 255 ? 255 : ird);
@@ -473,7 +482,111 @@ static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
 	/* The peer's ORD is what it asks of our responder resources, its IRD
 	 * what our initiator depth may use. */
 	push(child, l, RDMA_CM_EVENT_CONNECT_REQUEST, 0, pd, pdlen, child->peer_ord, child->peer_ird);
+}
+
+static void on_request(struct sw_conn *c, struct sw_reply *r, void *arg)
+{
+	(void)c;
+	struct sw_cm_id *owner = arg, *l;
+	pthread_mutex_lock(&cm_mu);
+	owner->pending--;
+	/* Requests go to the newest id listening on the port (see rdma_listen);
+	 * the loop continues on whichever id still owns the listener. A
+	 * destroyed listener that lingers keeps the loop, and the requests. */
+	l = owner->delegate && !owner->delegate->destroyed ? owner->delegate : owner;
+	int alive = !l->destroyed && l->listening;
+	int linger = !alive && l == owner && owner->lingering;
+	struct sw_cm_id *loop = NULL;
+	if (alive)
+		loop = owner->destroyed ? l : owner;
+	else if (linger)
+		loop = owner;
+	if (owner->destroyed && !owner->pending)
+		unlink_free(owner);
+	pthread_mutex_unlock(&cm_mu);
+	sw_close_fds(r);
+	if (!loop)
+		return;
+	if (r->st != SW_ST_OK) {
+		if (r->st != SW_ST_REMOVED && r->st != SW_ST_CANCELED && r->st != SW_ST_BAD_HANDLE)
+			sw_log("rdma_listen: waiting for connection requests: %s", r->msg);
+		return;
+	}
+	struct sw_dec d = {r->body, r->blen, 0};
+	uint32_t h = sw_dec_u32(&d);
+	struct sockaddr_storage remote;
+	sw_dec_addr(&d, &remote);
+	size_t pdlen;
+	const uint8_t *pd = sw_dec_bytes(&d, &pdlen);
+	uint16_t ird = sw_dec_u16(&d), ord = sw_dec_u16(&d);
+	if (!d.err) {
+		pthread_mutex_lock(&cm_mu);
+		if (owner->lingering && !owner->delegate) {
+			struct orphan *o = calloc(1, sizeof(*o));
+			if (o) {
+				o->h = h;
+				o->remote = remote;
+				o->pdlen = pdlen > sizeof(o->pd) ? sizeof(o->pd) : pdlen;
+				if (o->pdlen)
+					memcpy(o->pd, pd, o->pdlen);
+				o->ird = ird;
+				o->ord = ord;
+				struct orphan **pp = &owner->orphans;
+				while (*pp)
+					pp = &(*pp)->next;
+				*pp = o;
+			}
+			pthread_mutex_unlock(&cm_mu);
+		} else {
+			if (owner->delegate && !owner->delegate->destroyed)
+				l = owner->delegate;
+			pthread_mutex_unlock(&cm_mu);
+			deliver(l, h, &remote, pd, pdlen, ird, ord);
+		}
+	}
 	get_request(loop);
+}
+
+/* linger_main closes a destroyed listener's daemon listener after
+ * SW_LINGER_MS unless a new id of the process took it over, and rejects the
+ * requests that came meanwhile. */
+static void *linger_main(void *arg)
+{
+	struct sw_cm_id *sid = arg;
+	struct timespec ts = {SW_LINGER_MS / 1000, (SW_LINGER_MS % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+	}
+	pthread_mutex_lock(&cm_mu);
+	int adopted = sid->delegate != NULL;
+	sid->lingering = 0;
+	struct orphan *o = sid->orphans;
+	sid->orphans = NULL;
+	pthread_mutex_unlock(&cm_mu);
+	struct sw_enc e;
+	struct sw_reply r;
+	if (!adopted) {
+		sw_cancel(sid->ctx->conn, sid->get_seq);
+		sw_enc_begin(&e, 0, 0);
+		sw_enc_u32(&e, sid->listener);
+		if (!sw_call(sid->ctx->conn, SW_OP_CLOSE_LISTENER, &e, NULL, 0, &r))
+			sw_close_fds(&r);
+	}
+	while (o) {
+		struct orphan *n = o->next;
+		sw_enc_begin(&e, 0, 0);
+		sw_enc_u32(&e, o->h);
+		sw_enc_bytes(&e, NULL, 0);
+		if (!sw_call(sid->ctx->conn, SW_OP_REJECT, &e, NULL, 0, &r))
+			sw_close_fds(&r);
+		free(o);
+		o = n;
+	}
+	pthread_mutex_lock(&cm_mu);
+	sid->pending--;
+	if (sid->destroyed && !sid->pending)
+		unlink_free(sid);
+	pthread_mutex_unlock(&cm_mu);
+	return NULL;
 }
 
 static void get_request(struct sw_cm_id *l)
@@ -506,6 +619,27 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 			sw_log("listen: id %p ctx %p listening %d owns %d port %u (new %p ctx %p port %u)", (void *)o, (void *)o->ctx,
 			       o->listening, o->owns, ntohs(rdma_get_src_port(&o->id)), (void *)sid, (void *)sid->ctx,
 			       ntohs(rdma_get_src_port(id)));
+	for (struct sw_cm_id *o = ids; o; o = o->next)
+		if (o->lingering && !o->delegate && o->ctx == sid->ctx && rdma_get_src_port(&o->id) == rdma_get_src_port(id) &&
+		    rdma_get_src_port(id) != 0) {
+			/* Take over a listener this process destroyed a moment ago,
+			 * with the requests that came meanwhile. */
+			o->delegate = sid;
+			o->lingering = 0;
+			sid->listener = o->listener;
+			sid->listening = 1;
+			sid->owns = 1;
+			struct orphan *or = o->orphans;
+			o->orphans = NULL;
+			pthread_mutex_unlock(&cm_mu);
+			while (or) {
+				struct orphan *n = or->next;
+				deliver(sid, or->h, &or->remote, or->pd, or->pdlen, or->ird, or->ord);
+				free(or);
+				or = n;
+			}
+			return 0;
+		}
 	for (struct sw_cm_id *o = ids; o; o = o->next)
 		if (o != sid && o->ctx == sid->ctx && o->listening && o->owns && !o->destroyed && !o->delegate &&
 		    rdma_get_src_port(&o->id) == rdma_get_src_port(id) && rdma_get_src_port(id) != 0) {
