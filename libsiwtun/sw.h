@@ -196,6 +196,7 @@ struct sw_cq {
 	uint32_t count, cons;
 	int nfd;
 	int overflowed;
+	unsigned empty; /* polls in a row that found nothing */
 	pthread_spinlock_t lock;
 	struct sw_cq *next; /* in the context */
 };
