@@ -23,12 +23,13 @@
 
 void sw_log(const char *fmt, ...)
 {
+	char buf[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "libsiwtun: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	(void)n;
+	fprintf(stderr, "libsiwtun: %s\n", buf); /* one write: lines of threads stay whole */
 }
 
 static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -168,10 +168,57 @@ static void poll_one(struct ibv_cq *cq, enum ibv_wc_opcode op, enum ibv_wc_statu
 
 static uint8_t static_buf[GUARD + 1000 + GUARD];
 
+/* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
+ * completion channel and a listening rdma_cm id on DEV, prints "ready" and
+ * waits for its daemon to stop: the async event IBV_EVENT_DEVICE_FATAL,
+ * the channel's fd readable, RDMA_CM_EVENT_DEVICE_REMOVAL, and ENODEV from
+ * later calls. */
+static int removal(const char *dev)
+{
+	struct ibv_context *c = open_dev(dev);
+	struct sockaddr_in sin;
+	get_addr(c, &sin);
+	sin.sin_port = htons(17998);
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_comp_channel *cc = ibv_create_comp_channel(c);
+	struct ibv_cq *cq = cc ? ibv_create_cq(c, 8, NULL, cc, 0) : NULL;
+	CHECK(pd && cq && ibv_req_notify_cq(cq, 0) == 0, "resources");
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	CHECK(ch && rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0, "cm id");
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&sin) == 0 && rdma_listen(lid, 1) == 0, "listen");
+	printf("ready\n");
+	struct ibv_async_event ae;
+	CHECK(ibv_get_async_event(c, &ae) == 0 && ae.event_type == IBV_EVENT_DEVICE_FATAL, "async event %d", ae.event_type);
+	ibv_ack_async_event(&ae);
+	OK("async-device-fatal");
+	struct pollfd pf = {.fd = cc->fd, .events = POLLIN};
+	CHECK(poll(&pf, 1, 5000) == 1, "comp channel not woken by the removal");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK(ibv_get_cq_event(cc, &evcq, &evctx) == 0 && evcq == cq, "cq event");
+	ibv_ack_cq_events(cq, 1);
+	OK("comp-channel-woken");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DEVICE_REMOVAL));
+	OK("cm-device-removal");
+	errno = 0;
+	CHECK(!ibv_alloc_pd(c) && errno == ENODEV, "alloc pd after removal");
+	CHECK(ibv_reg_mr(pd, &sin, sizeof(sin), 0) == NULL && errno == ENODEV, "reg mr after removal");
+	OK("enodev");
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+	CHECK(ibv_destroy_cq(cq) == 0 && ibv_destroy_comp_channel(cc) == 0 && ibv_dealloc_pd(pd) == 0, "teardown");
+	CHECK(ibv_close_device(c) == 0, "close");
+	printf("PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	CHECK(argc >= 3, "usage: siwtun-ctest DEV_A DEV_B [PORT]");
+	if (argc == 3 && !strcmp(argv[1], "--removal"))
+		return removal(argv[2]);
+	CHECK(argc >= 3, "usage: siwtun-ctest DEV_A DEV_B [PORT] | --removal DEV");
 	int port = argc > 3 ? atoi(argv[3]) : 17999;
 	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
 	check_queries(ca);

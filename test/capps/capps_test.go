@@ -30,6 +30,7 @@ type env struct {
 	bin     string // siwtun
 	ctest   string // siwtun-ctest
 	sockDir string
+	stops   map[string]func() // by device: stop its daemon (SIGINT, by PID) and wait
 }
 
 var (
@@ -96,7 +97,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	need(t)
 	bin, ctest := build(t)
-	e := &env{t: t, bin: bin, ctest: ctest, sockDir: t.TempDir(),
+	e := &env{t: t, bin: bin, ctest: ctest, sockDir: t.TempDir(), stops: map[string]func(){},
 		ns: fmt.Sprintf("siwtun-capps-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
 	if err := ipnetns.IP("netns", "add", e.ns); err != nil {
 		t.Fatal(err)
@@ -132,14 +133,21 @@ func (e *env) daemon(dev, addr, host string) {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	e.stops[dev] = stop
 	e.t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
+		stop()
 		if e.t.Failed() {
 			e.t.Logf("%s log:\n%s", dev, log.String())
 		}
@@ -162,6 +170,7 @@ func (e *env) daemon(dev, addr, host string) {
 // app is a program started through siwtun exec.
 type app struct {
 	cmd    *exec.Cmd
+	mu     sync.Mutex
 	stdout bytes.Buffer
 	stderr bytes.Buffer // apart: a pipe's stdout is flushed in blocks
 	done   chan struct{}
@@ -178,7 +187,7 @@ func (e *env) start(dev string, extraEnv []string, args ...string) *app {
 	}
 	a := &app{cmd: e.command(append(append(cmdArgs, "--"), args...)...), done: make(chan struct{})}
 	a.cmd.Env = append(os.Environ(), extraEnv...)
-	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
+	a.cmd.Stdout, a.cmd.Stderr = lockedWriter{&a.mu, &a.stdout}, lockedWriter{&a.mu, &a.stderr}
 	if err := a.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -194,6 +203,13 @@ func (e *env) start(dev string, extraEnv []string, args ...string) *app {
 	return a
 }
 
+// stdoutString is what the program has printed so far.
+func (a *app) stdoutString() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stdout.String()
+}
+
 // wait waits for the program to exit (at most d) and returns its standard
 // output, then its standard error.
 func (a *app) wait(t *testing.T, d time.Duration) (string, error) {
@@ -207,7 +223,21 @@ func (a *app) wait(t *testing.T, d time.Duration) (string, error) {
 		<-a.done
 		err = fmt.Errorf("still running after %v, killed", d)
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	return a.stdout.String() + a.stderr.String(), err
+}
+
+// lockedWriter lets the test read a buffer the child process writes.
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
 
 func (e *env) output(dev string, args ...string) string {
@@ -255,6 +285,26 @@ func TestCTest(t *testing.T) {
 		t.Fatalf("siwtun-ctest: %v\n%s", err, out)
 	}
 	t.Logf("siwtun-ctest:\n%s", out)
+}
+
+// TestRemoval stops a daemon under a program holding its device: the
+// program gets IBV_EVENT_DEVICE_FATAL, its completion channel wakes,
+// RDMA_CM_EVENT_DEVICE_REMOVAL arrives and later calls fail with ENODEV.
+func TestRemoval(t *testing.T) {
+	e := newEnv(t)
+	a := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}, e.ctest, "--removal", "siwtun0")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(a.stdoutString(), "ready\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			out, err := a.wait(t, time.Second)
+			t.Fatalf("siwtun-ctest --removal not ready: %v\n%s", err, out)
+		}
+	}
+	e.stops["siwtun0"]()
+	out, err := a.wait(t, time.Minute)
+	if err != nil || !strings.Contains(out, "\nPASS\n") {
+		t.Fatalf("siwtun-ctest --removal: %v\n%s", err, out)
+	}
+	t.Logf("siwtun-ctest --removal:\n%s", out)
 }
 
 // rpingLine is what rping -v prints for ping i of size bytes: its
