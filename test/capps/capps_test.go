@@ -110,6 +110,9 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// asanLib is libsiwtun built with AddressSanitizer and UBSan.
+func (e *env) asanLib() string { return filepath.Join(filepath.Dir(e.ctest), "asan", "libsiwtun.so") }
+
 func (e *env) command(args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", e.ns}, args...)...)
 }
@@ -269,6 +272,18 @@ func TestDevices(t *testing.T) {
 	}
 	t.Logf("ibv_devices and ibv_devinfo -v show both devices as iWARP RNICs")
 
+	// siwtun exec: the environment it hands over, and a missing library.
+	out = e.output("siwtun1", "env")
+	if !strings.Contains(out, "LD_PRELOAD="+filepath.Join(filepath.Dir(e.bin), "libsiwtun.so")+"\n") ||
+		!strings.Contains(out, "SIWTUN_DEV=siwtun1\n") || !strings.Contains(out, "SIWTUN_SOCKET_DIR="+e.sockDir+"\n") {
+		t.Errorf("siwtun exec -- env:\n%s", out)
+	}
+	miss := e.command(e.bin, "exec", "--", "true")
+	miss.Env = append(os.Environ(), "SIWTUN_LIB=/nonexistent/libsiwtun.so")
+	if b, err := miss.CombinedOutput(); err == nil || !strings.Contains(string(b), "siwtun: SIWTUN_LIB: stat /nonexistent/libsiwtun.so") {
+		t.Errorf("siwtun exec with a missing library: %v\n%s", err, b)
+	}
+
 	// No daemon: an empty list and one line saying why.
 	empty := t.TempDir()
 	cmd := e.command(e.bin, "exec", "--socket-dir", empty, "--", "ibv_devinfo")
@@ -280,7 +295,9 @@ func TestDevices(t *testing.T) {
 
 func TestCTest(t *testing.T) {
 	e := newEnv(t)
-	out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}, e.ctest, "siwtun0", "siwtun1").wait(t, 2*time.Minute)
+	// The library built with ASan and UBSan, under the ASan-built test.
+	out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
+		e.ctest, "siwtun0", "siwtun1").wait(t, 2*time.Minute)
 	if err != nil || !strings.Contains(out, "\nPASS\n") {
 		t.Fatalf("siwtun-ctest: %v\n%s", err, out)
 	}
@@ -292,7 +309,8 @@ func TestCTest(t *testing.T) {
 // RDMA_CM_EVENT_DEVICE_REMOVAL arrives and later calls fail with ENODEV.
 func TestRemoval(t *testing.T) {
 	e := newEnv(t)
-	a := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}, e.ctest, "--removal", "siwtun0")
+	a := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
+		e.ctest, "--removal", "siwtun0")
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(a.stdoutString(), "ready\n"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			out, err := a.wait(t, time.Second)
