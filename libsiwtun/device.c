@@ -388,7 +388,7 @@ static void on_gone(struct sw_conn *c)
 {
 	struct sw_context *ctx = c->owner;
 	pthread_mutex_lock(&ctx->mu);
-	ctx->removed = 1;
+	atomic_store(&ctx->removed, 1);
 	uint64_t one = 1;
 	for (struct sw_cq *cq = ctx->cqs; cq; cq = cq->next)
 		if (write(cq->nfd, &one, sizeof(one)) < 0) {

@@ -158,7 +158,7 @@ struct sw_context {
 	struct sw_qp *qps;
 	struct sw_cq *cqs;
 	struct sw_async_ev *aq, **aq_tail;
-	int removed;
+	atomic_int removed;
 	struct ibv_pd *cm_pd; /* rdma_create_qp without a PD */
 	/* verbs_context.priv: rdma-core's private per-context state, which
 	 * the real libibverbs' own helpers read when a program reaches them

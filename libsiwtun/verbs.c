@@ -337,7 +337,7 @@ int sw_ctx_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct sw_cq *cq = (struct sw_cq *)ibcq;
 	st32(cq->mem + SW_RING_HDR_NOTIFY, solicited_only ? SW_NOTIFY_SOLICITED : SW_NOTIFY_NEXT);
-	if (to_ctx(ibcq->context)->removed) {
+	if (atomic_load(&to_ctx(ibcq->context)->removed)) {
 		uint64_t one = 1;
 		if (write(cq->nfd, &one, sizeof(one)) < 0) {
 			/* saturated */
@@ -440,7 +440,7 @@ int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		retire(ctx, &wc[i]);
 	if (over)
 		sw_async_push(ctx, IBV_EVENT_CQ_ERR, ibcq);
-	if (k == 0 && ctx->removed)
+	if (k == 0 && atomic_load(&ctx->removed))
 		k = flush(ctx, cq, n, wc);
 	/* A program spinning on an empty CQ (perftest's latency tests) would
 	 * take the processor from the daemon that must produce the
@@ -726,7 +726,7 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 	struct sw_qp *q = (struct sw_qp *)ibqp;
 	int err = 0, n = 0;
 	pthread_spin_lock(&q->slock);
-	if (to_ctx(ibqp->context)->removed)
+	if (atomic_load(&to_ctx(ibqp->context)->removed))
 		err = ENODEV;
 	else if (!atomic_load(&q->post_ok))
 		err = EINVAL;
@@ -809,7 +809,7 @@ int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 	struct sw_qp *q = (struct sw_qp *)ibqp;
 	int err = 0, n = 0;
 	pthread_spin_lock(&q->rlock);
-	if (to_ctx(ibqp->context)->removed)
+	if (atomic_load(&to_ctx(ibqp->context)->removed))
 		err = ENODEV;
 	else if (!atomic_load(&q->inited))
 		err = EINVAL;

@@ -10,7 +10,9 @@
  * on one page, the same buffer twice), each written by the peer's RDMA
  * WRITE and read back by RDMA READ with guard bytes around it checked,
  * Send/Receive, completion channels with poll(2) (solicited-only included),
- * ibv_query_qp, and the flush of posted receives on disconnect. Prints
+ * ibv_query_qp, and the flush of posted receives on disconnect (with
+ * --terminate: on the Terminate a Write to a bad rkey draws, after
+ * IBV_EVENT_QP_FATAL on both sides). Prints
  * "ok NAME" per check; exits 1 at the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -218,7 +220,13 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 3 && !strcmp(argv[1], "--removal"))
 		return removal(argv[2]);
-	CHECK(argc >= 3, "usage: siwtun-ctest DEV_A DEV_B [PORT] | --removal DEV");
+	int terminate = 0;
+	if (argc > 1 && !strcmp(argv[1], "--terminate")) {
+		terminate = 1;
+		argc--;
+		argv++;
+	}
+	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] DEV_A DEV_B [PORT] | --removal DEV");
 	int port = argc > 3 ? atoi(argv[3]) : 17999;
 	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
 	check_queries(ca);
@@ -399,10 +407,32 @@ int main(int argc, char **argv)
 	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "atomic refused");
 	OK("post-errors");
 
-	/* Disconnect: DISCONNECTED on both sides, B's posted receive flushed. */
 	rw.wr_id = 10;
 	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 4");
-	CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	if (terminate) {
+		/* An RDMA WRITE with an rkey B never gave out: B refuses it with
+		 * a Terminate, both QPs are fatal, the connection ends. */
+		struct ibv_sge ts = {(uintptr_t)src, 16, srcmr->lkey};
+		struct ibv_send_wr tw = {.wr_id = 400, .sg_list = &ts, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED,
+					 .wr = {.rdma = {(uintptr_t)cases[0].p, cases[0].mr->rkey ^ 0x7f7f7f00u}}}, *tbad;
+		CHECK(ibv_post_send(qpa, &tw, &tbad) == 0, "post bad write");
+		struct ibv_context *ctxs[2] = {aid->verbs, bid->verbs};
+		for (int i = 0; i < 2; i++) {
+			struct pollfd ap = {.fd = ctxs[i]->async_fd, .events = POLLIN};
+			CHECK(poll(&ap, 1, 10000) == 1, "no async event on side %c", 'A' + i);
+			struct ibv_async_event ae;
+			CHECK(ibv_get_async_event(ctxs[i], &ae) == 0, "get async event");
+			CHECK(ae.event_type == IBV_EVENT_QP_FATAL && ae.element.qp == (i ? qpb : qpa), "side %c: event %s",
+			      'A' + i, ibv_event_type_str(ae.event_type));
+			ibv_ack_async_event(&ae);
+		}
+		OK("terminate-qp-fatal");
+	} else {
+		/* Disconnect: DISCONNECTED on both sides, B's posted receive
+		 * flushed. */
+		CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	}
 	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
 	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
 	poll_one(cqb, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 10, NULL);

@@ -295,13 +295,16 @@ func TestDevices(t *testing.T) {
 
 func TestCTest(t *testing.T) {
 	e := newEnv(t)
-	// The library built with ASan and UBSan, under the ASan-built test.
-	out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
-		e.ctest, "siwtun0", "siwtun1").wait(t, 2*time.Minute)
-	if err != nil || !strings.Contains(out, "\nPASS\n") {
-		t.Fatalf("siwtun-ctest: %v\n%s", err, out)
+	for i, mode := range [][]string{nil, {"--terminate"}} {
+		// The library built with ASan and UBSan, under the ASan-built test.
+		args := append(append([]string{e.ctest}, mode...), "siwtun0", "siwtun1", strconv.Itoa(17990+i))
+		out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
+			args...).wait(t, 2*time.Minute)
+		if err != nil || !strings.Contains(out, "\nPASS\n") {
+			t.Fatalf("siwtun-ctest %v: %v\n%s", mode, err, out)
+		}
+		t.Logf("siwtun-ctest %v:\n%s", mode, out)
 	}
-	t.Logf("siwtun-ctest:\n%s", out)
 }
 
 // TestRemoval stops a daemon under a program holding its device: the
