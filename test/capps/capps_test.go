@@ -328,6 +328,54 @@ func TestRemoval(t *testing.T) {
 	t.Logf("siwtun-ctest --removal:\n%s", out)
 }
 
+// TestKilledClient kills an rping client (SIGKILL, by PID) in the middle
+// of its pings: both daemons release its queue pairs.
+func TestKilledClient(t *testing.T) {
+	e := newEnv(t)
+	srv := e.start("siwtun1", nil, "rping", "-s", "-a", "198.18.2.2", "-p", "7200", "-S", "4096")
+	var cli *app
+	for try := 0; ; try++ {
+		time.Sleep(200 * time.Millisecond)
+		cli = e.start("siwtun0", nil, "rping", "-c", "-a", "198.18.2.2", "-p", "7200", "-v", "-C", "0", "-S", "4096")
+		deadline := time.Now().Add(20 * time.Second)
+		for strings.Count(cli.stdoutString(), "ping data: ") < 20 && time.Now().Before(deadline) {
+			select {
+			case <-cli.done:
+				deadline = time.Now()
+			default:
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if strings.Count(cli.stdoutString(), "ping data: ") >= 20 {
+			break
+		}
+		out, _ := cli.wait(t, time.Second)
+		if try == 10 || !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
+			t.Fatalf("rping client did not get going:\n%s", lastLines(out, 5))
+		}
+	}
+	cli.cmd.Process.Kill()
+	cli.wait(t, 10*time.Second)
+	srv.wait(t, 30*time.Second) // rping's server ends with its client
+	for _, dev := range []string{"siwtun0", "siwtun1"} {
+		var out []byte
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var err error
+			out, err = e.command(e.bin, "ctl", "qp", "-j", "--dev", dev, "--socket-dir", e.sockDir).Output()
+			s := strings.TrimSpace(string(out))
+			if err == nil && (s == "[]" || s == "null") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has queue pairs after the client was killed: %v\n%s", dev, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("client killed after %d pings; siwtun ctl qp is empty on both daemons", strings.Count(cli.stdoutString(), "ping data: "))
+}
+
 // rpingLine is what rping -v prints for ping i of size bytes: its
 // "rdma-ping-%d: " then letters from 'A'+i (mod 58) upwards, wrapping after
 // 'z', up to size-1 characters.
