@@ -47,8 +47,11 @@ struct sw_cm_id {
 	int has_req;
 	uint8_t peer_ird, peer_ord;
 	int connecting, established, disconnected, removal_sent;
-	struct ibv_comp_channel *own_ch; /* rdma_create_qp made the CQs */
+	struct ibv_comp_channel *own_sch, *own_rch; /* rdma_create_qp made the CQs */
 	struct ibv_cq *own_scq, *own_rcq;
+	int sync;                        /* created without a channel: calls wait for their events */
+	struct ibv_qp_init_attr *ep_qp;  /* rdma_create_ep's QP attributes, for rdma_get_request */
+	struct ibv_pd *ep_pd;
 	struct sw_cm_id *next;
 };
 
@@ -70,6 +73,7 @@ struct orphan {
  * then cm_mu, then a channel's mu. */
 static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *linger_main(void *arg);
+static void free_own_cqs(struct sw_cm_id *sid);
 static struct sw_cm_id *ids;
 
 /* The contexts rdma_cm opened, one per device, kept open. */
@@ -175,6 +179,8 @@ static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr 
 static void push(struct sw_cm_id *sid, struct sw_cm_id *listen, enum rdma_cm_event_type type, int status,
 		 const void *pdata, size_t pdlen, uint8_t rr, uint8_t id_depth)
 {
+	if (sid->sync && (type == RDMA_CM_EVENT_ADDR_RESOLVED || type == RDMA_CM_EVENT_ROUTE_RESOLVED))
+		return; /* a synchronous resolve has completed */
 	struct sw_cm_event *e = calloc(1, sizeof(*e));
 	if (!e)
 		return;
@@ -278,13 +284,20 @@ SW_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 			     enum rdma_port_space ps)
 {
-	if (!channel)
-		return fail(EOPNOTSUPP); /* synchronous ids: not yet */
 	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB)
 		return fail(EOPNOTSUPP);
 	struct sw_cm_id *sid = calloc(1, sizeof(*sid));
 	if (!sid)
 		return fail(ENOMEM);
+	if (!channel) {
+		/* Synchronous: the id's own channel, which its calls wait on. */
+		channel = rdma_create_event_channel();
+		if (!channel) {
+			free(sid);
+			return -1;
+		}
+		sid->sync = 1;
+	}
 	sid->ch = (struct sw_channel *)channel;
 	sid->id.channel = channel;
 	sid->id.context = context;
@@ -377,11 +390,17 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 			sw_close_fds(&r);
 	}
 	detach_qp(sid);
+	free_own_cqs(sid);
+	free(sid->ep_qp);
+	sid->ep_qp = NULL;
 	pthread_mutex_lock(&cm_mu);
 	sid->destroyed = 1;
+	struct sw_channel *own = sid->sync && !sid->pending ? sid->ch : NULL;
 	if (!sid->pending)
 		unlink_free(sid);
 	pthread_mutex_unlock(&cm_mu);
+	if (own)
+		rdma_destroy_event_channel(&own->ch);
 	return 0;
 }
 
@@ -678,6 +697,36 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	return 0;
 }
 
+/* sync_wait waits on a synchronous id's channel for want; an error event
+ * becomes -1 with its errno. */
+static int sync_wait(struct sw_cm_id *sid, enum rdma_cm_event_type want)
+{
+	for (;;) {
+		struct rdma_cm_event *ev;
+		if (rdma_get_cm_event(&sid->ch->ch, &ev))
+			return -1;
+		enum rdma_cm_event_type t = ev->event;
+		int st = ev->status;
+		rdma_ack_cm_event(ev);
+		if (t == want)
+			return 0;
+		switch (t) {
+		case RDMA_CM_EVENT_REJECTED:
+			return fail(ECONNREFUSED);
+		case RDMA_CM_EVENT_UNREACHABLE:
+			return fail(ETIMEDOUT);
+		case RDMA_CM_EVENT_CONNECT_ERROR:
+		case RDMA_CM_EVENT_ADDR_ERROR:
+		case RDMA_CM_EVENT_ROUTE_ERROR:
+			return fail(st < 0 ? -st : EIO);
+		case RDMA_CM_EVENT_DEVICE_REMOVAL:
+			return fail(ENODEV);
+		default:
+			break; /* not what this call waits for */
+		}
+	}
+}
+
 static uint16_t clamp_rd(struct sw_cm_id *sid, unsigned v)
 {
 	unsigned max = sid->ctx->dev->attr[SW_A_MAX_QP_RD_ATOM];
@@ -776,7 +825,7 @@ SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		pthread_mutex_unlock(&cm_mu);
 		return fail(err);
 	}
-	return 0;
+	return sid->sync ? sync_wait(sid, RDMA_CM_EVENT_ESTABLISHED) : 0;
 }
 
 SW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
@@ -812,7 +861,7 @@ SW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	}
 	atomic_store(&q->inited, 1);
 	atomic_store(&q->post_ok, 1);
-	return 0;
+	return sid->sync ? sync_wait(sid, RDMA_CM_EVENT_ESTABLISHED) : 0;
 }
 
 SW_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *pdata, uint8_t len)
@@ -877,6 +926,20 @@ SW_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
 
 /* ---- QPs on ids ---- */
 
+static void free_own_cqs(struct sw_cm_id *sid)
+{
+	if (sid->own_scq)
+		ibv_destroy_cq(sid->own_scq);
+	if (sid->own_rcq)
+		ibv_destroy_cq(sid->own_rcq);
+	if (sid->own_sch)
+		ibv_destroy_comp_channel(sid->own_sch);
+	if (sid->own_rch)
+		ibv_destroy_comp_channel(sid->own_rch);
+	sid->own_scq = sid->own_rcq = NULL;
+	sid->own_sch = sid->own_rch = NULL;
+}
+
 SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
@@ -891,17 +954,23 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	}
 	struct ibv_qp_init_attr a = *attr;
 	if (!a.send_cq || !a.recv_cq) {
-		/* As librdmacm: CQs of the queues' depths, with a channel. */
-		sid->own_ch = ibv_create_comp_channel(c);
-		if (!sid->own_ch)
-			return -1;
-		if (!a.send_cq)
-			a.send_cq = sid->own_scq = ibv_create_cq(c, (int)(a.cap.max_send_wr ? a.cap.max_send_wr : 1), NULL, sid->own_ch, 0);
-		if (!a.recv_cq)
-			a.recv_cq = sid->own_rcq = ibv_create_cq(c, (int)(a.cap.max_recv_wr ? a.cap.max_recv_wr : 1), NULL, sid->own_ch, 0);
+		/* As librdmacm: one CQ per queue, of its depth, each with its
+		 * own completion channel and the id as its context
+		 * (rdma_get_recv_comp and rdma_get_send_comp rely on both). */
+		if (!a.send_cq) {
+			sid->own_sch = ibv_create_comp_channel(c);
+			a.send_cq = sid->own_scq = sid->own_sch ?
+				ibv_create_cq(c, (int)(a.cap.max_send_wr ? a.cap.max_send_wr : 1), id, sid->own_sch, 0) : NULL;
+			id->send_cq_channel = sid->own_sch;
+		}
+		if (!a.recv_cq) {
+			sid->own_rch = ibv_create_comp_channel(c);
+			a.recv_cq = sid->own_rcq = sid->own_rch ?
+				ibv_create_cq(c, (int)(a.cap.max_recv_wr ? a.cap.max_recv_wr : 1), id, sid->own_rch, 0) : NULL;
+			id->recv_cq_channel = sid->own_rch;
+		}
 		if (!a.send_cq || !a.recv_cq)
 			goto fail_cq;
-		id->send_cq_channel = id->recv_cq_channel = sid->own_ch;
 		id->send_cq = a.send_cq;
 		id->recv_cq = a.recv_cq;
 	}
@@ -925,14 +994,7 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	return 0;
 fail_cq: {
 	int e = errno;
-	if (sid->own_scq)
-		ibv_destroy_cq(sid->own_scq);
-	if (sid->own_rcq)
-		ibv_destroy_cq(sid->own_rcq);
-	if (sid->own_ch)
-		ibv_destroy_comp_channel(sid->own_ch);
-	sid->own_scq = sid->own_rcq = NULL;
-	sid->own_ch = NULL;
+	free_own_cqs(sid);
 	id->send_cq = id->recv_cq = NULL;
 	id->send_cq_channel = id->recv_cq_channel = NULL;
 	return fail(e);
@@ -960,14 +1022,7 @@ SW_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
 	sid->qp = NULL;
-	if (sid->own_scq)
-		ibv_destroy_cq(sid->own_scq);
-	if (sid->own_rcq)
-		ibv_destroy_cq(sid->own_rcq);
-	if (sid->own_ch)
-		ibv_destroy_comp_channel(sid->own_ch);
-	sid->own_scq = sid->own_rcq = NULL;
-	sid->own_ch = NULL;
+	free_own_cqs(sid);
 }
 
 /* From the context's reader thread, with the context's mu held. type 0:
@@ -1123,20 +1178,87 @@ SW_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 			     struct ibv_qp_init_attr *qp_init_attr)
 {
-	(void)id;
-	(void)res;
-	(void)pd;
-	(void)qp_init_attr;
-	return fail(EOPNOTSUPP);
+	if (!id || !res)
+		return fail(EINVAL);
+	struct rdma_cm_id *cid;
+	if (rdma_create_id(NULL, &cid, NULL, (enum rdma_port_space)res->ai_port_space))
+		return -1;
+	struct sw_cm_id *sid = (struct sw_cm_id *)cid;
+	int ret;
+	if (qp_init_attr)
+		qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type; /* as librdmacm: the address's QP type */
+	if (res->ai_flags & RAI_PASSIVE) {
+		ret = rdma_bind_addr(cid, res->ai_src_addr);
+		if (!ret && qp_init_attr) {
+			/* rdma_get_request makes each connection's QP with these. */
+			sid->ep_qp = malloc(sizeof(*qp_init_attr));
+			if (!sid->ep_qp)
+				ret = fail(ENOMEM);
+			else
+				*sid->ep_qp = *qp_init_attr;
+			sid->ep_pd = pd;
+		}
+	} else {
+		ret = rdma_resolve_addr(cid, res->ai_src_len ? res->ai_src_addr : NULL, res->ai_dst_addr, 2000);
+		if (!ret)
+			ret = rdma_resolve_route(cid, 2000);
+		if (!ret && qp_init_attr)
+			ret = rdma_create_qp(cid, pd, qp_init_attr);
+	}
+	if (ret) {
+		int e = errno;
+		rdma_destroy_id(cid);
+		return fail(e);
+	}
+	*id = cid;
+	return 0;
 }
 
-SW_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id) { (void)id; }
+SW_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
 
 SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 {
-	(void)listen;
-	(void)id;
-	return fail(EOPNOTSUPP);
+	struct sw_cm_id *l = (struct sw_cm_id *)listen;
+	if (!l->sync || !l->listening)
+		return fail(EINVAL);
+	struct rdma_cm_event *ev;
+	for (;;) {
+		if (rdma_get_cm_event(&l->ch->ch, &ev))
+			return -1;
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+			break;
+		int removed = ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL;
+		rdma_ack_cm_event(ev);
+		if (removed)
+			return fail(ENODEV);
+	}
+	struct sw_cm_id *child = (struct sw_cm_id *)ev->id;
+	rdma_ack_cm_event(ev);
+	/* The new id is synchronous too, with a channel of its own. */
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch) {
+		rdma_destroy_id(&child->id);
+		return -1;
+	}
+	child->ch = (struct sw_channel *)ch;
+	child->id.channel = ch;
+	child->sync = 1;
+	if (l->ep_qp) {
+		struct ibv_qp_init_attr a = *l->ep_qp;
+		if (rdma_create_qp(&child->id, l->ep_pd, &a)) {
+			int e = errno;
+			rdma_reject(&child->id, NULL, 0);
+			rdma_destroy_id(&child->id);
+			return fail(e);
+		}
+	}
+	*id = &child->id;
+	return 0;
 }
 
 SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)

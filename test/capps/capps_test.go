@@ -437,6 +437,29 @@ func TestRping(t *testing.T) {
 	}
 }
 
+// TestRdmaServerClient runs rdma-core's rdma_server and rdma_client
+// examples: librdmacm's synchronous endpoint API (rdma_create_ep,
+// rdma_get_request, blocking rdma_connect/rdma_accept) and rdma_verbs.h's
+// helpers, one Send each way.
+func TestRdmaServerClient(t *testing.T) {
+	e := newEnv(t)
+	srv := e.start("siwtun1", nil, "rdma_server", "-s", "198.18.2.2", "-p", "7471")
+	var out string
+	var err error
+	for try := 0; try < 20; try++ {
+		time.Sleep(200 * time.Millisecond)
+		out, err = e.start("siwtun0", nil, "rdma_client", "-s", "198.18.2.2", "-p", "7471").wait(t, time.Minute)
+		if err == nil || !strings.Contains(out, "Connection refused") {
+			break
+		}
+	}
+	sout, serr := srv.wait(t, 30*time.Second)
+	if err != nil || serr != nil || !strings.Contains(out, "rdma_client: end 0") || !strings.Contains(sout, "rdma_server: end 0") {
+		t.Fatalf("rdma_client: %v\n%s\nrdma_server: %v\n%s", err, out, serr, sout)
+	}
+	t.Logf("rdma_client: end 0, rdma_server: end 0")
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
