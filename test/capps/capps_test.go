@@ -478,6 +478,78 @@ func lastLines(s string, n int) string {
 // perfReport is the result line under perftest's "#bytes" header.
 var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)`)
 
+// TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
+// perf (Go, over the verbs socket), each as server and as client: RDMA
+// WRITE bandwidth 64 KiB and latency 2 B.
+func TestPerftestVsSiwtunPerf(t *testing.T) {
+	e := newEnv(t)
+	port := 18600
+	for _, lat := range []bool{false, true} {
+		prog, size, col := "ib_write_bw", "65536", 4
+		var goArgs []string
+		if lat {
+			prog, size, col = "ib_write_lat", "2", 3
+			goArgs = []string{"--lat"}
+		}
+		for _, cServer := range []bool{true, false} {
+			port++
+			name := prog + "/siwtun-perf-client-perftest-server"
+			if !cServer {
+				name = prog + "/perftest-client-siwtun-perf-server"
+			}
+			t.Run(name, func(t *testing.T) {
+				args := []string{"-s", size, "-D", "1", "-p", strconv.Itoa(port)}
+				goCmd := func(dev string, extra ...string) []string {
+					return append(append(append([]string{e.bin, "perf", "write", "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
+				}
+				var srv *app
+				if cServer {
+					srv = e.start("siwtun1", nil, append([]string{prog, "-R", "-d", "siwtun1"}, args...)...)
+				} else {
+					srv = &app{done: make(chan struct{})}
+					srv.cmd = e.command(goCmd("siwtun1")...)
+					srv.cmd.Stdout, srv.cmd.Stderr = lockedWriter{&srv.mu, &srv.stdout}, lockedWriter{&srv.mu, &srv.stderr}
+					if err := srv.cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					go func() { srv.err = srv.cmd.Wait(); close(srv.done) }()
+					t.Cleanup(func() {
+						select {
+						case <-srv.done:
+						default:
+							srv.cmd.Process.Kill()
+							<-srv.done
+						}
+					})
+				}
+				time.Sleep(time.Second)
+				var cout string
+				var cerr error
+				if cServer {
+					c := e.command(goCmd("siwtun0", "198.18.2.2")...)
+					b, err := c.CombinedOutput()
+					cout, cerr = string(b), err
+				} else {
+					cout, cerr = e.start("siwtun0", nil, append(append([]string{prog, "-R", "-d", "siwtun0"}, args...), "198.18.2.2")...).wait(t, time.Minute)
+				}
+				sout, serr := srv.wait(t, time.Minute)
+				if cerr != nil || serr != nil {
+					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
+				}
+				cm := perfReport.FindStringSubmatch(cout)
+				if cm == nil {
+					t.Fatalf("no report from the client:\n%s", cout)
+				}
+				v, _ := strconv.ParseFloat(cm[col], 64)
+				if v <= 0 || cm[1] != size {
+					t.Fatalf("client report %q", cm[0])
+				}
+				t.Logf("%s: %s iterations, %s %s", name, cm[2], cm[col], map[bool]string{false: "MiB/s", true: "µs t_avg"}[lat])
+			})
+		}
+	}
+}
+
 func TestPerftest(t *testing.T) {
 	e := newEnv(t)
 	type dir struct{ srvDev, cliDev, srvAddr string }
