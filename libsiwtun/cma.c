@@ -1333,3 +1333,20 @@ SW_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, u
 {
 	return rdma_reject(id, private_data, private_data_len);
 }
+
+/* rsockets: rdma-core's implementation (which would run from the real
+ * librdmacm) keeps private state in librdmacm's own ids and cannot run on
+ * libsiwtun's; rsocket fails instead, so programs fall back or stop cleanly
+ * (README). */
+SW_EXPORT int rsocket(int domain, int type, int protocol)
+{
+	static int warned;
+	(void)domain;
+	(void)type;
+	(void)protocol;
+	if (!warned) {
+		warned = 1;
+		sw_log("rsockets are not supported on siwtun devices yet");
+	}
+	return fail(EOPNOTSUPP);
+}
