@@ -626,8 +626,14 @@ SW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 	if (!(mask & IBV_QP_STATE))
 		return 0; /* iWARP: the other attributes come from the connection */
 	switch (attr->qp_state) {
-	case IBV_QPS_RESET:
 	case IBV_QPS_INIT:
+		/* Once connection management has moved the QP on, INIT is where
+		 * it has been: a program that walks a connected QP through
+		 * INIT, RTR, RTS itself (rping -q) finds nothing to do. */
+		if (atomic_load(&q->post_ok) && ibqp->state != IBV_QPS_ERR)
+			return 0;
+		return sw_qp_modify_state(q, attr->qp_state);
+	case IBV_QPS_RESET:
 	case IBV_QPS_ERR:
 		return sw_qp_modify_state(q, attr->qp_state);
 	case IBV_QPS_RTR:

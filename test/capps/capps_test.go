@@ -394,18 +394,29 @@ func rpingLine(i, size int) string {
 
 func TestRping(t *testing.T) {
 	e := newEnv(t)
-	for i, size := range []int{64, 4096, 65535} {
+	// -q: QPs the programs create and move through INIT/RTR/RTS themselves.
+	for i, tc := range []struct {
+		size int
+		q    bool
+	}{{64, false}, {4096, false}, {65535, false}, {4096, true}} {
+		size := tc.size
 		port := strconv.Itoa(7174 + i)
-		t.Run(strconv.Itoa(size), func(t *testing.T) {
-			srv := e.start("siwtun1", nil, "rping", "-s", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-S", strconv.Itoa(size))
+		var flags []string
+		name := strconv.Itoa(size)
+		if tc.q {
+			flags = []string{"-q"}
+			name += "-q"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := e.start("siwtun1", nil, append([]string{"rping", "-s", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-S", strconv.Itoa(size)}, flags...)...)
 			var out string
 			var err error
 			// The server listens once its daemon session is up; a client
 			// that comes first is refused and tries again.
 			for try := 0; try < 20; try++ {
 				time.Sleep(200 * time.Millisecond)
-				out, err = e.start("siwtun0", nil, "rping", "-c", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-C", "100",
-					"-S", strconv.Itoa(size)).wait(t, time.Minute)
+				out, err = e.start("siwtun0", nil, append([]string{"rping", "-c", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-C", "100",
+					"-S", strconv.Itoa(size)}, flags...)...).wait(t, time.Minute)
 				if !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
 					break
 				}
@@ -432,7 +443,7 @@ func TestRping(t *testing.T) {
 			if !strings.Contains(sout, "server DISCONNECT EVENT") {
 				t.Errorf("server saw no DISCONNECT:\n%s", lastLines(sout, 3))
 			}
-			t.Logf("rping -S %d -C 100: 100 pings verified on both sides, then DISCONNECT events", size)
+			t.Logf("rping -S %d -C 100 %v: 100 pings verified on both sides, then DISCONNECT events", size, flags)
 		})
 	}
 }
