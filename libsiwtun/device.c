@@ -175,6 +175,7 @@ struct sw_device **sw_devices(int *num)
 	const char *only = getenv("SIWTUN_DEV");
 	struct sw_device **out = calloc(64 + 1, sizeof(*out));
 	int n = 0;
+	char why[600] = ""; /* the first socket that did not answer, and why */
 	if (!out) {
 		errno = ENOMEM;
 		return NULL;
@@ -215,10 +216,13 @@ struct sw_device **sw_devices(int *num)
 			snprintf(d->sock, sizeof(d->sock), "%s", path);
 			snprintf(d->ctl, sizeof(d->ctl), "%s/%s.ctl", dir, name);
 		}
-		if (probe(d)) {
+		int perr = probe(d);
+		if (perr) {
+			if (!why[0] && perr != ECONNREFUSED)
+				snprintf(why, sizeof(why), "%s: %s", path, strerror(perr));
 			if (fresh)
 				free(d);
-			continue; /* a stale socket: no daemon behind it */
+			continue; /* a stale socket (no daemon behind it), or not ours to use */
 		}
 		if (fresh) {
 			d->next = dev_list;
@@ -231,7 +235,9 @@ struct sw_device **sw_devices(int *num)
 	pthread_mutex_unlock(&dev_mu);
 	if (n == 0 && !warned) {
 		warned = 1;
-		if (only && *only)
+		if (why[0])
+			sw_log("no siwtun device: %s", why);
+		else if (only && *only)
 			sw_log("no siwtun device %s: no running daemon's verbs socket %s/%s.sock (siwtun up --dev %s; SIWTUN_SOCKET_DIR)",
 			       only, dir, only, only);
 		else
