@@ -492,8 +492,11 @@ func lastLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// perfReport is the result line under perftest's "#bytes" header.
-var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)`)
+// perfReport is the result line under perftest's "#bytes" header: bytes,
+// iterations, then the figures. Bandwidth: peak, average[MB/sec], message
+// rate. Latency with a fixed count: t_min, t_max, t_typical, t_avg[usec],
+// t_stdev, percentiles.
+var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+([\d.]+))?`)
 
 // TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
 // perf (Go, over the verbs socket), each as server and as client: RDMA
@@ -502,10 +505,10 @@ func TestPerftestVsSiwtunPerf(t *testing.T) {
 	e := newEnv(t)
 	port := 18600
 	for _, lat := range []bool{false, true} {
-		prog, size, col := "ib_write_bw", "65536", 4
+		prog, size, col := "ib_write_bw", "65536", 4 // BW average[MB/sec]
 		var goArgs []string
 		if lat {
-			prog, size, col = "ib_write_lat", "2", 3
+			prog, size, col = "ib_write_lat", "2", 6 // t_avg[usec]
 			goArgs = []string{"--lat"}
 		}
 		for _, cServer := range []bool{true, false} {
@@ -515,7 +518,13 @@ func TestPerftestVsSiwtunPerf(t *testing.T) {
 				name = prog + "/perftest-client-siwtun-perf-server"
 			}
 			t.Run(name, func(t *testing.T) {
-				args := []string{"-s", size, "-D", "1", "-p", strconv.Itoa(port)}
+				// A fixed count, not a duration: each side would time its own
+				// second, and a server that ends first flushes the client.
+				iters := "1000"
+				if lat {
+					iters = "300"
+				}
+				args := []string{"-s", size, "-n", iters, "-p", strconv.Itoa(port)}
 				goCmd := func(dev string, extra ...string) []string {
 					return append(append(append([]string{e.bin, "perf", "write", "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
 				}
@@ -580,7 +589,11 @@ func TestPerftest(t *testing.T) {
 			port++
 			name := fmt.Sprintf("%s/%s-to-%s", tc.prog, d.cliDev, d.srvDev)
 			t.Run(name, func(t *testing.T) {
-				args := []string{"-R", "-s", tc.size, "-D", "1", "-p", strconv.Itoa(port)}
+				iters := "1000"
+				if !tc.bw {
+					iters = "300"
+				}
+				args := []string{"-R", "-s", tc.size, "-n", iters, "-p", strconv.Itoa(port)}
 				srv := e.start(d.srvDev, nil, append([]string{tc.prog, "-d", d.srvDev}, args...)...)
 				time.Sleep(time.Second) // the server's listener
 				cout, cerr := e.start(d.cliDev, nil, append([]string{tc.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
@@ -594,7 +607,7 @@ func TestPerftest(t *testing.T) {
 				}
 				col := 4 // BW average[MB/sec]
 				if !tc.bw {
-					col = 3 // t_avg[usec]
+					col = 6 // t_avg[usec]
 				}
 				v, _ := strconv.ParseFloat(cm[col], 64)
 				if v <= 0 || cm[1] != tc.size {
