@@ -633,11 +633,6 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	 * same port, which rdma_cm allows): the daemon's listener is shared
 	 * and its requests go to the newest id. */
 	pthread_mutex_lock(&cm_mu);
-	if (getenv("SIWTUN_DEBUG"))
-		for (struct sw_cm_id *o = ids; o; o = o->next)
-			sw_log("listen: id %p ctx %p listening %d owns %d port %u (new %p ctx %p port %u)", (void *)o, (void *)o->ctx,
-			       o->listening, o->owns, ntohs(rdma_get_src_port(&o->id)), (void *)sid, (void *)sid->ctx,
-			       ntohs(rdma_get_src_port(id)));
 	for (struct sw_cm_id *o = ids; o; o = o->next)
 		if (o->lingering && !o->delegate && o->ctx == sid->ctx && rdma_get_src_port(&o->id) == rdma_get_src_port(id) &&
 		    rdma_get_src_port(id) != 0) {
