@@ -438,6 +438,38 @@ int main(int argc, char **argv)
 	poll_one(cqb, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 10, NULL);
 	OK("disconnect");
 
+	/* CQ overflow: four receives flushed into a one-entry CQ. */
+	{
+		struct ibv_pd *opd = ibv_alloc_pd(ca);
+		struct ibv_cq *ocq = opd ? ibv_create_cq(ca, 1, NULL, NULL, 0) : NULL;
+		struct ibv_qp_init_attr oa = {.send_cq = ocq, .recv_cq = ocq, .qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 1, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *oqp = ocq ? ibv_create_qp(opd, &oa) : NULL;
+		CHECK(oqp, "overflow QP");
+		struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "INIT");
+		uint64_t one;
+		struct ibv_sge os = {(uintptr_t)&one, sizeof(one), srcmr->lkey};
+		for (uint64_t k = 0; k < 4; k++) {
+			struct ibv_recv_wr orw = {.wr_id = 500 + k, .sg_list = &os, .num_sge = 1};
+			CHECK(ibv_post_recv(oqp, &orw, &rbad) == 0, "post recv %lu", (unsigned long)k);
+		}
+		ia.qp_state = IBV_QPS_ERR;
+		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "ERR");
+		struct pollfd ap = {.fd = ca->async_fd, .events = POLLIN};
+		for (int i = 0; i < 2000 && poll(&ap, 1, 0) == 0; i++) {
+			struct ibv_wc owc;
+			CHECK(ibv_poll_cq(ocq, 1, &owc) >= 0, "poll");
+			usleep(1000);
+		}
+		struct ibv_async_event ae;
+		CHECK(poll(&ap, 1, 0) == 1 && ibv_get_async_event(ca, &ae) == 0, "no async event on overflow");
+		CHECK(ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == ocq, "event %s", ibv_event_type_str(ae.event_type));
+		ibv_ack_async_event(&ae);
+		CHECK(ibv_destroy_qp(oqp) == 0 && ibv_destroy_cq(ocq) == 0 && ibv_dealloc_pd(opd) == 0, "overflow teardown");
+		OK("cq-overflow");
+	}
+
 	/* Teardown, every call checked. */
 	for (int i = 0; i < nc; i++)
 		CHECK(ibv_dereg_mr(cases[i].mr) == 0, "dereg %s", cases[i].name);
