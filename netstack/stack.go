@@ -339,12 +339,14 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 		ep.SocketOptions().SetV6Only(false)
 	}
 	ep.SocketOptions().SetDelayOption(false)
-	// SO_REUSEADDR, as Linux servers set it: the port can be bound again
-	// while connections accepted on it earlier still drain (FIN_WAIT,
-	// TIME_WAIT for a minute). Two listeners on one port are still
-	// refused (the demuxer keeps one listening endpoint per address).
-	// Accepted connections inherit the flag, which is what lets a later
-	// listener share the port with them.
+	// SO_REUSEADDR, as Linux servers and siw's listening socket (siw_cm.c)
+	// set it: the port can be bound again while connections accepted on it
+	// earlier still drain (FIN_WAIT, TIME_WAIT for a minute), and perftest
+	// -R listens twice on its port, the second time with its control
+	// connection up. Two listeners on one port are still refused (the
+	// demuxer keeps one listening endpoint per address). Accepted
+	// connections inherit the flag, which is what lets a later listener
+	// share the port with them.
 	ep.SocketOptions().SetReuseAddress(true)
 	full := tcpip.FullAddress{Port: addr.Port()}
 	if a.IsValid() && !a.IsUnspecified() {

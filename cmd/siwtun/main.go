@@ -34,6 +34,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newExecCmd())
 	// A mistyped flag says where the usage is (SilenceUsage keeps the
 	// whole usage off every other error).
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
