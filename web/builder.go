@@ -192,9 +192,25 @@ func (b *Builder) Event(local bool, e ctl.WatchEvent) {
 func (b *Builder) Step(t time.Time, title, text string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := Step{T: b.us(t), Seg: len(b.v.Segments), Title: title, Text: text}
+	s := Step{N: len(b.v.Steps), T: b.us(t), Seg: len(b.v.Segments), Title: title, Text: text}
 	b.v.Steps = append(b.v.Steps, s)
 	b.emit(Update{Step: &s})
+}
+
+// StepText adds a line to the text of the last step.
+func (b *Builder) StepText(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.v.Steps) == 0 {
+		return
+	}
+	s := &b.v.Steps[len(b.v.Steps)-1]
+	if s.Text != "" {
+		s.Text += "\n"
+	}
+	s.Text += line
+	c := *s
+	b.emit(Update{Step: &c})
 }
 
 // SetState records a device's queue pairs (their state history grows when

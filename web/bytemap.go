@@ -141,7 +141,7 @@ func fpduPieces(f *inspect.FPDU) []piece {
 			ps = append(ps, piece{FieldSTag, 4}, piece{FieldTO, 8})
 		} else {
 			hl = ddp.UntaggedHeaderLen
-			ps = append(ps, piece{FieldQN, 4}, piece{FieldMSN, 4}, piece{FieldMO, 4})
+			ps = append(ps, piece{FieldInvSTag, 4}, piece{FieldQN, 4}, piece{FieldMSN, 4}, piece{FieldMO, 4})
 		}
 		rest := u - hl
 		switch {

@@ -29,6 +29,7 @@ const (
 	FieldULPDU                    // ULPDU octets whose header is not known yet
 	FieldFPDU                     // FPDU octets whose ULPDU_Length is not known yet
 	FieldOther                    // not iWARP (the connection does not speak MPA)
+	FieldInvSTag                  // RDMAP Invalidate STag (reserved unless Send with Invalidate)
 	numFields
 )
 
@@ -106,6 +107,7 @@ var Fields = [numFields]FieldInfo{
 	FieldULPDU:       {"ULPDU (header not yet seen)", "ddp", RFCFPDU, "RFC 5044 §4.1"},
 	FieldFPDU:        {"FPDU (length not yet seen)", "mpa", RFCFPDU, "RFC 5044 §4.1"},
 	FieldOther:       {"not iWARP", "tcp", RFCTCP, "RFC 9293"},
+	FieldInvSTag:     {"Invalidate STag (reserved)", "rdmap", RFCRDMAPHeader, "RFC 5040 §4"},
 }
 
 // String returns the field's name.

@@ -202,6 +202,8 @@ type StateAt struct {
 
 // Step is one step of a demo or lesson.
 type Step struct {
+	// N is its index in View.Steps.
+	N int `json:"n"`
 	// T is when it began (µs since View.Start) and Seg the first segment
 	// after it.
 	T   int64 `json:"t"`

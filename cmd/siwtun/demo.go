@@ -34,6 +34,9 @@ type demoOptions struct {
 	imp     string
 	inProc  bool
 	pcap    string
+	html    string // write the view here (demo_view.go)
+	serve   string // serve the view live here
+	pace    time.Duration
 }
 
 func newDemoCmd() *cobra.Command {
@@ -56,7 +59,7 @@ and demo prints what crossed the wire, segment by segment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
-			if !o.inProc && o.pcap == "" {
+			if !o.inProc && o.pcap == "" && o.html == "" && o.serve == "" {
 				err := netns.CanRun()
 				if err == nil {
 					return runNetnsDemo(w, o)
@@ -76,6 +79,7 @@ and demo prints what crossed the wire, segment by segment.`,
 	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7 (in-process)")
 	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")
 	f.StringVarP(&o.pcap, "write", "w", "", "write the in-process demo's segments to this pcapng file (implies --in-process)")
+	addDemoViewFlags(cmd, &o)
 	return cmd
 }
 
@@ -192,7 +196,12 @@ func runDemo(w io.Writer, o demoOptions) error {
 	fmt.Fprintf(w, ")\n  siwtun0 %v   <->   siwtun1 %v\n\n", cliAddr.Addr(), srvAddr.Addr())
 
 	log.start = time.Now()
-	c, err := runApp(w, cdev, sdev, srvAddr.Addr(), o.size)
+	appW, view, err := startDemoViewFor(w, o, cli.Engine, srv.Engine)
+	if err != nil {
+		return err
+	}
+	defer view.stop() // before the engines close
+	c, err := runApp(appW, cdev, sdev, srvAddr.Addr(), o.size)
 	if err != nil {
 		return err
 	}
@@ -206,7 +215,7 @@ func runDemo(w io.Writer, o demoOptions) error {
 	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
 		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
 	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
-	return nil
+	return view.close(w, o)
 }
 
 // runApp is the demo's verbs application: it connects a QP on cdev to one

@@ -1,0 +1,71 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html"
+	"io"
+)
+
+//go:embed assets/page.html assets/page.css assets/page.js
+var assets embed.FS
+
+// page is the page template split at its placeholders.
+var pageParts = mustPage()
+
+type pageTemplate struct {
+	html, css, js []byte
+}
+
+func mustPage() pageTemplate {
+	read := func(name string) []byte {
+		b, err := assets.ReadFile(name)
+		if err != nil {
+			panic(fmt.Sprintf("web: embedded %s: %v", name, err))
+		}
+		return b
+	}
+	return pageTemplate{read("assets/page.html"), read("assets/page.css"), read("assets/page.js")}
+}
+
+// WritePage writes the page for a View given as JSON (View's encoding, as
+// Builder.JSON returns it) titled title: one self-contained HTML file with
+// its styles, script and data inline, which needs no network access.
+func WritePage(w io.Writer, title string, viewJSON []byte) error {
+	// encoding/json escapes <, > and &, so the data cannot end the script
+	// element; check anyway, since viewJSON comes from the caller.
+	if bytes.Contains(bytes.ToLower(viewJSON), []byte("</script")) {
+		return fmt.Errorf("web: the view data contains </script")
+	}
+	t := html.EscapeString(title)
+	out := pageParts.html
+	for _, r := range []struct {
+		key string
+		val []byte
+	}{{"{{TITLE}}", []byte(t)}, {"{{CSS}}", pageParts.css}, {"{{JS}}", pageParts.js}} {
+		out = bytes.ReplaceAll(out, []byte(r.key), r.val)
+	}
+	before, after, ok := bytes.Cut(out, []byte("{{DATA}}"))
+	if !ok {
+		return fmt.Errorf("web: page template lacks its data placeholder")
+	}
+	for _, b := range [][]byte{before, viewJSON, after} {
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteHTML writes the Builder's View as a self-contained page.
+func (b *Builder) WriteHTML(w io.Writer) error {
+	data, err := b.JSON()
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	title := b.v.Title
+	b.mu.Unlock()
+	return WritePage(w, title, data)
+}
