@@ -37,6 +37,9 @@ type Update struct {
 	Conns   []inspect.DirSummary  `json:"conns,omitempty"`
 	Step    *Step                 `json:"step,omitempty"`
 	Dropped uint64                `json:"dropped,omitempty"`
+	// Addr is a new address pair, the AddrN'th of View.Addrs.
+	Addr  string `json:"addr,omitempty"`
+	AddrN int    `json:"addr_n,omitempty"`
 }
 
 // Builder builds a View from watch events. The local device's segments
@@ -52,6 +55,7 @@ type Builder struct {
 	peerOn  bool
 	markers map[[2]netip.AddrPort]bool
 	conns   map[[2]netip.AddrPort]int
+	addrs   map[[2]netip.AddrPort]int
 	held    map[heldKey]int
 	pending map[segKey][]pendingSeg
 	regions map[regionKey]int
@@ -106,6 +110,7 @@ func NewBuilder(title, local, peer string, lookup RegionLookup) *Builder {
 		an: inspect.New(), lookup: lookup, peerOn: peer != "",
 		markers: make(map[[2]netip.AddrPort]bool),
 		conns:   make(map[[2]netip.AddrPort]int),
+		addrs:   make(map[[2]netip.AddrPort]int),
 		held:    make(map[heldKey]int),
 		pending: make(map[segKey][]pendingSeg),
 		regions: make(map[regionKey]int),
@@ -342,7 +347,7 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 	}
 	if n == len(b.v.Segments) {
 		b.v.Segments = append(b.v.Segments, Segment{
-			N: n, Out: out, T: -1, PT: -1, Src: ws.Src.String(), Dst: ws.Dst.String(),
+			N: n, Out: out, T: -1, PT: -1, Src: ws.Src.String(), Dst: ws.Dst.String(), A: b.addrOf(ws.Src, ws.Dst),
 			Seq: ws.Seq, Ack: ws.Ack, Len: len(ws.Payload), Flags: inspect.FlagString(ws.Flags),
 		})
 		s := &b.v.Segments[n]
@@ -405,6 +410,19 @@ func (b *Builder) refreshMarkers() {
 	b.emit(Update{Conns: sums})
 }
 
+// addrOf returns the index in View.Addrs of "src > dst", adding it.
+func (b *Builder) addrOf(src, dst netip.AddrPort) int {
+	k := [2]netip.AddrPort{src, dst}
+	if i, ok := b.addrs[k]; ok {
+		return i
+	}
+	i := len(b.v.Addrs)
+	b.addrs[k] = i
+	b.v.Addrs = append(b.v.Addrs, src.String()+" > "+dst.String())
+	b.emit(Update{Addr: b.v.Addrs[i], AddrN: i})
+	return i
+}
+
 // connOf numbers the connection of src and dst as the checker does (in
 // the order connections were first seen).
 func (b *Builder) connOf(src, dst netip.AddrPort) int {
@@ -425,7 +443,7 @@ func (b *Builder) analysed(s *Segment, r *inspect.Report, payload []byte) {
 	s.Kind = string(r.Kind)
 	s.Aligned, s.Stream, s.Frame, s.Note = r.Aligned, r.Offset, r.Frame, r.Note
 	s.SplitStart, s.SplitEnd = r.SplitStart, r.SplitEnd
-	s.FPDUs, s.Markers = r.FPDUs, r.Markers
+	s.FPDUs, s.Markers = fpdusOf(r.FPDUs), markersOf(r.Markers)
 	s.MarkersOn = b.markers[[2]netip.AddrPort{r.Src, r.Dst}]
 	s.Map = ByteMap(r, payload, s.MarkersOn)
 	s.Retx = r.Kind == inspect.KindRetransmission
@@ -480,7 +498,7 @@ func classOf(r *inspect.Report, cls, label string) (string, string) {
 	case inspect.KindReply:
 		return "mpa-rep", "MPA Rep"
 	case inspect.KindRetransmission:
-		return cls, "retx " + label
+		return cls, label
 	case inspect.KindHeld:
 		return cls, label + " (held)"
 	case inspect.KindOther:

@@ -34,6 +34,9 @@ type View struct {
 	Version int `json:"version"`
 	// Fields describes the byte maps' fields, indexed by Field.
 	Fields []FieldInfo `json:"fields"`
+	// Addrs are the segments' address pairs ("src > dst"), indexed by
+	// Segment.A.
+	Addrs []string `json:"addrs"`
 	// Conns are the connection directions as the checker summed them up.
 	Conns []inspect.DirSummary `json:"conns"`
 	// Segments are the TCP segments, in the order they were first seen.
@@ -70,9 +73,13 @@ type Segment struct {
 	// not seen there).
 	T  int64 `json:"t"`
 	PT int64 `json:"pt"`
-	// Src, Dst, Seq, Ack, Len and Flags are the TCP segment's.
-	Src   string `json:"src"`
-	Dst   string `json:"dst"`
+	// Src and Dst are the TCP segment's addresses, as the index in
+	// View.Addrs of "src > dst" (A), and filled in only in Go (a trace of
+	// many segments names few address pairs).
+	A   int    `json:"a"`
+	Src string `json:"-"`
+	Dst string `json:"-"`
+	// Seq, Ack, Len and Flags are the TCP segment's.
 	Seq   uint32 `json:"seq"`
 	Ack   uint32 `json:"ack"`
 	Len   int    `json:"len"`
@@ -104,9 +111,9 @@ type Segment struct {
 	// Split says which FPDUs the segment boundaries cut (not aligned).
 	SplitStart *inspect.Split `json:"ss,omitempty"`
 	SplitEnd   *inspect.Split `json:"se,omitempty"`
-	// FPDUs and Markers are the checker's.
-	FPDUs   []inspect.FPDU   `json:"fp,omitempty"`
-	Markers []inspect.Marker `json:"mk,omitempty"`
+	// FPDUs and Markers are the checker's (inspect.FPDU, inspect.Marker).
+	FPDUs   []FPDU   `json:"fp,omitempty"`
+	Markers []Marker `json:"mk,omitempty"`
 	// MarkersOn says the direction carries Markers.
 	MarkersOn bool `json:"mon,omitempty"`
 	// Map is its byte map.
@@ -211,4 +218,72 @@ type Step struct {
 	// Title and Text say what it does and what to look at.
 	Title string `json:"title"`
 	Text  string `json:"text,omitempty"`
+}
+
+// FPDU is an FPDU, or the part of it in one segment, as the checker
+// describes it (inspect.FPDU, with short JSON names).
+type FPDU struct {
+	Index    uint64  `json:"i"`
+	Offset   uint64  `json:"o"`
+	Len      int     `json:"l"`
+	ULPDULen int     `json:"u"`
+	At       int     `json:"a"`
+	Here     int     `json:"h"`
+	Begins   bool    `json:"b,omitempty"`
+	Ends     bool    `json:"e,omitempty"`
+	Header   *Header `json:"hd,omitempty"`
+	CRC      string  `json:"crc,omitempty"`
+}
+
+// Header is an FPDU's DDP and RDMAP header (inspect.Header, with short
+// JSON names).
+type Header struct {
+	Op      string `json:"op"`
+	Tagged  bool   `json:"t,omitempty"`
+	Last    bool   `json:"l,omitempty"`
+	STag    uint32 `json:"s,omitempty"`
+	TO      uint64 `json:"to,omitempty"`
+	QN      uint32 `json:"qn,omitempty"`
+	MSN     uint32 `json:"msn,omitempty"`
+	MO      uint32 `json:"mo,omitempty"`
+	Payload int    `json:"p"`
+	Detail  string `json:"d,omitempty"`
+}
+
+// Marker is a Marker as the checker describes it (inspect.Marker, with
+// short JSON names).
+type Marker struct {
+	Offset  uint64 `json:"o"`
+	At      int    `json:"a"`
+	FPDUPTR uint16 `json:"p"`
+	Want    uint16 `json:"w"`
+	FPDU    uint64 `json:"f"`
+	OK      bool   `json:"ok,omitempty"`
+}
+
+// fpdusOf converts the checker's FPDUs.
+func fpdusOf(in []inspect.FPDU) []FPDU {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]FPDU, len(in))
+	for i, f := range in {
+		out[i] = FPDU{Index: f.Index, Offset: f.Offset, Len: f.Len, ULPDULen: f.ULPDULen, At: f.At, Here: f.Here, Begins: f.Begins, Ends: f.Ends, CRC: f.CRC}
+		if h := f.Header; h != nil {
+			out[i].Header = &Header{Op: h.Op, Tagged: h.Tagged, Last: h.Last, STag: h.STag, TO: h.TO, QN: h.QN, MSN: h.MSN, MO: h.MO, Payload: h.Payload, Detail: h.Detail}
+		}
+	}
+	return out
+}
+
+// markersOf converts the checker's Markers.
+func markersOf(in []inspect.Marker) []Marker {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Marker, len(in))
+	for i, m := range in {
+		out[i] = Marker{Offset: m.Offset, At: m.At, FPDUPTR: m.FPDUPTR, Want: m.Want, FPDU: m.FPDU, OK: m.OK}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,7 +16,10 @@ const keepAlive = 15 * time.Second
 // Handler serves a Builder's View live: "/" the page with the View as it
 // is now, "/view.json" the View, "/events?from=N" the updates after
 // version N as server-sent events (one JSON Update per event).
-func Handler(b *Builder) http.Handler {
+func Handler(b *Builder) http.Handler { return handler(b, nil) }
+
+// handler is Handler whose event streams end when done is closed.
+func handler(b *Builder, done <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
@@ -62,6 +66,8 @@ func Handler(b *Builder) http.Handler {
 			select {
 			case <-r.Context().Done():
 				return
+			case <-done:
+				return
 			case <-changed:
 			case <-tick.C:
 				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
@@ -75,9 +81,10 @@ func Handler(b *Builder) http.Handler {
 
 // Server serves a Builder's View over HTTP (see Handler).
 type Server struct {
-	ln  net.Listener
-	srv *http.Server
-	err chan error
+	ln   net.Listener
+	srv  *http.Server
+	err  chan error
+	done chan struct{}
 }
 
 // Serve listens on addr ("127.0.0.1:7180"; port 0 picks one) and serves
@@ -87,7 +94,8 @@ func Serve(addr string, b *Builder) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, srv: &http.Server{Handler: Handler(b), ReadHeaderTimeout: 10 * time.Second}, err: make(chan error, 1)}
+	s := &Server{ln: ln, err: make(chan error, 1), done: make(chan struct{})}
+	s.srv = &http.Server{Handler: handler(b, s.done), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.err <- s.srv.Serve(ln) }()
 	return s, nil
 }
@@ -95,9 +103,16 @@ func Serve(addr string, b *Builder) (*Server, error) {
 // URL is the page's address.
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() + "/" }
 
-// Close stops the server and ends every event stream.
+// Close ends every event stream (cleanly: the pages see the stream end)
+// and stops the server.
 func (s *Server) Close() error {
-	err := s.srv.Close()
+	close(s.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = s.srv.Close()
+	}
 	<-s.err
 	return err
 }

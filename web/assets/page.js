@@ -3,10 +3,34 @@
 // page's own /events stream.
 (function () {
   'use strict';
-  const V = JSON.parse(document.getElementById('siwtun-data').textContent);
+  const timing = { scriptStart: performance.now() };
+  // The data is the View as JSON, gzip-compressed and base64-encoded: a
+  // large trace then costs the HTML parser a tenth of its size.
+  async function load() {
+    const el = document.getElementById('siwtun-data');
+    if (el.dataset.encoding !== 'gzip+base64') return JSON.parse(el.textContent);
+    const text = el.textContent.trim();
+    let bytes;
+    if (Uint8Array.fromBase64) {
+      bytes = Uint8Array.fromBase64(text);
+    } else {
+      const bin = atob(text);
+      bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    }
+    timing.decoded = performance.now();
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return JSON.parse(await new Response(stream).text());
+  }
+  load().then(start, (err) => {
+    document.getElementById('bmbody').textContent = 'cannot read the embedded data: ' + err;
+    throw err;
+  });
+  function start(V) {
+  timing.parsed = performance.now();
   V.segs = V.segs || []; V.places = V.places || []; V.regions = V.regions || [];
   V.terms = V.terms || []; V.wcs = V.wcs || []; V.qps = V.qps || []; V.conns = V.conns || [];
-  V.steps = V.steps || []; V.stats = V.stats || {};
+  V.steps = V.steps || []; V.stats = V.stats || {}; V.addrs = V.addrs || [];
   const F = V.fields;
   const ROW = 22;
   const COLORS = { write: '#1f5fbf', send: '#1b7f3b', rreq: '#7b3fa0', rresp: '#0f7c86', term: '#c0162b',
@@ -150,7 +174,7 @@
   // ---- byte map -------------------------------------------------------
   function layerOf(sp) { return F[sp[2]].layer; }
   function spanValue(s, sp) {
-    const f = sp[3] >= 0 ? s.fp[sp[3]] : null, h = f && f.header;
+    const f = sp[3] >= 0 ? s.fp[sp[3]] : null, h = f && f.hd;
     const m = sp[4] >= 0 ? s.mk[sp[4]] : null;
     switch (F[sp[2]].name) {
       case 'MPA key': return s.k === 'mpa-reply' ? 'MPA ID Rep Frame' : 'MPA ID Req Frame';
@@ -160,18 +184,18 @@
       case 'private data': return sp[1] + ' octets';
       case 'Marker (FPDUPTR)':
         if (!m) return 'Marker (its FPDUPTR completes in another segment)';
-        return 'FPDUPTR ' + m.fpduptr + ' → FPDU ' + m.fpdu + ': ' + (m.ok ? 'ok' : 'BAD, should be ' + m.want) + '; stream offset ' + m.offset + ' = ' + (m.offset / 512) + ' × 512';
-      case 'ULPDU_Length': return f ? String(f.ulpdu_len) : '';
-      case 'DDP control T L DV': return h ? 'T=' + (h.tagged ? 1 : 0) + ' L=' + (h.last ? 1 : 0) + ' DV=1' : '';
+        return 'FPDUPTR ' + m.p + ' → FPDU ' + m.f + ': ' + (m.ok ? 'ok' : 'BAD, should be ' + m.w) + '; stream offset ' + m.o + ' = ' + (m.o / 512) + ' × 512';
+      case 'ULPDU_Length': return f ? String(f.u) : '';
+      case 'DDP control T L DV': return h ? 'T=' + (h.t ? 1 : 0) + ' L=' + (h.l ? 1 : 0) + ' DV=1' : '';
       case 'RDMAP control RV opcode': return h ? 'RV=1 ' + h.op : '';
-      case 'STag': return h ? hex(h.stag) : '';
+      case 'STag': return h ? hex(h.s) : '';
       case 'Tagged Offset': return h ? hex(h.to) : '';
       case 'Invalidate STag (reserved)': return h && /Invalidate/.test(h.op) ? '(the STag to invalidate)' : '0 (reserved)';
       case 'QN': return h ? String(h.qn || 0) : '';
       case 'MSN': return h ? String(h.msn || 0) : '';
       case 'MO': return h ? String(h.mo || 0) : '';
-      case 'Read Request sink/source': case 'Terminate control': case 'copied headers': return h ? (h.detail || '').trim() : '';
-      case 'payload': return sp[1] + ' octets' + (h ? ' (of ' + h.payload + ' in FPDU ' + f.index + ')' : '');
+      case 'Read Request sink/source': case 'Terminate control': case 'copied headers': return h ? (h.d || '').trim() : '';
+      case 'payload': return sp[1] + ' octets' + (h ? ' (of ' + h.p + ' in FPDU ' + f.i + ')' : '');
       case 'pad': return sp[1] + ' octets';
       case 'CRC32c': return f && f.crc ? (f.crc === 'off' ? 'not negotiated' : f.crc) : '(verdict when the FPDU ends)';
       default: return s.no || '';
@@ -192,7 +216,7 @@
     const s = V.segs[state.sel];
     s.fp = s.fp || []; s.mk = s.mk || []; s.map = s.map || [];
     const mk = marks(s);
-    let html = '<p class="mono" id="seghead">#' + s.n + ' ' + (s.o ? 'out ' : 'in ') + esc(s.src) + ' &gt; ' + esc(s.dst) +
+    let html = '<p class="mono" id="seghead">#' + s.n + ' ' + (s.o ? 'out ' : 'in ') + esc(V.addrs[s.a] || '') +
       ' seq ' + s.seq + ' ack ' + s.ack + ' len ' + s.len + (s.fl ? ' [' + esc(s.fl) + ']' : '') + '<br>' +
       'sent/received at ' + ms(s.t) + (s.pt >= 0 ? ', at the peer ' + ms(s.pt) : '') + '; checker: ' + esc(s.k) +
       (s.al !== undefined ? (s.al ? ', FPDU-aligned' : ', <span class="bad">NOT ALIGNED</span>') : '') +
@@ -219,8 +243,8 @@
       const fi = F[sp[2]], v = spanValue(s, sp);
       const f = sp[3] >= 0 ? s.fp[sp[3]] : null;
       html += '<tr tabindex="-1" data-k="' + k + '" data-field="' + esc(fi.name) + '" data-at="' + sp[0] + '" data-len="' + sp[1] + '" data-value="' + esc(v) + '"' +
-        (f ? ' data-fpdu="' + f.index + '"' : '') + (k === state.span ? ' class="sel"' : '') + '><td class="mono">' + sp[0] + '–' + (sp[0] + sp[1] - 1) + '</td><td>' +
-        esc(fi.name) + '</td><td class="mono' + (/BAD|bad/.test(v) ? ' bad' : '') + '">' + esc(v) + '</td><td>' + (f ? f.index : '') + '</td><td>' + link(fi.rfc, fi.ref) + '</td></tr>';
+        (f ? ' data-fpdu="' + f.i + '"' : '') + (k === state.span ? ' class="sel"' : '') + '><td class="mono">' + sp[0] + '–' + (sp[0] + sp[1] - 1) + '</td><td>' +
+        esc(fi.name) + '</td><td class="mono' + (/BAD|bad/.test(v) ? ' bad' : '') + '">' + esc(v) + '</td><td>' + (f ? f.i : '') + '</td><td>' + link(fi.rfc, fi.ref) + '</td></tr>';
     });
     html += '</tbody></table>';
     if (s.pl && s.pl.length) {
@@ -254,11 +278,11 @@
       if (sp[4] < 0) return;
       const m = s.mk[sp[4]];
       const x0 = W * (sp[0] + sp[1] / 2) / n;
-      const target = m.at - (m.fpduptr & ~3);
+      const target = m.a - (m.p & ~3);
       const x1 = W * Math.max(0, target) / n;
       const col = m.ok ? '#b36b00' : '#c0162b';
       out += '<path d="M' + x0 + ',32 C' + x0 + ',4 ' + x1 + ',4 ' + x1 + ',32" fill="none" stroke="' + col + '" stroke-width="2" marker-end="url(#ah)"' + (m.ok ? '' : ' stroke-dasharray="4 2"') + '/>';
-      out += '<text x="' + ((x0 + x1) / 2) + '" y="10" font-size="10" text-anchor="middle" fill="' + col + '">' + (target < 0 ? '← ' : '') + m.fpduptr + (m.ok ? '' : ' BAD') + '</text>';
+      out += '<text x="' + ((x0 + x1) / 2) + '" y="10" font-size="10" text-anchor="middle" fill="' + col + '">' + (target < 0 ? '← ' : '') + m.p + (m.ok ? '' : ' BAD') + '</text>';
     });
     svg.innerHTML = out;
   }
@@ -398,6 +422,7 @@
     if (u.conns) V.conns = u.conns;
     if (u.step) V.steps[u.step.n] = u.step;
     if (u.dropped) V.dropped = u.dropped;
+    if (u.addr) V.addrs[u.addr_n || 0] = u.addr;
     V.version = u.v;
   }
   let pending = false;
@@ -418,6 +443,8 @@
 
   // ---- start -----------------------------------------------------------------
   sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
-  window.siwtunView = { view: V, select: select, state: state, ready: true };
+  timing.drawn = performance.now();
+  window.siwtunView = { view: V, select: select, state: state, timing: timing, ready: true };
   document.body.dataset.ready = '1';
+  }
 })();
