@@ -58,6 +58,7 @@ type Builder struct {
 	addrs   map[[2]netip.AddrPort]int
 	held    map[heldKey]int
 	pending map[segKey][]pendingSeg
+	byKey   map[segKey][]int // every segment by key (both ends watched)
 	regions map[regionKey]int
 	qps     map[qpKey]int
 	unjoin  []int // placements not yet joined to a segment
@@ -113,6 +114,7 @@ func NewBuilder(title, local, peer string, lookup RegionLookup) *Builder {
 		addrs:   make(map[[2]netip.AddrPort]int),
 		held:    make(map[heldKey]int),
 		pending: make(map[segKey][]pendingSeg),
+		byKey:   make(map[segKey][]int),
 		regions: make(map[regionKey]int),
 		qps:     make(map[qpKey]int),
 		changed: make(chan struct{}),
@@ -269,13 +271,18 @@ func (b *Builder) sweep(now time.Time, age time.Duration) {
 				keep = append(keep, p)
 				continue
 			}
-			s := &b.v.Segments[p.n]
+			n := p.n
 			// Only a segment its sender saw and its receiver did not.
-			if s.Out == p.local {
-				s.Drop = true
-				s.Label = strings.TrimSuffix(s.Label, " ✕") + " ✕"
-				b.emit(Update{Seg: s})
+			if b.v.Segments[n].Out != p.local {
+				continue
 			}
+			if j, ok := b.rematch(n, k); ok {
+				n = j // the arrival was another copy's: that one was lost
+			}
+			s := &b.v.Segments[n]
+			s.Drop = true
+			s.Label = strings.TrimSuffix(s.Label, " ✕") + " ✕"
+			b.emit(Update{Seg: s})
 		}
 		if len(keep) == 0 {
 			delete(b.pending, k)
@@ -283,6 +290,57 @@ func (b *Builder) sweep(now time.Time, age time.Duration) {
 			b.pending[k] = keep
 		}
 	}
+}
+
+// sendRecv returns when s was sent and received (-1: not seen).
+func sendRecv(s *Segment) (send, recv int64) {
+	if s.Out {
+		return s.T, s.PT
+	}
+	return s.PT, s.T
+}
+
+// rematch handles segment n, sent and never received, when an earlier copy
+// of it (the same key: a retransmission of the same octets) was matched to
+// an arrival that came after n was sent: the arrival was n's, and the
+// earlier copy is the one that was lost. It moves the arrival to n and
+// returns the earlier copy's index.
+func (b *Builder) rematch(n int, k segKey) (int, bool) {
+	sendN, _ := sendRecv(&b.v.Segments[n])
+	for _, j := range b.byKey[k] {
+		if j == n || b.v.Segments[j].Drop {
+			continue
+		}
+		q := &b.v.Segments[j]
+		sendQ, recvQ := sendRecv(q)
+		if sendQ < 0 || recvQ < 0 || sendQ >= sendN || sendN > recvQ {
+			continue
+		}
+		s := &b.v.Segments[n]
+		if s.Out {
+			s.PT, q.PT = q.PT, -1
+		} else {
+			// The local device received it: the checker's analysis
+			// belongs to the copy that arrived.
+			*s, *q = *q, *s
+			s.N, q.N = n, j
+			s.PT, q.PT = q.PT, s.PT
+			for _, i := range s.Places {
+				b.v.Places[i].Seg = n
+			}
+			for _, i := range q.Places {
+				b.v.Places[i].Seg = j
+			}
+			for hk, i := range b.held {
+				if i == j {
+					b.held[hk] = n
+				}
+			}
+		}
+		b.emit(Update{Seg: s})
+		return j, true
+	}
+	return 0, false
 }
 
 // Finish ends the trace: segments still unmatched are dropped, and the
@@ -327,9 +385,11 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 	}
 	n := -1
 	if b.peerOn {
+		// The latest copy first: a copy sent again after a loss has the
+		// same key as the lost one, and it is the one that arrives.
 		ps := b.pending[k]
-		for i, p := range ps {
-			if p.local != local {
+		for i := len(ps) - 1; i >= 0; i-- {
+			if p := ps[i]; p.local != local {
 				n = p.n
 				b.pending[k] = append(ps[:i:i], ps[i+1:]...)
 				if len(b.pending[k]) == 0 {
@@ -341,6 +401,7 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 		if n < 0 {
 			n = len(b.v.Segments)
 			b.pending[k] = append(b.pending[k], pendingSeg{n: n, local: local, at: t})
+			b.byKey[k] = append(b.byKey[k], n)
 		}
 	} else {
 		n = len(b.v.Segments)

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -82,4 +83,26 @@ func (b *Builder) WriteHTML(w io.Writer) error {
 	title := b.v.Title
 	b.mu.Unlock()
 	return WritePage(w, title, data)
+}
+
+// ReadPage returns the View embedded in a page WritePage wrote.
+func ReadPage(page []byte) (View, error) {
+	const open = `data-encoding="gzip+base64">`
+	_, rest, ok := bytes.Cut(page, []byte(open))
+	if !ok {
+		return View{}, fmt.Errorf("web: not a siwtun view page: no embedded data")
+	}
+	data, _, ok := bytes.Cut(rest, []byte("</script>"))
+	if !ok {
+		return View{}, fmt.Errorf("web: the embedded data is not terminated")
+	}
+	gz, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, bytes.NewReader(bytes.TrimSpace(data))))
+	if err != nil {
+		return View{}, fmt.Errorf("web: embedded data: %w", err)
+	}
+	var v View
+	if err := json.NewDecoder(gz).Decode(&v); err != nil {
+		return View{}, fmt.Errorf("web: embedded data: %w", err)
+	}
+	return v, nil
 }
