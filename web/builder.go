@@ -281,7 +281,6 @@ func (b *Builder) sweep(now time.Time, age time.Duration) {
 			}
 			s := &b.v.Segments[n]
 			s.Drop = true
-			s.Label = strings.TrimSuffix(s.Label, " ✕") + " ✕"
 			b.emit(Update{Seg: s})
 		}
 		if len(keep) == 0 {
@@ -509,9 +508,6 @@ func (b *Builder) analysed(s *Segment, r *inspect.Report, payload []byte) {
 	s.Map = ByteMap(r, payload, s.MarkersOn)
 	s.Retx = r.Kind == inspect.KindRetransmission
 	s.Class, s.Label = classOf(r, s.Class, s.Label)
-	if s.Drop {
-		s.Label += " ✕"
-	}
 	for i := range r.FPDUs {
 		f := &r.FPDUs[i]
 		if f.Begins && f.Header != nil && f.Header.Op == rdmap.OpTerminate.String() {
@@ -561,7 +557,7 @@ func classOf(r *inspect.Report, cls, label string) (string, string) {
 	case inspect.KindRetransmission:
 		return cls, label
 	case inspect.KindHeld:
-		return cls, label + " (held)"
+		return cls, label // marked OOO; analysed when the gap fills
 	case inspect.KindOther:
 		return "other", "TCP data"
 	case inspect.KindUndecoded:

@@ -37,10 +37,14 @@ type demoOptions struct {
 	html    string // write the view here (demo_view.go)
 	serve   string // serve the view live here
 	pace    time.Duration
+	lesson  *lesson // the lesson being run (lesson.go), or nil
+	config  func(*offload.Config)
+	app     func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error)
 }
 
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{}
+	var lessonName string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run two RNICs and show a Send, an RDMA Write and an RDMA Read",
@@ -56,9 +60,20 @@ Everything is removed at the end.
 With --in-process (and whenever the namespace version cannot run), both
 RNICs live in this process, joined by an in-memory link (no root, no TUN),
 and demo prints what crossed the wire, segment by segment.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1), // the lesson's name after --lesson
+		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
+			if cmd.Flags().Changed("lesson") {
+				if len(args) == 1 && strings.TrimSpace(lessonName) == "" {
+					lessonName = args[0]
+				} else if len(args) == 1 {
+					return fmt.Errorf("demo: unexpected argument %q", args[0])
+				}
+				return runLesson(w, o, lessonName)
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("demo: unexpected argument %q", args[0])
+			}
 			if !o.inProc && o.pcap == "" && o.html == "" && o.serve == "" {
 				err := netns.CanRun()
 				if err == nil {
@@ -80,6 +95,7 @@ and demo prints what crossed the wire, segment by segment.`,
 	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")
 	f.StringVarP(&o.pcap, "write", "w", "", "write the in-process demo's segments to this pcapng file (implies --in-process)")
 	addDemoViewFlags(cmd, &o)
+	addLessonFlag(cmd, &lessonName)
 	return cmd
 }
 
@@ -175,6 +191,9 @@ func runDemo(w io.Writer, o demoOptions) error {
 	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
 		cfg := offload.DefaultConfig(name)
 		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
+		if o.config != nil {
+			o.config(&cfg) // a lesson's settings (lesson.go)
+		}
 		return rnic.New(link, rnic.Config{Stack: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log}, Engine: cfg})
 	}
 	cli, err := newRNIC(la, cliAddr, "siwtun0")
@@ -201,7 +220,11 @@ func runDemo(w io.Writer, o demoOptions) error {
 		return err
 	}
 	defer view.stop() // before the engines close
-	c, err := runApp(appW, cdev, sdev, srvAddr.Addr(), o.size)
+	app := runApp
+	if o.app != nil {
+		app = o.app // a lesson's application (lesson.go)
+	}
+	c, err := app(appW, cdev, sdev, srvAddr.Addr(), o.size)
 	if err != nil {
 		return err
 	}
@@ -214,7 +237,9 @@ func runDemo(w io.Writer, o demoOptions) error {
 	ss := srv.Engine.Stats()
 	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
 		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
-	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
+	if o.app == nil {
+		fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
+	}
 	return view.close(w, o)
 }
 

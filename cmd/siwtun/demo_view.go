@@ -31,6 +31,7 @@ type demoView struct {
 	wg      sync.WaitGroup
 	srv     *web.Server
 	stopped bool
+	notes   map[string]string // a lesson's notes per step
 }
 
 // startDemoView starts watching both engines. With serve set it also
@@ -144,6 +145,11 @@ func (s *stepWriter) Write(p []byte) (int, error) {
 			time.Sleep(s.pace)
 			s.v.snapshot()
 			s.v.b.Step(time.Now(), l, "")
+			for prefix, note := range s.v.notes {
+				if strings.HasPrefix(l, prefix) {
+					s.v.b.StepText(note)
+				}
+			}
 		case strings.HasPrefix(l, " ") && strings.TrimSpace(l) != "":
 			s.v.b.StepText(strings.TrimSpace(l))
 		}
@@ -166,9 +172,17 @@ func startDemoViewFor(w io.Writer, o demoOptions, c, s *offload.Device) (io.Writ
 	if o.html == "" && o.serve == "" {
 		return w, nil, nil
 	}
-	v, err := startDemoView("siwtun demo", [2]string{"siwtun0", "siwtun1"}, [2]*offload.Device{c, s}, o.serve)
+	title := "siwtun demo"
+	if o.lesson != nil {
+		title = "siwtun lesson: " + o.lesson.summary
+	}
+	v, err := startDemoView(title, [2]string{"siwtun0", "siwtun1"}, [2]*offload.Device{c, s}, o.serve)
 	if err != nil {
 		return nil, nil, err
+	}
+	if l := o.lesson; l != nil {
+		v.b.Step(time.Now(), "Lesson: "+l.name, l.intro)
+		v.notes = l.notes
 	}
 	if v.srv != nil {
 		fmt.Fprintf(w, "live view at %s\n\n", v.srv.URL())

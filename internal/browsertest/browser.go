@@ -50,7 +50,7 @@ func New(t testing.TB) *Browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("enable-precise-memory-info", true),
-		chromedp.WindowSize(1400, 900),
+		chromedp.WindowSize(1280, 800),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
@@ -119,12 +119,12 @@ func Eval[T any](t testing.TB, b *Browser, expr string) T {
 	return v
 }
 
-// Screenshot saves a PNG of the whole page as name in ArtifactDir.
+// Screenshot saves a PNG of the window as name in ArtifactDir.
 func (b *Browser) Screenshot(t testing.TB, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatalf("browser: screenshot: %v", err)
 	}
