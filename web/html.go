@@ -32,40 +32,61 @@ func mustPage() pageTemplate {
 	return pageTemplate{read("assets/page.html"), read("assets/page.css"), read("assets/page.js")}
 }
 
-// WritePage writes the page for a View given as JSON (View's encoding, as
-// Builder.JSON returns it) titled title: one self-contained HTML file with
-// its styles, script and data inline (the data gzip-compressed and
-// base64-encoded), which needs no network access.
-func WritePage(w io.Writer, title string, viewJSON []byte) error {
-	t := html.EscapeString(title)
+// detail is the part of a Segment the page reads only when the segment
+// is chosen: one line of the page's detail data per segment.
+type detail struct {
+	FPDUs   []FPDU   `json:"fp,omitempty"`
+	Markers []Marker `json:"mk,omitempty"`
+	Map     []Span   `json:"map,omitempty"`
+}
+
+// WritePage writes the page for v: one self-contained HTML file with its
+// styles, script and data inline, which needs no network access. The data
+// is two gzip-compressed, base64-encoded blocks: the View without the
+// segments' FPDUs, Markers and byte maps, and those as one JSON line per
+// segment, which the page parses only for the segment chosen. So a trace of
+// many segments costs the HTML parser and the page's memory little.
+func WritePage(w io.Writer, v *View) error {
+	light := *v
+	light.Segments = make([]Segment, len(v.Segments))
+	var details bytes.Buffer
+	enc := json.NewEncoder(&details)
+	for i := range v.Segments {
+		s := v.Segments[i]
+		if err := enc.Encode(detail{s.FPDUs, s.Markers, s.Map}); err != nil {
+			return err
+		}
+		s.FPDUs, s.Markers, s.Map = nil, nil, nil
+		light.Segments[i] = s
+	}
+	viewJSON, err := json.Marshal(&light)
+	if err != nil {
+		return err
+	}
 	out := pageParts.html
 	for _, r := range []struct {
 		key string
 		val []byte
-	}{{"{{TITLE}}", []byte(t)}, {"{{CSS}}", pageParts.css}, {"{{JS}}", pageParts.js}} {
+	}{{"{{TITLE}}", []byte(html.EscapeString(v.Title))}, {"{{CSS}}", pageParts.css}, {"{{JS}}", pageParts.js}} {
 		out = bytes.ReplaceAll(out, []byte(r.key), r.val)
 	}
-	before, after, ok := bytes.Cut(out, []byte("{{DATA}}"))
+	before, rest, ok := bytes.Cut(out, []byte("{{DATA}}"))
 	if !ok {
 		return fmt.Errorf("web: page template lacks its data placeholder")
 	}
-	// gzip, then base64: the page decodes it with DecompressionStream.
-	var z bytes.Buffer
-	enc := base64.NewEncoder(base64.StdEncoding, &z)
-	gz, err := gzip.NewWriterLevel(enc, gzip.BestSpeed)
+	middle, after, ok := bytes.Cut(rest, []byte("{{DETAIL}}"))
+	if !ok {
+		return fmt.Errorf("web: page template lacks its detail placeholder")
+	}
+	data, err := gzip64(viewJSON)
 	if err != nil {
 		return err
 	}
-	if _, err := gz.Write(viewJSON); err != nil {
+	det, err := gzip64(details.Bytes())
+	if err != nil {
 		return err
 	}
-	if err := gz.Close(); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
-		return err
-	}
-	for _, b := range [][]byte{before, z.Bytes(), after} {
+	for _, b := range [][]byte{before, data, middle, det, after} {
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
@@ -73,36 +94,67 @@ func WritePage(w io.Writer, title string, viewJSON []byte) error {
 	return nil
 }
 
+// gzip64 compresses p with gzip and encodes it in base64: the page decodes
+// it with DecompressionStream.
+func gzip64(p []byte) ([]byte, error) {
+	var z bytes.Buffer
+	enc := base64.NewEncoder(base64.StdEncoding, &z)
+	gz, err := gzip.NewWriterLevel(enc, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := gz.Write(p); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return z.Bytes(), nil
+}
+
 // WriteHTML writes the Builder's View as a self-contained page.
 func (b *Builder) WriteHTML(w io.Writer) error {
-	data, err := b.JSON()
-	if err != nil {
-		return err
-	}
 	b.mu.Lock()
-	title := b.v.Title
-	b.mu.Unlock()
-	return WritePage(w, title, data)
+	defer b.mu.Unlock()
+	return WritePage(w, &b.v)
 }
 
 // ReadPage returns the View embedded in a page WritePage wrote.
 func ReadPage(page []byte) (View, error) {
-	const open = `data-encoding="gzip+base64">`
-	_, rest, ok := bytes.Cut(page, []byte(open))
-	if !ok {
-		return View{}, fmt.Errorf("web: not a siwtun view page: no embedded data")
-	}
-	data, _, ok := bytes.Cut(rest, []byte("</script>"))
-	if !ok {
-		return View{}, fmt.Errorf("web: the embedded data is not terminated")
-	}
-	gz, err := gzip.NewReader(base64.NewDecoder(base64.StdEncoding, bytes.NewReader(bytes.TrimSpace(data))))
-	if err != nil {
-		return View{}, fmt.Errorf("web: embedded data: %w", err)
+	block := func(id string) (io.Reader, error) {
+		open := `id="` + id + `" type="application/octet-stream" data-encoding="gzip+base64">`
+		_, rest, ok := bytes.Cut(page, []byte(open))
+		if !ok {
+			return nil, fmt.Errorf("web: not a siwtun view page: no %s", id)
+		}
+		data, _, ok := bytes.Cut(rest, []byte("</script>"))
+		if !ok {
+			return nil, fmt.Errorf("web: %s is not terminated", id)
+		}
+		return gzip.NewReader(base64.NewDecoder(base64.StdEncoding, bytes.NewReader(bytes.TrimSpace(data))))
 	}
 	var v View
-	if err := json.NewDecoder(gz).Decode(&v); err != nil {
+	r, err := block("siwtun-data")
+	if err != nil {
+		return View{}, err
+	}
+	if err := json.NewDecoder(r).Decode(&v); err != nil {
 		return View{}, fmt.Errorf("web: embedded data: %w", err)
+	}
+	if r, err = block("siwtun-detail"); err != nil {
+		return View{}, err
+	}
+	dec := json.NewDecoder(r)
+	for i := range v.Segments {
+		var d detail
+		if err := dec.Decode(&d); err != nil {
+			return View{}, fmt.Errorf("web: embedded detail of segment %d: %w", i, err)
+		}
+		s := &v.Segments[i]
+		s.FPDUs, s.Markers, s.Map = d.FPDUs, d.Markers, d.Map
 	}
 	return v, nil
 }

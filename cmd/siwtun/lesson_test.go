@@ -35,6 +35,8 @@ func TestLessons(t *testing.T) {
 		check func(v *web.View) error
 		// choose is a predicate on a page segment s (JavaScript).
 		choose string
+		// show is the section of the page the screenshot shows.
+		show string
 	}{
 		"negotiation": {func(v *web.View) error {
 			for _, q := range v.QPs {
@@ -43,7 +45,7 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return nil
-		}, `s.cls === 'mpa-req'`},
+		}, `s.cls === 'mpa-req'`, "bm"},
 		"markers": {func(v *web.View) error {
 			for _, s := range v.Segments {
 				if len(s.Markers) > 0 {
@@ -51,7 +53,7 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return fmt.Errorf("no marker")
-		}, `s.cls === 'write' && (s.mk || []).length > 1`},
+		}, `s.cls === 'write' && (s.mk || []).length > 1`, "bm"},
 		"placement": {func(v *web.View) error {
 			for _, r := range v.Regions {
 				if r.Len != 16384 {
@@ -59,7 +61,7 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return nil
-		}, `s.cls === 'write' && (s.fp || []).some(f => f.hd && f.hd.l)`},
+		}, `s.cls === 'write' && (s.fp || []).some(f => f.hd && f.hd.l)`, "mem"},
 		"out-of-order": {func(v *web.View) error {
 			for _, p := range v.Places {
 				if p.OOO {
@@ -67,19 +69,19 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return fmt.Errorf("no out-of-order placement")
-		}, `s.ooo && (s.pl || []).length > 0`},
+		}, `s.ooo && (s.pl || []).length > 0`, "mem"},
 		"terminate": {func(v *web.View) error {
 			if len(v.Terminates) != 1 || !strings.Contains(v.Terminates[0].Detail, "invalid STag") {
 				return fmt.Errorf("terminates %+v", v.Terminates)
 			}
 			return nil
-		}, `s.cls === 'term'`},
+		}, `s.cls === 'term'`, "bm"},
 		"credits": {func(v *web.View) error {
 			if len(v.Terminates) != 1 || !strings.Contains(v.Terminates[0].Detail, "no buffer") {
 				return fmt.Errorf("terminates %+v", v.Terminates)
 			}
 			return nil
-		}, `s.cls === 'term'`},
+		}, `s.cls === 'term'`, "bm"},
 	}
 	br := browsertest.New(t)
 	dir := t.TempDir()
@@ -109,16 +111,31 @@ func TestLessons(t *testing.T) {
 			t.Errorf("lesson %s: steps %+v", l.name, v.Steps)
 		}
 		openPage(t, br, "file://"+page)
-		i := browsertest.Eval[int](t, br, `siwtunView.view.segs.findIndex(s => `+c.choose+`)`)
+		i := browsertest.Eval[int](t, br, `siwtunView.view.segs.findIndex(s => { s = siwtunView.detail(s); return `+c.choose+` })`)
 		if i < 0 {
 			t.Errorf("lesson %s: no segment where %s", l.name, c.choose)
 		} else {
 			browsertest.Eval[bool](t, br, fmt.Sprintf(`(siwtunView.select(%d), true)`, i))
 		}
+		browsertest.Eval[bool](t, br, `(document.getElementById('`+c.show+`').scrollIntoView(), true)`)
 		br.Do(t, 10*time.Second, chromedp.Sleep(100*time.Millisecond))
 		if errs := br.Errors(); len(errs) > 0 {
 			t.Errorf("lesson %s: console errors: %q", l.name, errs)
 		}
-		br.Screenshot(t, "lesson-"+l.name+".png")
+		shot := br.Screenshot(t, "lesson-"+l.name+".png")
+		// SIWTUN_DOC_SCREENSHOTS=doc/teaching refreshes README's pictures.
+		if docDir := os.Getenv("SIWTUN_DOC_SCREENSHOTS"); docDir != "" {
+			data, err := os.ReadFile(shot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			small, err := browsertest.Quantize(data, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(docDir, "lesson-"+l.name+".png"), small, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

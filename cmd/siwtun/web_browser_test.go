@@ -43,7 +43,7 @@ type pageSeg struct {
 	Marks int    `json:"marks"`
 }
 
-const pageSegsJS = `siwtunView.view.segs.map(s => ({addr: siwtunView.view.addrs[s.a], seq: s.seq, len: s.len, cls: s.cls, o: s.o, marks: (s.mk || []).length}))`
+const pageSegsJS = `siwtunView.view.segs.map(s => ({addr: siwtunView.view.addrs[s.a], seq: s.seq, len: s.len, cls: s.cls, o: s.o, marks: (siwtunView.detail(s).mk || []).length}))`
 
 // openPage loads url and waits until the page says it is ready.
 func openPage(t *testing.T, br *browsertest.Browser, url string) {

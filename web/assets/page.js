@@ -6,9 +6,8 @@
   const timing = { scriptStart: performance.now() };
   // The data is the View as JSON, gzip-compressed and base64-encoded: a
   // large trace then costs the HTML parser a tenth of its size.
-  async function load() {
-    const el = document.getElementById('siwtun-data');
-    if (el.dataset.encoding !== 'gzip+base64') return JSON.parse(el.textContent);
+  async function unpack(id) {
+    const el = document.getElementById(id);
     const text = el.textContent.trim();
     let bytes;
     if (Uint8Array.fromBase64) {
@@ -18,16 +17,34 @@
       bytes = new Uint8Array(bin.length);
       for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     }
-    timing.decoded = performance.now();
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
-    return JSON.parse(await new Response(stream).text());
+    return new Response(stream).text();
   }
-  load().then(start, (err) => {
+  async function load() {
+    const [view, details] = await Promise.all([unpack('siwtun-data'), unpack('siwtun-detail')]);
+    timing.decoded = performance.now();
+    return [JSON.parse(view), details];
+  }
+  load().then(([V, D]) => start(V, D), (err) => {
     document.getElementById('bmbody').textContent = 'cannot read the embedded data: ' + err;
     throw err;
   });
-  function start(V) {
+  function start(V, D) {
   timing.parsed = performance.now();
+  // The segments' FPDUs, Markers and byte maps are one JSON line each in
+  // D, parsed when a segment is chosen (and kept).
+  let lineStarts = null;
+  function detail(s) {
+    if (s.full) return s;
+    if (!lineStarts) {
+      const starts = [0];
+      for (let i = D.indexOf('\n'); i >= 0; i = D.indexOf('\n', i + 1)) starts.push(i + 1);
+      lineStarts = starts;
+    }
+    if (s.n + 1 < lineStarts.length) Object.assign(s, JSON.parse(D.slice(lineStarts[s.n], lineStarts[s.n + 1] - 1)));
+    s.full = true;
+    return s;
+  }
   V.segs = V.segs || []; V.places = V.places || []; V.regions = V.regions || [];
   V.terms = V.terms || []; V.wcs = V.wcs || []; V.qps = V.qps || []; V.conns = V.conns || [];
   V.steps = V.steps || []; V.stats = V.stats || {}; V.addrs = V.addrs || [];
@@ -213,7 +230,7 @@
   function renderByteMap() {
     const box = $('bmbody');
     if (state.sel < 0) { box.innerHTML = '<p>Choose a segment in the ladder (click, or focus it and use ↑ ↓).</p>'; return; }
-    const s = V.segs[state.sel];
+    const s = detail(V.segs[state.sel]);
     s.fp = s.fp || []; s.mk = s.mk || []; s.map = s.map || [];
     const mk = marks(s);
     let html = '<p class="mono" id="seghead">#' + s.n + ' ' + (s.o ? 'out ' : 'in ') + esc(V.addrs[s.a] || '') +
@@ -221,7 +238,7 @@
       'sent/received at ' + ms(s.t) + (s.pt >= 0 ? ', at the peer ' + ms(s.pt) : '') + '; checker: ' + esc(s.k) +
       (s.al !== undefined ? (s.al ? ', FPDU-aligned' : ', <span class="bad">NOT ALIGNED</span>') : '') +
       (mk.length ? ' <span class="bad">' + esc(mk.join(', ')) + '</span>' : '') + '</p>';
-    if (s.k === 'fpdu' || s.k === 'mpa-request' || s.k === 'mpa-reply') {
+    if (s.fp.length) {
       html += '<p>FPDU stream position of its first FPDU octet: <b>' + s.so + '</b>' +
         (s.mon ? '; Markers sit every 512 octets of that stream (' + link(V.fields[6].rfc, 'RFC 5044 §4.3') + ')' : '; no Markers on this direction') + '.</p>';
     }
@@ -393,7 +410,7 @@
   function renderSteps() {
     const box = $('steps');
     if (!V.steps.length) { box.innerHTML = ''; return; }
-    box.innerHTML = '<ol>' + V.steps.map((s, k) => '<li tabindex="0" data-k="' + k + '"><b>' + esc(s.title) + '</b>' + (s.text ? '<div class="text">' + esc(s.text) + '</div>' : '') + '</li>').join('') + '</ol>';
+    box.innerHTML = '<ul>' + V.steps.map((s, k) => '<li tabindex="0" data-k="' + k + '"><b>' + esc(s.title) + '</b>' + (s.text ? '<div class="text">' + esc(s.text) + '</div>' : '') + '</li>').join('') + '</ul>';
     box.querySelectorAll('li').forEach((li) => {
       const go = () => { const st = V.steps[+li.dataset.k]; select(Math.min(st.seg, V.segs.length - 1)); markStep(+li.dataset.k); ladder.focus(); };
       li.addEventListener('click', go);
@@ -412,7 +429,7 @@
 
   // ---- live ---------------------------------------------------------------
   function apply(u) {
-    if (u.seg) V.segs[u.seg.n] = u.seg;
+    if (u.seg) { u.seg.full = true; V.segs[u.seg.n] = u.seg; }
     if (u.place) V.places[u.place.n] = u.place;
     if (u.region) V.regions[u.region_n || 0] = u.region;
     if (u.term) V.terms.push(u.term);
@@ -444,7 +461,7 @@
   // ---- start -----------------------------------------------------------------
   sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
   timing.drawn = performance.now();
-  window.siwtunView = { view: V, select: select, state: state, timing: timing, ready: true };
+  window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, ready: true };
   document.body.dataset.ready = '1';
   }
 })();
