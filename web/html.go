@@ -42,10 +42,11 @@ type detail struct {
 
 // WritePage writes the page for v: one self-contained HTML file with its
 // styles, script and data inline, which needs no network access. The data
-// is two gzip-compressed, base64-encoded blocks: the View without the
-// segments' FPDUs, Markers and byte maps, and those as one JSON line per
-// segment, which the page parses only for the segment chosen. So a trace of
-// many segments costs the HTML parser and the page's memory little.
+// is two blocks: the View as JSON without the segments' FPDUs, Markers and
+// byte maps, and those as one JSON line per segment, gzip-compressed and
+// base64-encoded, which the page decodes after it has drawn the ladder and
+// parses only for the segment chosen. So a trace of many segments costs
+// the HTML parser and the page's memory little.
 func WritePage(w io.Writer, v *View) error {
 	light := *v
 	light.Segments = make([]Segment, len(v.Segments))
@@ -78,10 +79,9 @@ func WritePage(w io.Writer, v *View) error {
 	if !ok {
 		return fmt.Errorf("web: page template lacks its detail placeholder")
 	}
-	data, err := gzip64(viewJSON)
-	if err != nil {
-		return err
-	}
+	// encoding/json escapes <, > and &: the data cannot end its script
+	// element.
+	data := viewJSON
 	det, err := gzip64(details.Bytes())
 	if err != nil {
 		return err
@@ -125,14 +125,20 @@ func (b *Builder) WriteHTML(w io.Writer) error {
 // ReadPage returns the View embedded in a page WritePage wrote.
 func ReadPage(page []byte) (View, error) {
 	block := func(id string) (io.Reader, error) {
-		open := `id="` + id + `" type="application/octet-stream" data-encoding="gzip+base64">`
-		_, rest, ok := bytes.Cut(page, []byte(open))
+		_, rest, ok := bytes.Cut(page, []byte(`<script id="`+id+`" `))
 		if !ok {
 			return nil, fmt.Errorf("web: not a siwtun view page: no %s", id)
+		}
+		attrs, rest, ok := bytes.Cut(rest, []byte(">"))
+		if !ok {
+			return nil, fmt.Errorf("web: %s is not terminated", id)
 		}
 		data, _, ok := bytes.Cut(rest, []byte("</script>"))
 		if !ok {
 			return nil, fmt.Errorf("web: %s is not terminated", id)
+		}
+		if !bytes.Contains(attrs, []byte(`data-encoding="gzip+base64"`)) {
+			return bytes.NewReader(data), nil
 		}
 		return gzip.NewReader(base64.NewDecoder(base64.StdEncoding, bytes.NewReader(bytes.TrimSpace(data))))
 	}

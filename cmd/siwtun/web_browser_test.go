@@ -50,7 +50,7 @@ func openPage(t *testing.T, br *browsertest.Browser, url string) {
 	t.Helper()
 	br.Do(t, 60*time.Second, chromedp.Navigate(url))
 	deadline := time.Now().Add(60 * time.Second)
-	for !browsertest.Eval[bool](t, br, `document.body !== null && document.body.dataset.ready === '1'`) {
+	for !browsertest.Eval[bool](t, br, `document.body !== null && document.body.dataset.ready === '1' && document.body.dataset.details === '1'`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never got ready; console errors: %q", url, br.Errors())
 		}

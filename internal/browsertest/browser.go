@@ -108,11 +108,11 @@ func (b *Browser) Do(t testing.TB, timeout time.Duration, actions ...chromedp.Ac
 
 // Eval evaluates a JavaScript expression in the page and decodes its
 // value into T.
-func Eval[T any](t testing.TB, b *Browser, expr string) T {
+func Eval[T any](t testing.TB, b *Browser, expr string, opts ...chromedp.EvaluateOption) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.Ctx, 60*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
 	if err != nil {
 		t.Fatalf("browser: evaluating %s: %v (console errors: %q)", expr, err, b.Errors())
 	}

@@ -8,6 +8,7 @@
   // large trace then costs the HTML parser a tenth of its size.
   async function unpack(id) {
     const el = document.getElementById(id);
+    if (el.dataset.encoding !== 'gzip+base64') return el.textContent;
     const text = el.textContent.trim();
     let bytes;
     if (Uint8Array.fromBase64) {
@@ -20,22 +21,30 @@
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
     return new Response(stream).text();
   }
-  async function load() {
-    const [view, details] = await Promise.all([unpack('siwtun-data'), unpack('siwtun-detail')]);
-    timing.decoded = performance.now();
-    return [JSON.parse(view), details];
-  }
-  load().then(([V, D]) => start(V, D), (err) => {
+  // The segments' FPDUs, Markers and byte maps (one JSON line each) are
+  // decoded after the page is up: the ladder does not wait for them.
+  let D = null, onDetails = null;
+  const failed = (err) => {
     document.getElementById('bmbody').textContent = 'cannot read the embedded data: ' + err;
     throw err;
-  });
-  function start(V, D) {
+  };
+  unpack('siwtun-data').then((text) => {
+    timing.decoded = performance.now();
+    start(JSON.parse(text));
+  }).catch(failed);
+  unpack('siwtun-detail').then((text) => {
+    D = text;
+    timing.details = performance.now();
+    document.body.dataset.details = '1';
+    if (onDetails) onDetails();
+  }).catch(failed);
+  function start(V) {
   timing.parsed = performance.now();
   // The segments' FPDUs, Markers and byte maps are one JSON line each in
   // D, parsed when a segment is chosen (and kept).
   let lineStarts = null;
   function detail(s) {
-    if (s.full) return s;
+    if (s.full || D === null) return s;
     if (!lineStarts) {
       const starts = [0];
       for (let i = D.indexOf('\n'); i >= 0; i = D.indexOf('\n', i + 1)) starts.push(i + 1);
@@ -231,6 +240,7 @@
     const box = $('bmbody');
     if (state.sel < 0) { box.innerHTML = '<p>Choose a segment in the ladder (click, or focus it and use ↑ ↓).</p>'; return; }
     const s = detail(V.segs[state.sel]);
+    if (!s.full) { box.innerHTML = '<p>Reading the segments’ details…</p>'; return; }
     s.fp = s.fp || []; s.mk = s.mk || []; s.map = s.map || [];
     const mk = marks(s);
     let html = '<p class="mono" id="seghead">#' + s.n + ' ' + (s.o ? 'out ' : 'in ') + esc(V.addrs[s.a] || '') +
@@ -460,6 +470,7 @@
 
   // ---- start -----------------------------------------------------------------
   sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
+  onDetails = () => { renderByteMap(); };
   timing.drawn = performance.now();
   window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, ready: true };
   document.body.dataset.ready = '1';
