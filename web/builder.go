@@ -25,18 +25,26 @@ type RegionLookup func(dev string, stag uint32) (Region, bool)
 // (appending or replacing).
 type Update struct {
 	// Version is the View's version after the update.
-	Version int                   `json:"v"`
-	Seg     *Segment              `json:"seg,omitempty"`
-	Place   *Place                `json:"place,omitempty"`
-	Region  *Region               `json:"region,omitempty"`
-	RegionN int                   `json:"region_n,omitempty"`
-	Term    *Terminate            `json:"term,omitempty"`
-	WC      *WC                   `json:"wc,omitempty"`
-	QPs     []QP                  `json:"qps,omitempty"`
-	Stats   map[string]*ctl.Stats `json:"stats,omitempty"`
-	Conns   []inspect.DirSummary  `json:"conns,omitempty"`
-	Step    *Step                 `json:"step,omitempty"`
-	Dropped uint64                `json:"dropped,omitempty"`
+	Version int `json:"v"`
+	// Seg is a new or changed segment (View.Segments[Seg.N]).
+	Seg *Segment `json:"seg,omitempty"`
+	// Place is a new or changed placement (View.Places[Place.N]).
+	Place *Place `json:"place,omitempty"`
+	// Region is a new or changed region, View.Regions[RegionN].
+	Region  *Region `json:"region,omitempty"`
+	RegionN int     `json:"region_n,omitempty"`
+	// Term is a new Terminate, appended to View.Terminates.
+	Term *Terminate `json:"term,omitempty"`
+	// WC is a new completion, appended to View.WCs.
+	WC *WC `json:"wc,omitempty"`
+	// QPs, Stats and Conns replace the View's.
+	QPs   []QP                  `json:"qps,omitempty"`
+	Stats map[string]*ctl.Stats `json:"stats,omitempty"`
+	Conns []inspect.DirSummary  `json:"conns,omitempty"`
+	// Step is a new or changed step (View.Steps[Step.N]).
+	Step *Step `json:"step,omitempty"`
+	// Dropped is View.Dropped when it grew.
+	Dropped uint64 `json:"dropped,omitempty"`
 	// Addr is a new address pair, the AddrN'th of View.Addrs.
 	Addr  string `json:"addr,omitempty"`
 	AddrN int    `json:"addr_n,omitempty"`
@@ -352,7 +360,7 @@ func (b *Builder) Finish() {
 	b.emit(Update{Conns: b.v.Conns})
 }
 
-// View returns the View as JSON.
+// JSON returns the View as JSON.
 func (b *Builder) JSON() ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

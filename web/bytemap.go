@@ -17,10 +17,13 @@ import (
 // (-1: none). It encodes to JSON as the array [at, len, field, fpdu,
 // marker] to keep large traces small.
 type Span struct {
+	// At and Len are the run's first payload octet and its length.
 	At, Len int
-	Field   Field
-	FPDU    int
-	Marker  int
+	// Field is what the octets are.
+	Field Field
+	// FPDU and Marker index the segment's FPDUs and Markers (-1: none).
+	FPDU   int
+	Marker int
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -215,8 +218,8 @@ func markerIndex(r *inspect.Report, off uint64) int {
 	return -1
 }
 
-// fillHoles sorts nothing (spans are built in order) but fills the octets
-// no span covers with FieldUnknown, so the spans tile [0, n).
+// fillHoles fills the octets no span covers with FieldUnknown, so that the
+// spans (built in order) tile [0, n).
 func fillHoles(spans []Span, n int) []Span {
 	out := make([]Span, 0, len(spans)+2)
 	at := 0

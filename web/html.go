@@ -14,9 +14,10 @@ import (
 //go:embed assets/page.html assets/page.css assets/page.js
 var assets embed.FS
 
-// page is the page template split at its placeholders.
+// pageParts are the page's template, styles and script.
 var pageParts = mustPage()
 
+// pageTemplate holds the embedded assets.
 type pageTemplate struct {
 	html, css, js []byte
 }

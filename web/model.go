@@ -223,6 +223,8 @@ type Step struct {
 // FPDU is an FPDU, or the part of it in one segment, as the checker
 // describes it (inspect.FPDU, with short JSON names).
 type FPDU struct {
+	// Index, Offset, Len, ULPDULen, At, Here, Begins, Ends, Header and CRC
+	// are inspect.FPDU's fields of the same names.
 	Index    uint64  `json:"i"`
 	Offset   uint64  `json:"o"`
 	Len      int     `json:"l"`
@@ -238,6 +240,8 @@ type FPDU struct {
 // Header is an FPDU's DDP and RDMAP header (inspect.Header, with short
 // JSON names).
 type Header struct {
+	// Op, Tagged, Last, STag, TO, QN, MSN, MO, Payload and Detail are
+	// inspect.Header's fields of the same names.
 	Op      string `json:"op"`
 	Tagged  bool   `json:"t,omitempty"`
 	Last    bool   `json:"l,omitempty"`
@@ -253,6 +257,8 @@ type Header struct {
 // Marker is a Marker as the checker describes it (inspect.Marker, with
 // short JSON names).
 type Marker struct {
+	// Offset, At, FPDUPTR, Want, FPDU and OK are inspect.Marker's fields
+	// of the same names.
 	Offset  uint64 `json:"o"`
 	At      int    `json:"a"`
 	FPDUPTR uint16 `json:"p"`
