@@ -445,7 +445,9 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 			delete(b.held, heldKey{r.Src, r.Dst, r.Seq})
 			target = &b.v.Segments[j]
 			target.OOO = r.Held || target.OOO
-			b.analysed(target, r, b.payloadOf(target, ws, r))
+			// A held segment is all FPDU octets (a frame is never held):
+			// ByteMap needs only its length.
+			b.analysed(target, r, make([]byte, r.Len))
 			b.emit(Update{Seg: target})
 			continue
 		}
@@ -456,16 +458,6 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 		}
 	}
 	b.emit(Update{Seg: s})
-}
-
-// payloadOf returns the payload of the held segment target, which the
-// analyzer now reported in r: the checker kept its own copy; the byte map
-// needs only its length and, for a frame, its first octets, so target's
-// payload is kept in heldPayloads.
-func (b *Builder) payloadOf(target *Segment, _ *ctl.WatchSegment, r *inspect.Report) []byte {
-	// A held segment is all FPDU octets (a frame is never held), so only
-	// its length matters to ByteMap.
-	return make([]byte, r.Len)
 }
 
 // refreshMarkers learns which directions carry Markers.

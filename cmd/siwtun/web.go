@@ -80,12 +80,14 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string)
 	if len(devs) == 2 {
 		peer = devs[1]
 	}
-	b := web.NewBuilder("siwtun web "+devs[0], devs[0], peer, nil)
-	b.SetLive()
 	opts := make([]ctlOptions, len(devs))
-	streams := make([]*ctl.WatchStream, len(devs))
 	for i, d := range devs {
 		opts[i] = ctlOptions{dev: d, dir: dir}
+	}
+	b := web.NewBuilder("siwtun web "+devs[0], devs[0], peer, regionLookup(opts))
+	b.SetLive()
+	streams := make([]*ctl.WatchStream, len(devs))
+	for i := range devs {
 		c, err := opts[i].dial()
 		if err != nil {
 			return err
@@ -143,6 +145,41 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string)
 	}
 }
 
+// regionLookup describes the devices' regions as their daemons list them
+// (the ctl mr op), asking again when a region is not known yet.
+func regionLookup(opts []ctlOptions) web.RegionLookup {
+	var mu sync.Mutex
+	known := make(map[string]map[uint32]web.Region)
+	return func(dev string, stag uint32) (web.Region, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r, ok := known[dev][stag]; ok {
+			return r, true
+		}
+		for i := range opts {
+			if opts[i].dev != dev {
+				continue
+			}
+			c, err := opts[i].dial()
+			if err != nil {
+				return web.Region{}, false
+			}
+			mrs, err := c.MRs()
+			c.Close()
+			if err != nil {
+				return web.Region{}, false
+			}
+			m := make(map[uint32]web.Region, len(mrs))
+			for _, r := range mrs {
+				m[r.STag] = web.Region{STag: r.STag, Addr: r.Addr, Len: r.Len, Access: r.Access, PD: r.PDN}
+			}
+			known[dev] = m
+		}
+		r, ok := known[dev][stag]
+		return r, ok
+	}
+}
+
 // pollState records every device's queue pairs and counters.
 func pollState(b *web.Builder, opts []ctlOptions) {
 	for i := range opts {
@@ -170,7 +207,8 @@ type htmlSink struct {
 }
 
 func newHTMLSink(o *watchOptions, path string, w io.Writer) *htmlSink {
-	return &htmlSink{b: web.NewBuilder("siwtun trace "+o.ctl.dev, o.ctl.dev, "", nil), o: o, path: path, w: w}
+	lookup := regionLookup([]ctlOptions{o.ctl})
+	return &htmlSink{b: web.NewBuilder("siwtun trace "+o.ctl.dev, o.ctl.dev, "", lookup), o: o, path: path, w: w}
 }
 
 func (s *htmlSink) block(bl *segBlock) error {

@@ -275,6 +275,18 @@ func TestWebLiveAndTraceHTML(t *testing.T) {
 	checkByteMap(t, rows, &r)
 	t.Logf("segment %d (%s seq %d, %d octets): %d byte map rows match siwtun check", chosen, s.Addr, s.Seq, s.Len, len(rows))
 	br.Screenshot(t, "trace-bytemap.png")
+	// The Read's sink, described by the daemon (ctl mr), fills completely.
+	br.Do(t, 30*time.Second, chromedp.Focus("#ladder"), chromedp.KeyEvent(kb.End))
+	type strip struct {
+		Known  bool   `json:"known"`
+		Access string `json:"access"`
+		Len    int    `json:"len"`
+		Placed int    `json:"placed"`
+	}
+	strips := browsertest.Eval[[]strip](t, br, `[...document.querySelectorAll('.strip')].map(d => { const r = siwtunView.view.regions[+d.dataset.region]; return {known: r.known, access: r.access, len: +d.dataset.len, placed: +d.dataset.placed}; })`)
+	if len(strips) != 1 || !strips[0].Known || strips[0].Access != "LOCAL_WRITE" || strips[0].Len != 20000 || strips[0].Placed != 20000 {
+		t.Errorf("memory strips %+v: want the Read's sink, 20000 octets of LOCAL_WRITE, all placed", strips)
+	}
 }
 
 // TestDemoHTML writes `siwtun demo --html` with markers and checks the page
