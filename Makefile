@@ -18,6 +18,8 @@ test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test$$)
 	# The allocation checks skip under -race (its sync.Pool drops items).
 	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
+	# The 100,000-segment page skips under -race (building it takes minutes).
+	$(GO) test -count=1 -run 'TestPageLarge' -v ./web/
 	$(GO) test -count=1 -timeout 20m ./test/
 	$(MAKE) fuzz
 

@@ -122,6 +122,10 @@ func TestPageLarge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the 100,000-segment page")
 	}
+	if raceEnabled {
+		// make test runs it again without -race.
+		t.Skip("the race detector makes building 100,000 segments take minutes: go test -run TestPageLarge ./web runs it")
+	}
 	const n = 100000
 	t0 := time.Now()
 	b, _ := synthTrace(t, n, 1420, true)
