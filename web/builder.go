@@ -71,9 +71,15 @@ type Builder struct {
 	qps     map[qpKey]int
 	unjoin  []int // placements not yet joined to a segment
 	live    bool
-	log     [][]byte
+	log     [][]byte // updates logBase+1, logBase+2, ... (live)
+	logBase int
 	changed chan struct{} // closed and replaced on every update (live)
 }
+
+// maxLog bounds the updates a live Builder keeps for pages that are behind:
+// past it the older half is dropped, and a page that still needs them
+// loads the page again.
+var maxLog = 1 << 18
 
 type heldKey struct {
 	src, dst netip.AddrPort
@@ -136,6 +142,7 @@ func (b *Builder) SetLive() {
 	b.mu.Lock()
 	b.live = true
 	b.v.Live = true
+	b.logBase = b.v.Version
 	b.mu.Unlock()
 }
 
@@ -160,23 +167,27 @@ func (b *Builder) emit(u Update) {
 		panic(fmt.Sprintf("web: encoding an update: %v", err)) // only our own types: cannot fail
 	}
 	b.log = append(b.log, line)
+	if len(b.log) > maxLog {
+		drop := len(b.log) / 2
+		b.log = append([][]byte(nil), b.log[drop:]...)
+		b.logBase += drop
+	}
 	close(b.changed)
 	b.changed = make(chan struct{})
 }
 
 // Updates returns the updates after version from (JSON, one per update)
-// and a channel closed at the next update.
-func (b *Builder) Updates(from int) ([][]byte, <-chan struct{}) {
+// and a channel closed at the next update. ok is false when the updates
+// after from are no longer kept (or never were): the caller must start
+// again from the View as it is now.
+func (b *Builder) Updates(from int) (updates [][]byte, changed <-chan struct{}, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if from < 0 {
-		from = 0
+	i := from - b.logBase
+	if i < 0 || i > len(b.log) {
+		return nil, b.changed, false
 	}
-	var out [][]byte
-	if from < len(b.log) {
-		out = b.log[from:len(b.log):len(b.log)]
-	}
-	return out, b.changed
+	return b.log[i:len(b.log):len(b.log)], b.changed, true
 }
 
 // Event adds one watch event of the local device (local) or of the peer.

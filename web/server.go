@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -15,7 +16,8 @@ const keepAlive = 15 * time.Second
 
 // Handler serves a Builder's View live: "/" the page with the View as it
 // is now, "/view.json" the View, "/events?from=N" the updates after
-// version N as server-sent events (one JSON Update per event).
+// version N as server-sent events (one JSON Update per event; a "reload"
+// event when they are no longer kept).
 func Handler(b *Builder) http.Handler { return handler(b, nil) }
 
 // handler is Handler whose event streams end when done is closed.
@@ -53,7 +55,13 @@ func handler(b *Builder, done <-chan struct{}) http.Handler {
 		tick := time.NewTicker(keepAlive)
 		defer tick.Stop()
 		for {
-			lines, changed := b.Updates(from)
+			lines, changed, ok := b.Updates(from)
+			if !ok {
+				// The page is too far behind: it loads itself again.
+				fmt.Fprint(w, "event: reload\ndata: \n\n")
+				rc.Flush()
+				return
+			}
 			for _, l := range lines {
 				if _, err := fmt.Fprintf(w, "data: %s\n\n", l); err != nil {
 					return
@@ -85,6 +93,8 @@ type Server struct {
 	srv  *http.Server
 	err  chan error
 	done chan struct{}
+	once sync.Once
+	cerr error
 }
 
 // Serve listens on addr ("127.0.0.1:7180"; port 0 picks one) and serves
@@ -106,13 +116,14 @@ func (s *Server) URL() string { return "http://" + s.ln.Addr().String() + "/" }
 // Close ends every event stream (cleanly: the pages see the stream end)
 // and stops the server.
 func (s *Server) Close() error {
-	close(s.done)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		err = s.srv.Close()
-	}
-	<-s.err
-	return err
+	s.once.Do(func() {
+		close(s.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.cerr = s.srv.Close()
+		}
+		<-s.err
+	})
+	return s.cerr
 }

@@ -465,6 +465,7 @@
       apply(JSON.parse(e.data));
       if (!pending) { pending = true; setTimeout(refresh, 100); }
     };
+    es.addEventListener('reload', () => { es.close(); location.reload(); });
     es.onerror = () => { $('meta').textContent += ' (stream ended)'; es.close(); };
   }
 
