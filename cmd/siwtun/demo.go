@@ -46,7 +46,7 @@ func newDemoCmd() *cobra.Command {
 	o := demoOptions{}
 	var lessonName string
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "demo [--lesson [NAME]]",
 		Short: "Run two RNICs and show a Send, an RDMA Write and an RDMA Read",
 		Long: `demo runs two RNICs and a verbs application that connects a queue pair
 across them and does a Send, an RDMA Write and an RDMA Read with every byte
@@ -59,12 +59,17 @@ Everything is removed at the end.
 
 With --in-process (and whenever the namespace version cannot run), both
 RNICs live in this process, joined by an in-memory link (no root, no TUN),
-and demo prints what crossed the wire, segment by segment.`,
+and demo prints what crossed the wire, segment by segment.
+
+--html FILE writes the in-process run's web view (the ladder of segments,
+each segment's byte map, the memory strips, the queue pairs; see siwtun
+web) as one self-contained file; --serve ADDR shows it live in a browser.
+--lesson NAME runs one of the guided lessons (--lesson alone lists them).`,
 		Args: cobra.MaximumNArgs(1), // the lesson's name after --lesson
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if cmd.Flags().Changed("lesson") {
-				if len(args) == 1 && strings.TrimSpace(lessonName) == "" {
+				if len(args) == 1 && lessonName == lessonList {
 					lessonName = args[0]
 				} else if len(args) == 1 {
 					return fmt.Errorf("demo: unexpected argument %q", args[0])

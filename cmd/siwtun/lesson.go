@@ -72,14 +72,18 @@ var lessons = []lesson{
 // addLessonFlag adds --lesson.
 func addLessonFlag(cmd interface{ Flags() *pflag.FlagSet }, name *string) {
 	f := cmd.Flags()
-	f.StringVar(name, "lesson", "", "run a guided lesson and write its view (--html, default siwtun-lesson-NAME.html); --lesson alone lists them")
-	f.Lookup("lesson").NoOptDefVal = " "
+	f.StringVar(name, "lesson", "", "run a guided lesson and write its view (--html, default siwtun-lesson-NAME.html); --lesson alone (or --lesson list) lists them")
+	f.Lookup("lesson").NoOptDefVal = lessonList
 }
 
-// runLesson runs the lesson name, or lists the lessons when name is blank.
+// lessonList is the --lesson value that lists the lessons (what --lesson
+// alone means).
+const lessonList = "list"
+
+// runLesson runs the lesson name, or lists the lessons.
 func runLesson(w io.Writer, o demoOptions, name string) error {
 	name = strings.TrimSpace(name)
-	if name == "" {
+	if name == "" || name == lessonList {
 		fmt.Fprintln(w, "lessons (siwtun demo --lesson NAME [--html FILE]):")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, l := range lessons {
