@@ -23,6 +23,8 @@ test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test$$ -e /test/capps$$)
 	# The allocation checks skip under -race (its sync.Pool drops items).
 	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
+	# The 100,000-segment page skips under -race (building it takes minutes).
+	$(GO) test -count=1 -run 'TestPageLarge' -v ./web/
 	$(GO) test -count=1 -timeout 20m ./test/
 	# Unmodified C verbs programs through libsiwtun (after test/: both run daemons).
 	$(GO) test -count=1 -timeout 20m ./test/capps/

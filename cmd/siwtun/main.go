@@ -32,6 +32,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newTraceCmd())
+	root.AddCommand(newWebCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newExecCmd())
