@@ -3,6 +3,8 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -12,6 +14,71 @@ import (
 
 // errAborted stops a transfer whose QP entered the error state.
 var errAborted = errors.New("offload: queue pair in error state")
+
+// drainTimeout bounds the orderly close after a Terminate: reading (and
+// discarding) until the peer closes its side too.
+const drainTimeout = 3 * time.Second
+
+// rxLoop is the QP's receive goroutine: it runs the TCP endpoint's Read with
+// the MPA receiver as the writer, so every in-order segment's payload is
+// parsed and placed as it is handed over.
+func (qp *QP) rxLoop() {
+	defer qp.running.Done()
+	if pl := qp.rx.place; pl != nil {
+		defer pl.stop() // before running.Done: no placement once the QP stopped
+	}
+	qp.mu.Lock()
+	idle := qp.rxIdle
+	qp.mu.Unlock()
+	for {
+		_, err := qp.conn.ReadTo(&qp.rx.mpa)
+		if err == nil {
+			if idle != nil {
+				idle()
+			}
+			continue
+		}
+		var te *terminateError
+		var me *mpa.Error
+		switch {
+		case errors.As(err, &te):
+			qp.drain()
+		case errors.Is(err, errTerminated):
+		case errors.As(err, &me):
+			// A framing error found by the MPA layer (bad marker).
+			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
+			qp.drain()
+		case err == io.EOF:
+			qp.mu.Lock()
+			if qp.state != ibv.QPErr {
+				qp.dev.logf("QP %d: peer closed the connection", qp.num)
+			}
+			qp.errorLocked(ibv.WCSuccess)
+			qp.mu.Unlock()
+		default:
+			qp.mu.Lock()
+			if qp.state != ibv.QPErr && !qp.closing {
+				qp.dev.logf("QP %d: receive: %v", qp.num, err)
+			}
+			qp.errorLocked(ibv.WCSuccess)
+			qp.mu.Unlock()
+		}
+		return
+	}
+}
+
+// drain discards incoming bytes until the peer closes or drainTimeout.
+func (qp *QP) drain() {
+	qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
+	for {
+		if _, err := qp.conn.ReadTo(io.Discard); err != nil {
+			return
+		}
+	}
+}
+
+// aborted reports whether the QP entered ERR (checked between FPDUs).
+func (qp *QP) aborted() bool { return qp.inErr.Load() }
 
 // rxHdrMax holds the longest header the receiver needs whole: an untagged
 // DDP header and a Terminate with both copied headers.
