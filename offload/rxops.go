@@ -1,0 +1,202 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
+)
+
+// writeSink checks an RDMA Write of n payload octets (n > 0) against the
+// region its STag names — valid, same protection domain, REMOTE_WRITE,
+// inside its bounds — and returns the memory the payload goes to, or the
+// Terminate code and the reason. The in-order and the out-of-order paths
+// both place through it.
+func (qp *QP) writeSink(h *ddp.Header, n int) ([]byte, rdmap.Code, error) {
+	reg, ok := qp.dev.regions.Lookup(h.STag)
+	switch {
+	case !ok:
+		return nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
+	case reg.pd != qp.pd:
+		return nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
+	case reg.access&ibv.AccessRemoteWrite == 0:
+		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
+	}
+	dst, ok := reg.slice(h.TO, uint64(n))
+	if !ok {
+		return nil, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", n, h.TO, h.STag, reg.addr, len(reg.buf))
+	}
+	return dst, 0, nil
+}
+
+// readResponseSink checks a Read Response of n payload octets against the
+// sink of an outstanding Read (STag stag, TO to, size octets) and returns
+// the offset in the sink where the payload goes, or the Terminate code and
+// the reason.
+func readResponseSink(h *ddp.Header, n int, stag uint32, to uint64, size uint32) (uint64, rdmap.Code, error) {
+	if h.STag != stag {
+		return 0, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("Read Response to STag 0x%08x, the Read's sink is 0x%08x", h.STag, stag)
+	}
+	off := h.TO - to
+	if h.TO < to || off > uint64(size) || uint64(n) > uint64(size)-off {
+		return 0, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response of %d bytes at TO 0x%x outside the Read's sink [0x%x, +%d)", n, h.TO, to, size)
+	}
+	return off, 0, nil
+}
+
+// startSend takes the head of the receive queue for a new Send message and
+// resolves its SGEs to region memory.
+func (r *rxState) startSend() error {
+	qp := r.qp
+	qp.mu.Lock()
+	if qp.rqHead == qp.rqTail && qp.refill != nil {
+		refill := qp.refill
+		qp.mu.Unlock()
+		refill()
+		qp.mu.Lock()
+	}
+	if qp.state == ibv.QPErr {
+		qp.mu.Unlock()
+		return errAborted // the receives were flushed: not the peer's error
+	}
+	if qp.rqHead == qp.rqTail {
+		qp.mu.Unlock()
+		qp.stats.RecvNoBuffer.Add(1)
+		return r.fail(rdmap.TermDDPNoBuffer, 0, fmt.Errorf("Send MSN %d with no receive posted", r.h.MSN))
+	}
+	wqe := qp.rq[qp.rqHead%uint64(len(qp.rq))]
+	qp.mu.Unlock()
+	r.sendN, r.sendCap, r.sendPlaced, r.sgi, r.sgo = 0, 0, 0, 0, 0
+	r.sendActive = true
+	for _, s := range wqe.sgl[:wqe.nsge] {
+		if s.Length == 0 {
+			continue
+		}
+		reg, ok := qp.dev.regions.Lookup(s.LKey)
+		if !ok || reg.pd != qp.pd {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
+		}
+		if reg.access&ibv.AccessLocalWrite == 0 {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocAccessErr, fmt.Errorf("receive WR %d: lkey 0x%08x lacks LOCAL_WRITE", wqe.id, s.LKey))
+		}
+		b, ok := reg.slice(s.Addr, uint64(s.Length))
+		if !ok {
+			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: SGE outside lkey 0x%08x", wqe.id, s.LKey))
+		}
+		r.sendBufs[r.sendN] = b
+		r.sendN++
+		r.sendCap += uint64(s.Length)
+	}
+	return nil
+}
+
+// invalidate invalidates stag for a Send with Invalidate, under the
+// placement lock: no out-of-order placement into it lands after this.
+func (r *rxState) invalidate(stag uint32) error {
+	if pl := r.place; pl != nil {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+	}
+	return r.qp.dev.regions.Invalidate(stag, r.qp.pd)
+}
+
+// readRequest validates an inbound RDMA Read and queues its response.
+func (r *rxState) readRequest() error {
+	qp := r.qp
+	var rr rdmap.ReadRequest
+	if err := rr.Unmarshal(r.hdr[ddp.UntaggedHeaderLen:r.need]); err != nil {
+		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
+	}
+	r.readMSN++
+	var src []byte
+	if rr.Size > 0 {
+		reg, ok := qp.dev.regions.Lookup(rr.SrcSTag)
+		switch {
+		case !ok:
+			return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("RDMA Read of invalid STag 0x%08x", rr.SrcSTag))
+		case reg.pd != qp.pd:
+			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of STag 0x%08x of another protection domain", rr.SrcSTag))
+		case reg.access&ibv.AccessRemoteRead == 0:
+			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Read of STag 0x%08x without REMOTE_READ (%v)", rr.SrcSTag, reg.access))
+		}
+		var ok2 bool
+		src, ok2 = reg.slice(rr.SrcTO, uint64(rr.Size))
+		if !ok2 {
+			return r.fail(rdmap.TermRDMAPBaseBounds, 0, fmt.Errorf("RDMA Read of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", rr.Size, rr.SrcTO, rr.SrcSTag, reg.addr, len(reg.buf)))
+		}
+	}
+	qp.mu.Lock()
+	if len(qp.irq) >= qp.ird {
+		ird := qp.ird
+		qp.mu.Unlock()
+		qp.stats.IRDOverflows.Add(1)
+		return r.fail(rdmap.TermRDMAPCatastrophicStream, 0, fmt.Errorf("RDMA Read beyond IRD %d", ird))
+	}
+	qp.irq = append(qp.irq, irqEntry{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src})
+	qp.stats.ReadsRx.Add(1)
+	qp.txCond.Signal()
+	qp.mu.Unlock()
+	return nil
+}
+
+// rtrArrived completes a P2P responder's connection set-up.
+func (r *rxState) rtrArrived() error {
+	qp := r.qp
+	rtr := r.awaitRTR
+	r.awaitRTR = 0
+	switch rtr {
+	case mpa.RTRSend:
+		r.sendMSN++
+	case mpa.RTRRead:
+		if err := r.readRequest(); err != nil {
+			return err
+		}
+	}
+	qp.mu.Lock()
+	if qp.state == ibv.QPRTR {
+		qp.state = ibv.QPRTS
+		qp.txCond.Broadcast()
+	}
+	qp.mu.Unlock()
+	qp.emit(ibv.Event{Type: ibv.EventEstablished})
+	return nil
+}
+
+// terminateArrived handles the peer's Terminate: the stream is over.
+func (r *rxState) terminateArrived() error {
+	qp := r.qp
+	var t rdmap.Terminate
+	body := r.hdr[ddp.UntaggedHeaderLen:r.need]
+	if err := t.Unmarshal(body); err != nil {
+		qp.dev.logf("QP %d: malformed Terminate: %v", qp.num, err)
+	}
+	qp.stats.TerminatesRx.Add(1)
+	qp.dev.logf("QP %d: peer terminated the stream: %v", qp.num, t.Code)
+	qp.mu.Lock()
+	qp.errorLocked(statusForTerminate(t.Code))
+	qp.termSent = true // never answer a Terminate with one
+	qp.mu.Unlock()
+	qp.emit(ibv.Event{Type: ibv.EventTerminateReceived, Code: t.Code})
+	return errTerminated
+}
+
+// errTerminated ends the receive loop after the peer's Terminate.
+var errTerminated = errors.New("offload: stream terminated by the peer")
+
+// statusForTerminate maps a received Terminate to the completion status of
+// the request it ended.
+func statusForTerminate(c rdmap.Code) ibv.WCStatus {
+	switch {
+	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPInvalidSTag.EType(),
+		c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPTaggedInvalidSTag.EType():
+		return ibv.WCRemAccessErr
+	case c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPNoBuffer.EType():
+		return ibv.WCRemInvReqErr
+	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPUnexpectedOp.EType():
+		return ibv.WCRemOpErr
+	}
+	return ibv.WCRemAbortErr
+}
