@@ -84,26 +84,52 @@ func (qp *QP) aborted() bool { return qp.inErr.Load() }
 // DDP header and a Terminate with both copied headers.
 const rxHdrMax = ddp.UntaggedHeaderLen + rdmap.TerminateHeaderLen + 2 + ddp.UntaggedHeaderLen + rdmap.ReadRequestLen
 
+// rxPhase is where the receive engine stands in the current FPDU's ULPDU,
+// as mpa.Receiver's states say where it stands in the FPDU. The header
+// phases collect octets into hdr until have == need; once the header is
+// whole, the opcode's begin (rxOps) picks the payload phase, which says
+// where the rest of the ULPDU goes.
+//
+//	BeginFPDU → rxDDPLen → rxDDPHdr ─┬──────────────┬→ rxPlace   → EndFPDU
+//	                                 └→ rxRDMAPHdr ─┼→ rxScatter
+//	                                                └→ rxDiscard
+type rxPhase uint8
+
+const (
+	rxDDPLen   rxPhase = iota // the first 2 octets: they tell the DDP header's length (tagged or not)
+	rxDDPHdr                  // the rest of the DDP header
+	rxRDMAPHdr                // the RDMAP header after an untagged DDP header (Read Request, Terminate)
+	rxPlace                   // payload into tagged memory, dst: a Write's region or a Read's sink
+	rxScatter                 // payload across the SGEs of the receive the Send message took
+	rxDiscard                 // payload with nowhere to go: none (Read Request, RTR) or a Terminate's tail
+)
+
 // rxState is the receive engine of a QP: the mpa.Handler that the MPA
 // receiver drives from inside the netstack's TCP Read, segment by segment.
 // It collects each DDP segment's header (at most rxHdrMax bytes), checks it,
-// and then copies the payload once, straight into the target region.
+// and then copies the payload once, straight into the target region. It is
+// owned by the QP's RX goroutine (rxLoop); what it shares with the QP's
+// queues it reads and writes under the QP lock.
 type rxState struct {
 	qp  *QP
 	mpa mpa.Receiver
 
 	// Current FPDU.
+	phase    rxPhase
 	hdr      [rxHdrMax]byte
 	have     int // header bytes collected
-	need     int // header bytes needed
+	need     int // header bytes the header phase waits for
 	ulpduLen int
 	h        ddp.Header
 	op       rdmap.Opcode
 	payload  int    // payload bytes of this segment
-	dst      []byte // where the payload goes (tagged, Read Response)
+	dst      []byte // rxPlace: where the payload goes
 	dstOff   int
 
-	// Send message in progress (QN 0): the head of the RQ.
+	// The Send message in progress (QN 0), kept across FPDUs: sendActive
+	// once its first segment took the receive at the RQ head (resolved
+	// into sendBufs), until its last segment completes it; an error in
+	// between completes that receive with the error (fail).
 	sendActive bool
 	sendBufs   [ibv.MaxSGE][]byte
 	sendN      int
@@ -114,7 +140,8 @@ type rxState struct {
 	// Expected MSNs.
 	sendMSN, readMSN, termMSN uint32
 
-	// awaitRTR is the RTR type a P2P responder waits for.
+	// awaitRTR is the RTR type a P2P responder waits for: every FPDU is
+	// checked against it until it arrives (then 0).
 	awaitRTR mpa.RTR
 
 	// place is the connection's out-of-order placer (nil when the stream
@@ -133,7 +160,7 @@ func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR, place *oooPl
 // BeginFPDU implements mpa.Handler.
 func (r *rxState) BeginFPDU(ulpduLen int) error {
 	r.ulpduLen = ulpduLen
-	r.have, r.need = 0, 2
+	r.phase, r.have, r.need = rxDDPLen, 0, 2
 	r.dst, r.dstOff, r.payload = nil, 0, 0
 	if r.place != nil {
 		r.place.begin(r.mpa.FPDUStart())
@@ -148,7 +175,8 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 // placed where the header says.
 func (r *rxState) ULPDU(p []byte) error {
 	for len(p) > 0 {
-		if r.have < r.need {
+		switch r.phase {
+		case rxDDPLen, rxDDPHdr, rxRDMAPHdr:
 			n := copy(r.hdr[r.have:r.need], p)
 			r.have += n
 			p = p[n:]
@@ -158,18 +186,18 @@ func (r *rxState) ULPDU(p []byte) error {
 				}
 			}
 			continue
-		}
-		switch {
-		case r.dst != nil && r.place != nil:
-			r.place.mu.Lock()
-			r.dstOff += copy(r.dst[r.dstOff:], p)
-			r.place.mu.Unlock()
-		case r.dst != nil:
-			r.dstOff += copy(r.dst[r.dstOff:], p)
-		case r.sendActive:
+		case rxPlace:
+			if pl := r.place; pl != nil {
+				pl.mu.Lock()
+				r.dstOff += copy(r.dst[r.dstOff:], p)
+				pl.mu.Unlock()
+			} else {
+				r.dstOff += copy(r.dst[r.dstOff:], p)
+			}
+		case rxScatter:
 			r.scatter(p)
 		}
-		p = nil
+		return nil // rxDiscard drops it
 	}
 	return nil
 }
@@ -186,31 +214,34 @@ func (r *rxState) scatter(p []byte) {
 	}
 }
 
-// headerStep runs each time the header bytes asked for have arrived.
+// headerStep runs each time the header bytes a header phase waits for have
+// arrived.
 func (r *rxState) headerStep() error {
-	if r.have == 2 {
+	switch r.phase {
+	case rxDDPLen:
 		r.need = ddp.HeaderLen(r.hdr[0])
 		if r.ulpduLen < r.need {
 			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes is shorter than its DDP header (%d)", r.ulpduLen, r.need))
 		}
+		r.phase = rxDDPHdr
 		return nil
-	}
-	if r.have == ddp.HeaderLen(r.hdr[0]) { // the DDP header is complete
+	case rxDDPHdr:
 		if _, err := r.h.Unmarshal(r.hdr[:r.have]); err != nil {
 			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
 		}
 		_, r.op = rdmap.ParseCtrl(r.h.ULPCtrl)
-		if !r.h.Tagged && r.h.Version == ddp.Version {
-			switch r.op {
-			case rdmap.OpReadRequest:
-				r.need += rdmap.ReadRequestLen
-			case rdmap.OpTerminate:
-				r.need = min(r.ulpduLen, rxHdrMax)
+		// An RDMAP header follows only where the DDP header is one we
+		// read (a bad version is reported by headerDone).
+		if o := &rxOps[r.op]; o.hdr > 0 && !r.h.Tagged && r.h.Version == ddp.Version {
+			r.need += o.hdr
+			if o.varHdr {
+				r.need = min(r.need, r.ulpduLen)
 			}
 			if r.need > r.have {
 				if r.ulpduLen < r.need {
 					return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("%v ULPDU of %d bytes is shorter than its header (%d)", r.op, r.ulpduLen, r.need))
 				}
+				r.phase = rxRDMAPHdr
 				return nil
 			}
 		}
@@ -218,108 +249,41 @@ func (r *rxState) headerStep() error {
 	return r.headerDone()
 }
 
-// headerDone checks a complete header and sets the payload's target.
+// headerDone checks a complete header, then the opcode's begin checks the
+// rest and picks the payload phase.
 func (r *rxState) headerDone() error {
-	qp := r.qp
 	h := &r.h
 	r.payload = r.ulpduLen - r.need
+	r.phase = rxDiscard
 	op, code, err := checkHeader(h)
 	if err != nil {
 		return r.fail(code, 0, err)
 	}
-	if r.awaitRTR != 0 {
-		ok := false
-		switch r.awaitRTR {
-		case mpa.RTRWrite:
-			ok = op == rdmap.OpWrite && r.payload == 0
-		case mpa.RTRRead:
-			ok = op == rdmap.OpReadRequest
-		case mpa.RTRSend:
-			ok = op == rdmap.OpSend && r.payload == 0
-		}
-		if !ok {
-			return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
-		}
+	if r.awaitRTR != 0 && !r.isRTR(op) {
+		return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
 	}
-	if !h.Tagged {
-		if h.QN != op.QN() {
-			return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))
-		}
+	if !h.Tagged && h.QN != op.QN() {
+		return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))
 	}
-	switch op {
-	case rdmap.OpWrite:
-		if r.payload == 0 {
-			return nil // a zero-length Write references no memory (and is the RTR)
-		}
-		dst, code, err := qp.writeSink(h, r.payload)
-		if err != nil {
-			return r.fail(code, 0, err)
-		}
-		r.dst = dst
-		return nil
-
-	case rdmap.OpReadResponse:
-		qp.mu.Lock()
-		if len(qp.orq) == 0 {
-			qp.mu.Unlock()
-			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
-		}
-		e := &qp.orq[0]
-		placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
-		qp.mu.Unlock()
-		if size == 0 && r.payload == 0 {
-			return nil
-		}
-		off, code, err := readResponseSink(h, r.payload, stag, to, size)
-		if err == nil && off != uint64(placed) {
-			code, err = rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response at TO 0x%x, expected 0x%x (%d of the Read's %d bytes placed)", h.TO, to+uint64(placed), placed, size)
-		}
-		if err != nil {
-			return r.fail(code, ibv.WCLocQPOpErr, err)
-		}
-		r.dst = dst[placed : placed+uint32(r.payload)]
-		return nil
-
-	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
-		if h.MSN != r.sendMSN {
-			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Send MSN %d, expected %d", h.MSN, r.sendMSN))
-		}
-		if r.awaitRTR != 0 {
-			return nil // the zero-length Send RTR consumes no receive
-		}
-		if !r.sendActive {
-			if h.MO != 0 {
-				return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Send MSN %d starts at MO %d", h.MSN, h.MO))
-			}
-			if err := r.startSend(); err != nil {
-				return err
-			}
-		} else if uint64(h.MO) != r.sendPlaced {
-			return r.fail(rdmap.TermDDPInvalidMO, ibv.WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
-		}
-		if r.sendPlaced+uint64(r.payload) > r.sendCap {
-			qp.stats.RecvTooLong.Add(1)
-			return r.fail(rdmap.TermDDPTooLong, ibv.WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
-		}
-		return nil
-
-	case rdmap.OpReadRequest:
-		if h.MSN != r.readMSN {
-			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Read Request MSN %d, expected %d", h.MSN, r.readMSN))
-		}
-		if h.MO != 0 || !h.Last {
-			return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
-		}
-		return nil
-
-	case rdmap.OpTerminate:
-		if h.MSN != r.termMSN || h.MO != 0 {
-			// Still a Terminate: act on it, the stream ends either way.
-			qp.dev.logf("QP %d: Terminate with MSN %d MO %d", qp.num, h.MSN, h.MO)
-		}
-		return nil
+	if begin := rxOps[op].begin; begin != nil {
+		return begin(r)
 	}
 	return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("opcode %v", op))
+}
+
+// isRTR reports whether a segment with opcode op is the RTR a P2P
+// responder waits for (RFC 6581: a zero-length Write or Send, or a Read
+// Request).
+func (r *rxState) isRTR(op rdmap.Opcode) bool {
+	switch r.awaitRTR {
+	case mpa.RTRWrite:
+		return op == rdmap.OpWrite && r.payload == 0
+	case mpa.RTRRead:
+		return op == rdmap.OpReadRequest
+	case mpa.RTRSend:
+		return op == rdmap.OpSend && r.payload == 0
+	}
+	return false
 }
 
 // checkHeader checks the versions and opcode of a DDP/RDMAP header and
@@ -339,8 +303,8 @@ func checkHeader(h *ddp.Header) (rdmap.Opcode, rdmap.Code, error) {
 	return op, 0, nil
 }
 
-// EndFPDU implements mpa.Handler: the FPDU's CRC is known; finish the
-// segment and, on its last segment, the message.
+// EndFPDU implements mpa.Handler: the FPDU's CRC is known; the opcode's end
+// finishes the segment and, on its last segment, the message.
 func (r *rxState) EndFPDU(crcOK bool) error {
 	qp := r.qp
 	if !crcOK {
@@ -349,73 +313,11 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
-	h := &r.h
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
 	}
 	r.tapPlace()
-	switch r.op {
-	case rdmap.OpWrite:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		if h.Last {
-			qp.stats.WritesRx.Add(1)
-		}
-	case rdmap.OpReadResponse:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		qp.mu.Lock()
-		if len(qp.orq) == 0 || qp.state == ibv.QPErr {
-			qp.mu.Unlock()
-			return errAborted
-		}
-		e := &qp.orq[0]
-		e.placed += uint32(r.payload)
-		if h.Last {
-			if e.placed != e.size {
-				qp.mu.Unlock()
-				return r.fail(rdmap.TermDDPTaggedBaseBounds, ibv.WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
-			}
-			if e.sq != rtrSlot {
-				w := &qp.sq[e.sq%uint64(len(qp.sq))]
-				w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, e.size
-			}
-			copy(qp.orq, qp.orq[1:])
-			qp.orq = qp.orq[:len(qp.orq)-1]
-			qp.stats.ReadsCompleted.Add(1)
-			qp.retireLocked()
-			qp.txCond.Signal() // an ORD slot is free
-		}
-		qp.mu.Unlock()
-	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		r.sendPlaced += uint64(r.payload)
-		if !h.Last {
-			return nil
-		}
-		r.sendMSN++
-		r.sendActive = false
-		var inv uint32
-		if r.op.Invalidates() {
-			if err := r.invalidate(h.ULPData); err != nil {
-				r.sendActive = true // the receive completes with the error
-				return r.fail(rdmap.TermRDMAPCannotInvalidate, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
-			}
-			inv = h.ULPData
-			qp.stats.Invalidations.Add(1)
-		}
-		qp.stats.SendsRx.Add(1)
-		qp.mu.Lock()
-		if qp.state == ibv.QPErr {
-			qp.mu.Unlock()
-			return errAborted
-		}
-		qp.completeRecvLocked(ibv.WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
-		qp.mu.Unlock()
-	case rdmap.OpReadRequest:
-		return r.readRequest()
-	case rdmap.OpTerminate:
-		return r.terminateArrived()
-	}
-	return nil
+	return rxOps[r.op].end(r)
 }
 
 // fail reports an error found in the receive path: the QP enters ERR, the

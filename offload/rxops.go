@@ -10,6 +10,199 @@ import (
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
+// rxOp is the receive engine's handling of one RDMAP opcode, in one place,
+// as Linux siw's iwarp_pktinfo table holds each opcode's header length and
+// handler: how long the RDMAP header after the DDP header is, what a
+// segment's complete header starts (begin: the opcode's own checks, and the
+// payload phase: where the payload goes), and what the end of the segment
+// does once its CRC is good (end: counters, and on a message's last segment
+// its completion). An opcode without begin is unexpected: the stream is
+// terminated.
+type rxOp struct {
+	// hdr is the length of the RDMAP header after an untagged DDP
+	// header; with varHdr its maximum, the header taking what the ULPDU
+	// holds (a Terminate's copied headers are optional).
+	hdr    int
+	varHdr bool
+	begin  func(*rxState) error
+	end    func(*rxState) error
+}
+
+// rxOps is indexed by the RDMAP opcode (4 bits).
+var rxOps = [16]rxOp{
+	rdmap.OpWrite:        {begin: (*rxState).beginWrite, end: (*rxState).endWrite},
+	rdmap.OpReadRequest:  {hdr: rdmap.ReadRequestLen, begin: (*rxState).beginReadRequest, end: (*rxState).readRequest},
+	rdmap.OpReadResponse: {begin: (*rxState).beginReadResponse, end: (*rxState).endReadResponse},
+	rdmap.OpSend:         rxSend,
+	rdmap.OpSendInv:      rxSend,
+	rdmap.OpSendSE:       rxSend,
+	rdmap.OpSendSEInv:    rxSend,
+	rdmap.OpTerminate:    {hdr: rxHdrMax - ddp.UntaggedHeaderLen, varHdr: true, begin: (*rxState).beginTerminate, end: (*rxState).terminateArrived},
+}
+
+// rxSend is the handling of the four Send opcodes.
+var rxSend = rxOp{begin: (*rxState).beginSend, end: (*rxState).endSend}
+
+// beginWrite resolves an RDMA Write's target. A zero-length Write
+// references no memory (and is the Write RTR).
+func (r *rxState) beginWrite() error {
+	if r.payload == 0 {
+		return nil
+	}
+	dst, code, err := r.qp.writeSink(&r.h, r.payload)
+	if err != nil {
+		return r.fail(code, 0, err)
+	}
+	r.dst, r.phase = dst, rxPlace
+	return nil
+}
+
+// endWrite counts a placed Write segment.
+func (r *rxState) endWrite() error {
+	r.qp.stats.PlacedBytes.Add(uint64(r.payload))
+	if r.h.Last {
+		r.qp.stats.WritesRx.Add(1)
+	}
+	return nil
+}
+
+// beginReadResponse checks a Read Response segment against the oldest
+// outstanding Read: in order, inside its sink.
+func (r *rxState) beginReadResponse() error {
+	qp, h := r.qp, &r.h
+	qp.mu.Lock()
+	if len(qp.orq) == 0 {
+		qp.mu.Unlock()
+		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
+	}
+	e := &qp.orq[0]
+	placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
+	qp.mu.Unlock()
+	if size == 0 && r.payload == 0 {
+		return nil
+	}
+	off, code, err := readResponseSink(h, r.payload, stag, to, size)
+	if err == nil && off != uint64(placed) {
+		code, err = rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response at TO 0x%x, expected 0x%x (%d of the Read's %d bytes placed)", h.TO, to+uint64(placed), placed, size)
+	}
+	if err != nil {
+		return r.fail(code, ibv.WCLocQPOpErr, err)
+	}
+	r.dst, r.phase = dst[placed:placed+uint32(r.payload)], rxPlace
+	return nil
+}
+
+// endReadResponse counts a placed Read Response segment; the last one
+// completes the Read and frees its ORD slot.
+func (r *rxState) endReadResponse() error {
+	qp := r.qp
+	qp.stats.PlacedBytes.Add(uint64(r.payload))
+	qp.mu.Lock()
+	if len(qp.orq) == 0 || qp.state == ibv.QPErr {
+		qp.mu.Unlock()
+		return errAborted
+	}
+	e := &qp.orq[0]
+	e.placed += uint32(r.payload)
+	if r.h.Last {
+		if e.placed != e.size {
+			qp.mu.Unlock()
+			return r.fail(rdmap.TermDDPTaggedBaseBounds, ibv.WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
+		}
+		if e.sq != rtrSlot {
+			w := &qp.sq[e.sq%uint64(len(qp.sq))]
+			w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, e.size
+		}
+		copy(qp.orq, qp.orq[1:])
+		qp.orq = qp.orq[:len(qp.orq)-1]
+		qp.stats.ReadsCompleted.Add(1)
+		qp.retireLocked()
+		qp.txCond.Signal() // an ORD slot is free
+	}
+	qp.mu.Unlock()
+	return nil
+}
+
+// beginSend checks a Send segment's MSN and MO; the first segment of a
+// message takes the receive at the RQ head.
+func (r *rxState) beginSend() error {
+	h := &r.h
+	if h.MSN != r.sendMSN {
+		return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Send MSN %d, expected %d", h.MSN, r.sendMSN))
+	}
+	if r.awaitRTR != 0 {
+		return nil // the zero-length Send RTR consumes no receive
+	}
+	if !r.sendActive {
+		if h.MO != 0 {
+			return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Send MSN %d starts at MO %d", h.MSN, h.MO))
+		}
+		if err := r.startSend(); err != nil {
+			return err
+		}
+	} else if uint64(h.MO) != r.sendPlaced {
+		return r.fail(rdmap.TermDDPInvalidMO, ibv.WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
+	}
+	if r.sendPlaced+uint64(r.payload) > r.sendCap {
+		r.qp.stats.RecvTooLong.Add(1)
+		return r.fail(rdmap.TermDDPTooLong, ibv.WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
+	}
+	r.phase = rxScatter
+	return nil
+}
+
+// endSend counts a placed Send segment; the last one completes the
+// receive (after invalidating the STag a Send with Invalidate names).
+func (r *rxState) endSend() error {
+	qp, h := r.qp, &r.h
+	qp.stats.PlacedBytes.Add(uint64(r.payload))
+	r.sendPlaced += uint64(r.payload)
+	if !h.Last {
+		return nil
+	}
+	r.sendMSN++
+	r.sendActive = false
+	var inv uint32
+	if r.op.Invalidates() {
+		if err := r.invalidate(h.ULPData); err != nil {
+			r.sendActive = true // the receive completes with the error
+			return r.fail(rdmap.TermRDMAPCannotInvalidate, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
+		}
+		inv = h.ULPData
+		qp.stats.Invalidations.Add(1)
+	}
+	qp.stats.SendsRx.Add(1)
+	qp.mu.Lock()
+	if qp.state == ibv.QPErr {
+		qp.mu.Unlock()
+		return errAborted
+	}
+	qp.completeRecvLocked(ibv.WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
+	qp.mu.Unlock()
+	return nil
+}
+
+// beginReadRequest checks a Read Request's MSN and MO: a Read Request is
+// one segment.
+func (r *rxState) beginReadRequest() error {
+	h := &r.h
+	if h.MSN != r.readMSN {
+		return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Read Request MSN %d, expected %d", h.MSN, r.readMSN))
+	}
+	if h.MO != 0 || !h.Last {
+		return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
+	}
+	return nil
+}
+
+// beginTerminate accepts any Terminate: the stream ends either way.
+func (r *rxState) beginTerminate() error {
+	if h := &r.h; h.MSN != r.termMSN || h.MO != 0 {
+		r.qp.dev.logf("QP %d: Terminate with MSN %d MO %d", r.qp.num, h.MSN, h.MO)
+	}
+	return nil
+}
+
 // writeSink checks an RDMA Write of n payload octets (n > 0) against the
 // region its STag names — valid, same protection domain, REMOTE_WRITE,
 // inside its bounds — and returns the memory the payload goes to, or the
