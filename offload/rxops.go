@@ -127,8 +127,8 @@ func (r *rxState) endReadResponse() error {
 // message takes the receive at the RQ head.
 func (r *rxState) beginSend() error {
 	h := &r.h
-	if h.MSN != r.sendMSN {
-		return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Send MSN %d, expected %d", h.MSN, r.sendMSN))
+	if err := r.checkMSN("Send", r.sendMSN); err != nil {
+		return err
 	}
 	if r.awaitRTR != 0 {
 		return nil // the zero-length Send RTR consumes no receive
@@ -185,12 +185,21 @@ func (r *rxState) endSend() error {
 // beginReadRequest checks a Read Request's MSN and MO: a Read Request is
 // one segment.
 func (r *rxState) beginReadRequest() error {
-	h := &r.h
-	if h.MSN != r.readMSN {
-		return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Read Request MSN %d, expected %d", h.MSN, r.readMSN))
+	if err := r.checkMSN("Read Request", r.readMSN); err != nil {
+		return err
 	}
+	h := &r.h
 	if h.MO != 0 || !h.Last {
 		return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
+	}
+	return nil
+}
+
+// checkMSN checks an untagged segment's MSN against want, the next its
+// queue expects; what names the message in the error.
+func (r *rxState) checkMSN(what string, want uint32) error {
+	if r.h.MSN != want {
+		return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("%s MSN %d, expected %d", what, r.h.MSN, want))
 	}
 	return nil
 }
