@@ -1,0 +1,97 @@
+package offload
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/verbs/ibv"
+)
+
+// countCQ counts the completions pushed into it.
+type countCQ struct{ n int }
+
+func (c *countCQ) Push(*ibv.WorkCompletion, bool) { c.n++ }
+
+// rxStream builds n chunks of a stream, each an RDMA Write of wlen bytes to
+// stag at to and a Send of slen bytes (MSN i+1), as the peer's engine sends
+// them.
+func rxStream(crc, markers bool, n int, stag uint32, to uint64, wlen, slen int) [][]byte {
+	var s mpa.Sender
+	s.Init(crc, markers)
+	payload := make([]byte, max(wlen, slen))
+	out := make([][]byte, 0, n)
+	for i := range n {
+		var chunk []byte
+		for _, h := range []ddp.Header{
+			{Tagged: true, Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: stag, TO: to},
+			{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), QN: ddp.QNSend, MSN: uint32(i + 1)},
+		} {
+			var hdr [ddp.UntaggedHeaderLen]byte
+			hl := h.Marshal(hdr[:])
+			plen := slen
+			if h.Tagged {
+				plen = wlen
+			}
+			s.Begin(chunk, hl+plen)
+			s.Write(hdr[:hl])
+			s.Write(payload[:plen])
+			chunk = s.Finish()
+		}
+		out = append(out, chunk)
+	}
+	return out
+}
+
+// TestReceiveNoAllocs: the receive engine takes RDMA Writes and Sends
+// through its header phases, the opcode table, placement, scatter and the
+// receive's completion without allocating: it runs inside the TCP Read,
+// once per segment.
+func TestReceiveNoAllocs(t *testing.T) {
+	const runs, wlen, slen = 50, 1400, 1000
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			t.Run(fmt.Sprintf("crc=%v/markers=%v", crc, markers), func(t *testing.T) {
+				dev, err := NewDevice(nil, DefaultConfig("siwtun0"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer dev.Close()
+				cq := &countCQ{}
+				qp, err := dev.CreateQP(1, cq, cq, QPAttr{MaxSendWR: 4, MaxRecvWR: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := qp.Modify(ibv.QPInit); err != nil {
+					t.Fatal(err)
+				}
+				const addr = 0x10000
+				reg, err := dev.Regions().Register(1, make([]byte, wlen+slen), addr, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				recv := []ibv.RecvWR{{ID: 7, SGL: []ibv.SGE{{Addr: addr + wlen, Length: slen, LKey: reg.STag()}}}}
+				qp.rx.init(qp, crc, markers, 0, nil)
+				stream := rxStream(crc, markers, runs+1, reg.STag(), addr, wlen, slen)
+				i := 0
+				allocs := testing.AllocsPerRun(runs, func() {
+					if _, err := qp.PostRecv(recv); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := qp.rx.mpa.Write(stream[i]); err != nil {
+						t.Fatal(err)
+					}
+					i++
+				})
+				if allocs != 0 {
+					t.Errorf("%.1f allocations per Write and Send received, want 0", allocs)
+				}
+				if cq.n != runs+1 || qp.stats.WritesRx.Load() != runs+1 {
+					t.Errorf("%d receives completed, %d Writes placed; want %d of each", cq.n, qp.stats.WritesRx.Load(), runs+1)
+				}
+			})
+		}
+	}
+}
