@@ -37,6 +37,7 @@ func qpCounters() map[string]counterInfo {
 		"mpaOooPlacedFpdus":    {layerMPA, "Tagged FPDUs (RDMA Write, Read Response) placed out of order: found whole in a segment that arrived with a gap in front of it, checked and placed before the gap was filled."},
 		"mpaOooPlacedOctets":   {layerMPA, "Payload octets of the FPDUs placed out of order (placed again, in order, once the gap is filled)."},
 		"mpaCrcErrors":         {layerMPA, "FPDUs whose MPA CRC did not match."},
+		"mpaBadRevisions":      {layerMPA, "MPA Requests of a revision above 2, closed without a Reply (RFC 5044 §7.1)."},
 		"mpaErrors":            {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
 		"tcpOutSegs":           {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},
 		"tcpInSegs":            {layerTCP, "TCP segments received on the queue pairs' connections, before TCP accepted them (retransmissions and duplicates included)."},

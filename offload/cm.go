@@ -344,6 +344,17 @@ func (l *Listener) handshake(c *netstack.Conn) {
 		c.Abort()
 		return
 	}
+	if req.Rev > mpa.MaxRev {
+		// RFC 5044 §7.1: a receiver that cannot interoperate with the
+		// revision closes the connection (no Reply, as Linux siw does).
+		l.dev.retired.BadRevisions.Add(1)
+		if l.dev.badRevLogged.CompareAndSwap(false, true) {
+			l.dev.log.Warn("MPA Request of an unsupported revision: connection closed without a Reply (RFC 5044 §7.1); further ones are only counted (mpaBadRevisions)",
+				"listener", l.Addr(), "peer", c.RemoteAddr(), "rev", req.Rev, "max_rev", mpa.MaxRev)
+		}
+		c.Close()
+		return
+	}
 	cr := &ConnRequest{l: l, conn: c, req: req, Remote: c.RemoteAddr(), PrivateData: req.PrivateData, IRD: req.IRD, ORD: req.ORD}
 	select {
 	case l.reqs <- cr:

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/verbs/ibv"
@@ -29,6 +30,8 @@ type Device struct {
 	closed    bool
 
 	tap tap // segment tap and event fan-out (tap.go)
+
+	badRevLogged atomic.Bool // the first unsupported MPA revision was logged
 }
 
 // NewDevice creates a device on stack with configuration cfg.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -115,7 +116,8 @@ type irqEntry struct {
 //	             │    sets termSent, then FIN; RX drains until the peer closes
 //	             │  - the peer's Terminate arrives: termSent set (never answered)
 //	             │  - Disconnect, Modify(ERR), Destroy: closing set (later
-//	             │    errors of the dying stream are not logged)
+//	             │    errors of the dying stream are not logged); a
+//	             │    Terminate already queued goes out first (termDone)
 //	             │  - the stream ends: FIN, reset, a failed write
 //	             ↓
 //	            ERR ── supervise, once RX and TX have ended: the TCP
@@ -152,6 +154,7 @@ type QP struct {
 	p2pRTR    mpa.RTR            // mu; RTR still to send (initiator)
 	term      *rdmap.Terminate   // mu; the Terminate RX queued for TX to send
 	termSent  bool               // mu; no (further) Terminate goes out
+	termDone  chan struct{}      // mu; closed by TX once term is on the wire (or failed to go)
 	closing   bool               // mu; the local side ends the connection
 	connected bool               // mu; a connection is set up or runs (claim to supervise)
 	conn      *netstack.Conn     // fixed by start; Close is safe from any goroutine
@@ -269,7 +272,7 @@ func (qp *QP) Modify(s ibv.QPState) error {
 		}
 		qp.state = ibv.QPReset
 		qp.inErr.Store(false)
-		qp.closing, qp.term, qp.termSent, qp.p2pRTR = false, nil, false, 0
+		qp.closing, qp.term, qp.termSent, qp.termDone, qp.p2pRTR = false, nil, false, nil, 0
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
@@ -297,8 +300,8 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if err := ibv.CheckSendWR(wr); err != nil {
-			return i, fmt.Errorf("QP %d send WR %d (id %d): %w", qp.num, i, wr.ID, err)
+		if err := ibv.CheckPostSend(qp.num, i, wr); err != nil {
+			return i, err
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.sq))
@@ -333,8 +336,8 @@ func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if len(wr.SGL) > ibv.MaxSGE {
-			return i, fmt.Errorf("QP %d recv WR %d (id %d): %w: %d SGEs, at most %d", qp.num, i, wr.ID, ibv.ErrInvalidWR, len(wr.SGL), ibv.MaxSGE)
+		if err := ibv.CheckPostRecv(qp.num, i, wr); err != nil {
+			return i, err
 		}
 		if qp.rqTail-qp.rqHead == uint64(len(qp.rq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.rq))
@@ -441,17 +444,35 @@ func (qp *QP) errorLocked(firstStatus ibv.WCStatus) {
 	qp.txCond.Broadcast()
 }
 
+// termFlushTimeout bounds how long Disconnect waits for a queued Terminate
+// to reach TCP (the peer's window may stay shut).
+const termFlushTimeout = 2 * time.Second
+
 // Disconnect ends the connection as rdma_disconnect does on iWARP: the QP
 // enters ERR, outstanding work is flushed, and the TCP connection is closed
 // with a FIN. It returns once the engine's goroutines have stopped.
+//
+// A Terminate the engine has queued goes out first (RFC 5040 §7: the
+// Terminate precedes the close), however soon after the error completion
+// the application disconnects or destroys the QP.
 func (qp *QP) Disconnect() {
 	qp.mu.Lock()
 	qp.errorLocked(ibv.WCSuccess)
 	qp.closing = true
 	conn := qp.conn
 	done := qp.done
+	termDone := qp.termDone
 	qp.txCond.Broadcast()
 	qp.mu.Unlock()
+	if termDone != nil {
+		t := time.NewTimer(termFlushTimeout)
+		select {
+		case <-termDone:
+		case <-t.C:
+			qp.dev.logf("QP %d: Terminate not sent within %v; closing", qp.num, termFlushTimeout)
+		}
+		t.Stop()
+	}
 	if conn != nil {
 		conn.Close()
 	}

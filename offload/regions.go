@@ -59,20 +59,23 @@ func (r *Region) slice(to uint64, n uint64) ([]byte, bool) {
 }
 
 // Regions is a device's table of memory regions, indexed by STag. An STag is
-// a 24-bit table index shifted left by 8 and an 8-bit key that changes each
-// time a slot is reused, so a stale STag never names a newer region (the
-// layout of Linux siw's STags).
+// a 24-bit index shifted left by 8 and an 8-bit key (the layout of Linux
+// siw's STags); both are unpredictable permutations of the table slot and
+// of the slot's generation (stag.go), and the key changes each time a slot
+// is reused, so a stale STag never names a newer region.
 type Regions struct {
-	mu    sync.RWMutex
-	slots []*Region // index 0 is never used: STag 0 is special on some hardware
-	keys  []uint8   // next key per slot
-	free  []uint32
-	max   int
+	mu     sync.RWMutex
+	secret stagSecret
+	slots  []*Region // nil: free, or reserved (a slot whose index is 0)
+	gens   []uint8   // next generation per slot
+	free   []uint32
+	max    int
+	n      int // registered regions
 }
 
 // NewRegions returns an empty table holding at most max regions.
 func NewRegions(max int) *Regions {
-	return &Regions{slots: make([]*Region, 1), keys: make([]uint8, 1), max: max}
+	return &Regions{secret: newSTagSecret(), max: max}
 }
 
 // Register adds a region of buf, whose first byte has tagged offset addr,
@@ -90,34 +93,41 @@ func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access ibv.Access
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var idx uint32
+	if t.n >= t.max {
+		return nil, fmt.Errorf("%w: table full (%d regions)", errRegion, t.max)
+	}
+	var slot uint32
 	if n := len(t.free); n > 0 {
-		idx = t.free[n-1]
+		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		if len(t.slots)-1 >= t.max || len(t.slots) >= 1<<24 {
-			return nil, fmt.Errorf("%w: table full (%d regions)", errRegion, t.max)
+		for {
+			if len(t.slots) >= 1<<24 {
+				return nil, fmt.Errorf("%w: table full (%d regions)", errRegion, len(t.slots))
+			}
+			slot = uint32(len(t.slots))
+			t.slots = append(t.slots, nil)
+			t.gens = append(t.gens, 0)
+			// Index 0 stays unused (STag 0 is special on some
+			// hardware): its slot is never handed out.
+			if t.secret.index(slot) != 0 {
+				break
+			}
 		}
-		idx = uint32(len(t.slots))
-		t.slots = append(t.slots, nil)
-		t.keys = append(t.keys, 0)
 	}
-	key := t.keys[idx]
-	t.keys[idx]++
-	r := &Region{stag: idx<<8 | uint32(key), pd: pd, addr: addr, buf: buf, access: access, valid: true}
-	t.slots[idx] = r
+	key := t.secret.key(slot, t.gens[slot])
+	t.gens[slot]++
+	r := &Region{stag: t.secret.index(slot)<<8 | uint32(key), pd: pd, addr: addr, buf: buf, access: access, valid: true}
+	t.slots[slot] = r
+	t.n++
 	return r, nil
 }
 
 // Lookup returns the valid region named by stag.
 func (t *Regions) Lookup(stag uint32) (*Region, bool) {
-	idx := stag >> 8
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if idx == 0 || int(idx) >= len(t.slots) {
-		return nil, false
-	}
-	r := t.slots[idx]
+	r := t.at(stag)
 	if r == nil || r.stag != stag || !r.valid {
 		return nil, false
 	}
@@ -127,28 +137,40 @@ func (t *Regions) Lookup(stag uint32) (*Region, bool) {
 // Deregister removes the region named by stag; the STag is invalid from now
 // on, even if it was invalidated before.
 func (t *Regions) Deregister(stag uint32) error {
-	idx := stag >> 8
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if idx == 0 || int(idx) >= len(t.slots) || t.slots[idx] == nil || t.slots[idx].stag != stag {
+	r := t.at(stag)
+	if r == nil || r.stag != stag {
 		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
 	}
-	t.slots[idx].valid = false
-	t.slots[idx] = nil
-	t.free = append(t.free, idx)
+	slot := t.secret.slot(stag >> 8)
+	r.valid = false
+	t.slots[slot] = nil
+	t.free = append(t.free, slot)
+	t.n--
 	return nil
+}
+
+// at returns the region in the slot stag's index names, if any (its STag
+// may differ: the caller compares). t.mu is held.
+func (t *Regions) at(stag uint32) *Region {
+	idx := stag >> 8
+	if idx == 0 {
+		return nil
+	}
+	slot := t.secret.slot(idx)
+	if int(slot) >= len(t.slots) {
+		return nil
+	}
+	return t.slots[slot]
 }
 
 // Invalidate marks the region named by stag invalid, as a remote Send with
 // Invalidate does; it must belong to protection domain pd.
 func (t *Regions) Invalidate(stag, pd uint32) error {
-	idx := stag >> 8
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if idx == 0 || int(idx) >= len(t.slots) {
-		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
-	}
-	r := t.slots[idx]
+	r := t.at(stag)
 	if r == nil || r.stag != stag || !r.valid {
 		return fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
 	}
@@ -163,5 +185,5 @@ func (t *Regions) Invalidate(stag, pd uint32) error {
 func (t *Regions) Len() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.slots) - 1 - len(t.free)
+	return t.n
 }

@@ -356,7 +356,7 @@ func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 				w.state, w.status = wqeDone, local
 			}
 		}
-		qp.term = &t
+		qp.term, qp.termDone = &t, make(chan struct{})
 		qp.errorLocked(ibv.WCSuccess)
 	}
 	qp.mu.Unlock()

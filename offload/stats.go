@@ -43,6 +43,9 @@ type QPStats struct {
 	PlacedOOOBytes atomic.Uint64 `stat:"mpaOooPlacedOctets"`
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
+	// BadRevisions counts MPA Requests of a revision this RNIC does not
+	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
+	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
 	// PlacedBytes counts payload octets placed directly into regions.
 	PlacedBytes atomic.Uint64 `stat:"ddpPlacedOctets"`
 	// RecvNoBuffer counts Sends that found no posted receive.

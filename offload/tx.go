@@ -98,13 +98,18 @@ func (qp *QP) txLoop() {
 		case jobTerminate:
 			qp.termSent = true
 			t := *qp.term
+			termDone := qp.termDone
 			qp.mu.Unlock()
 			if err := qp.sendTerminate(&t); err != nil {
 				qp.dev.logf("QP %d: sending Terminate: %v", qp.num, err)
 			}
 			// Orderly close: FIN after the Terminate; the RX goroutine
-			// drains until the peer closes too.
+			// drains until the peer closes too. Disconnect waits for
+			// this before it closes the connection.
 			qp.conn.CloseWrite()
+			if termDone != nil {
+				close(termDone)
+			}
 			return
 		case jobRTR:
 			rtr := qp.p2pRTR

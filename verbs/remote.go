@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -46,34 +45,25 @@ func DialPath(path string) (*Device, error) {
 		qps: make(map[uint32]*remoteQP), cqs: make(map[*remoteCQ]struct{}),
 		removed: make(chan struct{}), readerDone: make(chan struct{})}
 	go rd.reader()
-	r, err := rd.call(context.Background(), uabi.OpHello, func(e *uabi.Enc) { e.U32(uabi.Version) })
-	if err != nil {
+	var h uabi.HelloReply
+	if _, err := rd.call(context.Background(), uabi.OpHello, &uabi.Hello{Version: uabi.Version}, &h); err != nil {
 		rd.Close()
 		return nil, fmt.Errorf("verbs: hello to %s: %w", path, err)
 	}
-	d := &uabi.Dec{B: r.body}
-	d.U32()
-	rd.devName = d.String()
-	a := &rd.attr
-	a.FWVersion = d.String()
-	a.NodeGUID = d.U64()
-	for _, p := range []*int{&a.MaxQP, &a.MaxQP, &a.MaxQP, &a.MaxQPWR, &a.MaxSGE, &a.MaxSGERead, &a.MaxCQ, &a.MaxCQE,
-		&a.MaxMR, &a.MaxPD, &a.MaxQPRdAtom, &a.MaxQPInitRdAtom, &a.MaxInline, &a.MTU} {
-		*p = int(d.U32())
-	}
-	if err := d.End(); err != nil {
-		rd.Close()
-		return nil, fmt.Errorf("verbs: hello to %s: %w", path, err)
-	}
-	a.VendorID, a.VendorPartID = VendorID, 1
+	rd.devName = h.Name
+	rd.attr = DeviceAttr{FWVersion: h.FWVersion, NodeGUID: h.NodeGUID, VendorID: h.VendorID, VendorPartID: h.VendorPartID,
+		MaxQP: int(h.MaxQP), MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxSGERead: int(h.MaxSGERead),
+		MaxCQ: int(h.MaxCQ), MaxCQE: int(h.MaxCQE), MaxMR: int(h.MaxMR), MaxPD: int(h.MaxPD),
+		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU)}
 	return NewDevice(rd), nil
 }
 
 type rreply struct {
-	st   uint32
-	msg  string
-	body []byte
-	fds  []int
+	st     uint32
+	msg    string
+	detail []byte // an error's detail (uabi.Status)
+	body   []byte
+	fds    []int
 }
 
 // remoteDevice is the backend over the verbs socket.
@@ -123,23 +113,22 @@ func (d *remoteDevice) reader() {
 		}
 		if h.Op == uabi.OpEvent {
 			uabi.CloseFDs(fds)
-			dec := &uabi.Dec{B: body}
-			switch dec.U32() {
-			case uabi.EvQP:
-				qh, typ, code, msg := dec.U32(), EventType(dec.U32()), dec.U16(), dec.String()
+			_, ev, _ := uabi.DecodeEvent(body)
+			switch ev := ev.(type) {
+			case *uabi.QPEvent:
 				d.mu.Lock()
-				qp := d.qps[qh]
+				qp := d.qps[ev.QP]
 				d.mu.Unlock()
-				if qp != nil && dec.Err == nil {
-					e := Event{Type: typ, Code: codeOf(code)}
-					if msg != "" {
-						e.Err = errors.New(msg)
+				if qp != nil {
+					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
+					if ev.Err != "" {
+						e.Err = errors.New(ev.Err)
 					}
 					qp.emit(e)
 				}
-			case uabi.EvDeviceRemoved:
-				if r := dec.String(); r != "" {
-					reason = r
+			case *uabi.DeviceRemoved:
+				if ev.Reason != "" {
+					reason = ev.Reason
 				}
 			}
 			continue
@@ -152,14 +141,12 @@ func (d *remoteDevice) reader() {
 			uabi.CloseFDs(fds)
 			continue
 		}
-		r := rreply{fds: fds}
+		var st uabi.Status
 		dec := &uabi.Dec{B: body}
-		r.st = dec.U32()
-		if r.st != uabi.StOK {
-			r.msg = dec.String()
+		if err := st.Decode(dec); err != nil {
+			st = uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
 		}
-		r.body = append([]byte(nil), dec.B...)
-		ch <- r
+		ch <- rreply{st: st.Code, msg: st.Msg, detail: st.Detail, body: append([]byte(nil), dec.B...), fds: fds}
 	}
 	d.remove(reason)
 }
@@ -208,9 +195,11 @@ func (d *remoteDevice) goneErr() error {
 	return d.gone
 }
 
-// call sends a request and waits for its reply; when ctx ends first, it
-// asks the daemon to cancel and still waits for the (prompt) reply.
-func (d *remoteDevice) call(ctx context.Context, op uint16, body func(*uabi.Enc), fds ...int) (rreply, error) {
+// call sends request req of op and waits for its reply, which it decodes
+// into rep (nil: an empty reply) and whose descriptors it checks against
+// uabi.Ops; when ctx ends first, it asks the daemon to cancel and still
+// waits for the (prompt) reply.
+func (d *remoteDevice) call(ctx context.Context, op uint16, req, rep uabi.Msg, fds ...int) (rreply, error) {
 	ch := make(chan rreply, 1)
 	d.mu.Lock()
 	if d.gone != nil {
@@ -223,11 +212,7 @@ func (d *remoteDevice) call(ctx context.Context, op uint16, body func(*uabi.Enc)
 	d.calls[seq] = ch
 	d.mu.Unlock()
 	d.wmu.Lock()
-	d.enc.Begin(op, seq)
-	if body != nil {
-		body(&d.enc)
-	}
-	err := d.conn.Send(d.enc.Finish(len(fds)), fds...)
+	err := d.conn.Send(d.enc.Message(op, seq, req, len(fds)), fds...)
 	d.wmu.Unlock()
 	if err != nil {
 		d.mu.Lock()
@@ -244,17 +229,34 @@ func (d *remoteDevice) call(ctx context.Context, op uint16, body func(*uabi.Enc)
 	case r = <-ch:
 	case <-ctx.Done():
 		d.wmu.Lock()
-		d.enc.Begin(uabi.OpCancel, 0)
-		d.enc.U32(seq)
-		d.conn.Send(d.enc.Finish(0))
+		d.conn.Send(d.enc.Message(uabi.OpCancel, 0, &uabi.Cancel{Seq: seq}, 0))
 		d.wmu.Unlock()
 		r = <-ch
 	}
-	if r.st == uabi.StOK {
-		return r, nil
+	if r.st != uabi.StOK {
+		uabi.CloseFDs(r.fds)
+		return r, d.statusErr(ctx, r)
 	}
-	uabi.CloseFDs(r.fds)
-	return r, d.statusErr(ctx, r)
+	if err := decodeReply(op, r, rep); err != nil {
+		uabi.CloseFDs(r.fds)
+		return r, err
+	}
+	return r, nil
+}
+
+// decodeReply decodes r's body into rep and checks its descriptors.
+func decodeReply(op uint16, r rreply, rep uabi.Msg) error {
+	in, _ := uabi.Lookup(op)
+	if rep == nil {
+		rep = &uabi.Empty{}
+	}
+	if err := uabi.Decode(r.body, rep); err != nil {
+		return fmt.Errorf("%s reply: %w", in.Name, err)
+	}
+	if len(r.fds) != in.ReplyFDs {
+		return fmt.Errorf("%s reply: %w: %d descriptors, want %d", in.Name, uabi.ErrBadMessage, len(r.fds), in.ReplyFDs)
+	}
+	return nil
 }
 
 func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
@@ -273,8 +275,7 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 			return ctx.Err()
 		}
 	case uabi.StRejected:
-		dec := &uabi.Dec{B: r.body}
-		rej := &ibv.RejectedError{PrivateData: dec.Bytes()}
+		rej := &ibv.RejectedError{PrivateData: r.detail}
 		switch r.msg {
 		case "":
 		case ibv.ErrMarkersRejected.Error():
@@ -286,9 +287,7 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 	}
 	re := &RemoteError{Status: r.st, Msg: r.msg}
 	if r.st == uabi.StError {
-		if b := (&uabi.Dec{B: r.body}).Bytes(); len(b) == 4 {
-			re.Errno = syscall.Errno(binary.BigEndian.Uint32(b))
-		}
+		re.Errno = uabi.DetailErrno(r.detail)
 	}
 	return re
 }
@@ -340,23 +339,19 @@ func (d *remoteDevice) shared(buf []byte) (int, uint64, bool) {
 }
 
 func (d *remoteDevice) AllocPD() (ProviderPD, uint32, error) {
-	r, err := d.call(context.Background(), uabi.OpAllocPD, nil)
-	if err != nil {
+	var rep uabi.AllocPDReply
+	if _, err := d.call(context.Background(), uabi.OpAllocPD, nil, &rep); err != nil {
 		return nil, 0, err
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, num := dec.U32(), dec.U32()
-	return &remotePD{dev: d, h: h}, num, dec.End()
+	return &remotePD{dev: d, h: rep.Handle}, rep.PDNum, nil
 }
 
 func (d *remoteDevice) Listen(addr netip.AddrPort, backlog int) (ProviderListener, error) {
-	r, err := d.call(context.Background(), uabi.OpListen, func(e *uabi.Enc) { e.AddrPort(addr); e.U32(uint32(max(backlog, 0))) })
-	if err != nil {
+	var rep uabi.ListenReply
+	if _, err := d.call(context.Background(), uabi.OpListen, &uabi.Listen{Addr: addr, Backlog: uint32(max(backlog, 0))}, &rep); err != nil {
 		return nil, fmt.Errorf("listen on %v: %w", addr, err)
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, a := dec.U32(), dec.AddrPort()
-	return &remoteListener{dev: d, h: h, a: a}, dec.End()
+	return &remoteListener{dev: d, h: rep.Handle, a: rep.Addr}, nil
 }
 
 // close ends the session: the daemon destroys what is left. Rings and
@@ -396,7 +391,7 @@ type remotePD struct {
 }
 
 func (pd *remotePD) Dealloc() error {
-	_, err := pd.dev.call(context.Background(), uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(pd.h) })
+	_, err := pd.dev.call(context.Background(), uabi.OpDeallocPD, &uabi.Ref{Handle: pd.h}, nil)
 	return err
 }
 
@@ -405,19 +400,12 @@ func (pd *remotePD) RegMR(buf []byte, iova uint64, access Access) (ProviderMR, u
 	if !ok {
 		return nil, 0, ErrNotShared
 	}
-	r, err := pd.dev.call(context.Background(), uabi.OpRegMR, func(e *uabi.Enc) {
-		e.U32(pd.h)
-		e.U64(off)
-		e.U64(uint64(len(buf)))
-		e.U64(iova)
-		e.U32(uint32(access))
-	}, fd)
-	if err != nil {
+	var rep uabi.RegMRReply
+	req := &uabi.RegMR{PD: pd.h, Offset: off, Length: uint64(len(buf)), IOVA: iova, Access: uint32(access)}
+	if _, err := pd.dev.call(context.Background(), uabi.OpRegMR, req, &rep, fd); err != nil {
 		return nil, 0, err
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, stag := dec.U32(), dec.U32()
-	return &remoteMR{dev: pd.dev, h: h}, stag, dec.End()
+	return &remoteMR{dev: pd.dev, h: rep.Handle}, rep.STag, nil
 }
 
 type remoteMR struct {
@@ -426,7 +414,7 @@ type remoteMR struct {
 }
 
 func (mr *remoteMR) Dereg() error {
-	_, err := mr.dev.call(context.Background(), uabi.OpDeregMR, func(e *uabi.Enc) { e.U32(mr.h) })
+	_, err := mr.dev.call(context.Background(), uabi.OpDeregMR, &uabi.Ref{Handle: mr.h}, nil)
 	return err
 }
 
@@ -439,24 +427,16 @@ type remoteListener struct {
 func (l *remoteListener) Addr() netip.AddrPort { return l.a }
 
 func (l *remoteListener) Close() error {
-	_, err := l.dev.call(context.Background(), uabi.OpCloseListener, func(e *uabi.Enc) { e.U32(l.h) })
+	_, err := l.dev.call(context.Background(), uabi.OpCloseListener, &uabi.Ref{Handle: l.h}, nil)
 	return err
 }
 
 func (l *remoteListener) Accept(ctx context.Context) (ProviderConnReq, error) {
-	r, err := l.dev.call(ctx, uabi.OpGetRequest, func(e *uabi.Enc) { e.U32(l.h) })
-	if err != nil {
+	var rep uabi.ConnRequest
+	if _, err := l.dev.call(ctx, uabi.OpGetRequest, &uabi.Ref{Handle: l.h}, &rep); err != nil {
 		return nil, err
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, remote, pdata, ird, ord := dec.U32(), dec.AddrPort(), dec.Bytes(), dec.U16(), dec.U16()
-	if err := dec.End(); err != nil {
-		return nil, err
-	}
-	if len(pdata) == 0 {
-		pdata = nil
-	}
-	return &remoteConnReq{dev: l.dev, h: h, remote: remote, pdata: pdata, ird: ird, ord: ord}, nil
+	return &remoteConnReq{dev: l.dev, h: rep.Handle, remote: rep.Remote, pdata: rep.PrivateData, ird: rep.IRD, ord: rep.ORD}, nil
 }
 
 type remoteConnReq struct {
@@ -471,18 +451,12 @@ func (r *remoteConnReq) Peer() (netip.AddrPort, []byte, uint16, uint16) {
 	return r.remote, r.pdata, r.ird, r.ord
 }
 
-func encParam(e *uabi.Enc, p ConnParam) {
-	e.Bytes(p.PrivateData)
-	e.U16(p.ResponderResources)
-	e.U16(p.InitiatorDepth)
-}
-
 func (r *remoteConnReq) Accept(qp ProviderQP, p ConnParam) error {
 	q, ok := qp.(*remoteQP)
 	if !ok || q.dev != r.dev {
 		return fmt.Errorf("accept: QP %d is not on this device", qp.Num())
 	}
-	_, err := r.dev.call(context.Background(), uabi.OpAccept, func(e *uabi.Enc) { e.U32(r.h); e.U32(q.h); encParam(e, p) })
+	_, err := r.dev.call(context.Background(), uabi.OpAccept, &uabi.Accept{Request: r.h, QP: q.h, Param: uabi.ConnParamOf(p)}, nil)
 	if err == nil {
 		q.postOK.Store(true)
 	}
@@ -490,6 +464,6 @@ func (r *remoteConnReq) Accept(qp ProviderQP, p ConnParam) error {
 }
 
 func (r *remoteConnReq) Reject(pd []byte) error {
-	_, err := r.dev.call(context.Background(), uabi.OpReject, func(e *uabi.Enc) { e.U32(r.h); e.Bytes(pd) })
+	_, err := r.dev.call(context.Background(), uabi.OpReject, &uabi.Reject{Request: r.h, PrivateData: pd}, nil)
 	return err
 }

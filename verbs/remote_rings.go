@@ -31,28 +31,23 @@ type remoteCQ struct {
 }
 
 func (d *remoteDevice) CreateCQ(depth int) (ProviderCQ, error) {
-	r, err := d.call(context.Background(), uabi.OpCreateCQ, func(e *uabi.Enc) { e.U32(uint32(depth)) })
+	var rep uabi.CreateCQReply
+	r, err := d.call(context.Background(), uabi.OpCreateCQ, &uabi.CreateCQ{Depth: uint32(depth)}, &rep)
 	if err != nil {
 		return nil, err
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, count, size := dec.U32(), dec.U32(), dec.U32()
-	if err := dec.End(); err != nil || len(r.fds) != 2 {
-		uabi.CloseFDs(r.fds)
-		return nil, fmt.Errorf("create CQ: bad reply (%v, %d fds)", err, len(r.fds))
-	}
-	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(size))
+	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(rep.Size))
 	uabi.Close(r.fds[0])
 	var ring *uabi.Ring
 	if err == nil {
-		ring, err = uabi.OpenRing(mem, count, uabi.CQESize)
+		ring, err = uabi.OpenRing(mem, rep.Count, uabi.CQESize)
 	}
 	if err != nil {
 		uabi.Unmap(mapping)
 		uabi.Close(r.fds[1])
 		return nil, err
 	}
-	cq := &remoteCQ{dev: d, h: h, ring: ring, mem: mapping, nfile: os.NewFile(uintptr(r.fds[1]), "siwtun-cq-notify"),
+	cq := &remoteCQ{dev: d, h: rep.Handle, ring: ring, mem: mapping, nfile: os.NewFile(uintptr(r.fds[1]), "siwtun-cq-notify"),
 		notify: make(chan struct{}, 1), qps: make(map[uint32]*remoteQP)}
 	go cq.notifier()
 	d.mu.Lock()
@@ -152,7 +147,7 @@ func (cq *remoteCQ) Destroy() error {
 	if dead != nil {
 		return fmt.Errorf("destroy CQ: %w", ErrDestroyed)
 	}
-	_, err := cq.dev.call(context.Background(), uabi.OpDestroyCQ, func(e *uabi.Enc) { e.U32(cq.h) })
+	_, err := cq.dev.call(context.Background(), uabi.OpDestroyCQ, &uabi.Ref{Handle: cq.h}, nil)
 	if err != nil && !errors.Is(err, ErrDeviceRemoved) {
 		return fmt.Errorf("destroy CQ: %w", err)
 	}
@@ -217,43 +212,32 @@ func (pd *remotePD) CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP
 		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
 	}
 	d := pd.dev
-	r, err := d.call(context.Background(), uabi.OpCreateQP, func(e *uabi.Enc) {
-		e.U32(pd.h)
-		e.U32(scq.h)
-		e.U32(rcq.h)
-		e.U32(uint32(attr.MaxSendWR))
-		e.U32(uint32(attr.MaxRecvWR))
-		if attr.SignalAll {
-			e.U8(1)
-		} else {
-			e.U8(0)
-		}
-	})
+	var rep uabi.CreateQPReply
+	r, err := d.call(context.Background(), uabi.OpCreateQP, &uabi.CreateQP{PD: pd.h, SendCQ: scq.h, RecvCQ: rcq.h,
+		MaxSendWR: uint32(attr.MaxSendWR), MaxRecvWR: uint32(attr.MaxRecvWR), SignalAll: attr.SignalAll}, &rep)
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
-	dec := &uabi.Dec{B: r.body}
-	h, num, sqCount, rqCount, sqBytes, total := dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32(), dec.U32()
-	if err := dec.End(); err != nil || len(r.fds) != 2 || sqBytes > total {
-		uabi.CloseFDs(r.fds)
-		return nil, fmt.Errorf("create QP: bad reply (%v, %d fds)", err, len(r.fds))
-	}
-	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(total))
+	h := rep.Handle
+	mapping, mem, err := uabi.MapShared(r.fds[0], 0, uint64(rep.Total))
 	uabi.Close(r.fds[0])
 	var sq, rq *uabi.Ring
-	if err == nil {
-		sq, err = uabi.OpenRing(mem[:sqBytes], sqCount, uabi.SQESize)
+	if err == nil && rep.SQBytes > rep.Total {
+		err = fmt.Errorf("%w: SQ of %d bytes in %d", uabi.ErrRing, rep.SQBytes, rep.Total)
 	}
 	if err == nil {
-		rq, err = uabi.OpenRing(mem[sqBytes:], rqCount, uabi.RQESize)
+		sq, err = uabi.OpenRing(mem[:rep.SQBytes], rep.SQCount, uabi.SQESize)
+	}
+	if err == nil {
+		rq, err = uabi.OpenRing(mem[rep.SQBytes:], rep.RQCount, uabi.RQESize)
 	}
 	if err != nil {
 		uabi.Unmap(mapping)
 		uabi.Close(r.fds[1])
-		d.call(context.Background(), uabi.OpDestroyQP, func(e *uabi.Enc) { e.U32(h) })
+		d.call(context.Background(), uabi.OpDestroyQP, &uabi.Ref{Handle: h}, nil)
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
-	q := &remoteQP{dev: d, h: h, num: num, scq: scq, rcq: rcq, sigAll: attr.SignalAll, mem: mapping,
+	q := &remoteQP{dev: d, h: h, num: rep.Num, scq: scq, rcq: rcq, sigAll: attr.SignalAll, mem: mapping,
 		doorbell: r.fds[1], events: make(chan Event, 32), sq: sq, rq: rq,
 		sent: make([]shadowWR, attr.MaxSendWR), recvd: make([]uint64, attr.MaxRecvWR)}
 	d.mu.Lock()
@@ -261,7 +245,7 @@ func (pd *remotePD) CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP
 	d.mu.Unlock()
 	for _, c := range []*remoteCQ{scq, rcq} {
 		c.mu.Lock()
-		c.qps[num] = q
+		c.qps[rep.Num] = q
 		c.mu.Unlock()
 	}
 	return q, nil
@@ -284,25 +268,15 @@ func (q *remoteQP) State() QPState {
 }
 
 func (q *remoteQP) Info() Info {
-	r, err := q.dev.call(context.Background(), uabi.OpQueryQP, func(e *uabi.Enc) { e.U32(q.h) })
-	if err != nil {
+	var rep uabi.QueryQPReply
+	if _, err := q.dev.call(context.Background(), uabi.OpQueryQP, &uabi.Ref{Handle: q.h}, &rep); err != nil {
 		return Info{Num: q.num, State: QPErr}
 	}
-	dec := &uabi.Dec{B: r.body}
-	in := Info{Num: q.num, State: QPState(dec.U32()), Local: dec.AddrPort(), Remote: dec.AddrPort()}
-	in.Params.Rev = dec.U8()
-	in.Params.CRC = dec.U8() != 0
-	in.Params.MarkersTx = dec.U8() != 0
-	in.Params.MarkersRx = dec.U8() != 0
-	for _, p := range []*int{&in.IRD, &in.ORD, &in.SQDepth, &in.SQUse, &in.RQDepth, &in.RQUse, &in.EMSS} {
-		*p = int(dec.U32())
-	}
-	in.Params.IRD, in.Params.ORD = uint16(in.IRD), uint16(in.ORD)
-	return in
+	return rep.Info(q.num)
 }
 
 func (q *remoteQP) Modify(s QPState) error {
-	_, err := q.dev.call(context.Background(), uabi.OpModifyQP, func(e *uabi.Enc) { e.U32(q.h); e.U32(uint32(s)) })
+	_, err := q.dev.call(context.Background(), uabi.OpModifyQP, &uabi.ModifyQP{Handle: q.h, State: uint32(s)}, nil)
 	if err != nil {
 		return err
 	}
@@ -326,7 +300,7 @@ func (q *remoteQP) Modify(s QPState) error {
 }
 
 func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
-	_, err := q.dev.call(ctx, uabi.OpConnect, func(e *uabi.Enc) { e.U32(q.h); e.AddrPort(remote); encParam(e, p) })
+	_, err := q.dev.call(ctx, uabi.OpConnect, &uabi.Connect{Handle: q.h, Remote: remote, Param: uabi.ConnParamOf(p)}, nil)
 	if err != nil {
 		var rej *ibv.RejectedError
 		if errors.As(err, &rej) {
@@ -340,11 +314,11 @@ func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnPar
 }
 
 func (q *remoteQP) Disconnect() {
-	q.dev.call(context.Background(), uabi.OpDisconnect, func(e *uabi.Enc) { e.U32(q.h) })
+	q.dev.call(context.Background(), uabi.OpDisconnect, &uabi.Ref{Handle: q.h}, nil)
 }
 
 func (q *remoteQP) Destroy() error {
-	_, err := q.dev.call(context.Background(), uabi.OpDestroyQP, func(e *uabi.Enc) { e.U32(q.h) })
+	_, err := q.dev.call(context.Background(), uabi.OpDestroyQP, &uabi.Ref{Handle: q.h}, nil)
 	if errors.Is(err, ErrDeviceRemoved) || errors.Is(err, ErrDestroyed) {
 		err = nil
 	}
@@ -410,7 +384,7 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = ibv.CheckSendWR(wr); err != nil {
+		if err = ibv.CheckPostSend(q.num, i, wr); err != nil {
 			break
 		}
 		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.Free(q.sqProd) {
@@ -444,7 +418,7 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if err = ibv.CheckRecvWR(wr); err != nil {
+		if err = ibv.CheckPostRecv(q.num, i, wr); err != nil {
 			break
 		}
 		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.Free(q.rqProd) {

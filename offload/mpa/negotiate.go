@@ -102,13 +102,17 @@ func pickRTR(offered, accepted RTR, canRead bool) RTR {
 	return 0
 }
 
+// MaxRev is the highest MPA revision this implementation speaks (RFC 6581).
+const MaxRev = 2
+
 // Respond runs the responder's side of the exchange: it checks the peer's
 // Request req against c and builds the Reply.
 //
 // Rules:
 //   - Revision: the Reply carries min(c.Rev, req.Rev); a Request of Rev 0
-//     (pre-standard) is refused. A higher revision than ours is answered
-//     with ours (RFC 6581 revision negotiation).
+//     (pre-standard) is refused. A revision above MaxRev gets no Reply at
+//     all: RFC 5044 §7.1 has the receiver close the connection, which the
+//     engine's listener does before Respond is reached.
 //   - Enhanced (IRD/ORD block) iff the reply revision is 2 and the Request
 //     was enhanced. A Rev 2 Request without the flag is accepted as a
 //     plain Rev 2 connection, like Linux siw.

@@ -76,3 +76,23 @@ func CheckRecvWR(wr *RecvWR) error {
 	}
 	return nil
 }
+
+// CheckPostSend is CheckSendWR for request i of a PostSend on QP qpn; the
+// error names the QP, the request's index and its id. Every backend's
+// PostSend reports a malformed request with it, so the in-process engine
+// and the verbs socket give the same error.
+func CheckPostSend(qpn uint32, i int, wr *SendWR) error {
+	if err := CheckSendWR(wr); err != nil {
+		return fmt.Errorf("QP %d send WR %d (id %d): %w", qpn, i, wr.ID, err)
+	}
+	return nil
+}
+
+// CheckPostRecv is CheckRecvWR for request i of a PostRecv on QP qpn, with
+// the same context as CheckPostSend.
+func CheckPostRecv(qpn uint32, i int, wr *RecvWR) error {
+	if err := CheckRecvWR(wr); err != nil {
+		return fmt.Errorf("QP %d recv WR %d (id %d): %w", qpn, i, wr.ID, err)
+	}
+	return nil
+}

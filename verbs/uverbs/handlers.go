@@ -11,104 +11,84 @@ import (
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
-// wantFDs are the descriptors each op carries.
-var wantFDs = map[uint16]int{uabi.OpRegMR: 1}
-
-// handle serves one request and replies.
+// handle serves one request (of a known op) and replies.
 func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds []int) {
-	if want := wantFDs[h.Op]; len(fds) != want {
+	in, _ := uabi.Lookup(h.Op)
+	if len(fds) != in.RequestFDs {
 		uabi.CloseFDs(fds)
-		ss.reply(h.Seq, h.Op, uabi.StBadMessage, fmt.Sprintf("op %d carries %d descriptors, want %d", h.Op, len(fds), want), nil)
+		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage,
+			Msg: fmt.Sprintf("%s (op %d) carries %d descriptors, want %d", in.Name, h.Op, len(fds), in.RequestFDs)}, nil)
 		return
 	}
-	d := &uabi.Dec{B: body}
-	var out func(*uabi.Enc)
+	req, _ := uabi.NewRequest(h.Op)
+	if err := uabi.Decode(body, req); err != nil {
+		uabi.CloseFDs(fds)
+		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s request: %v", in.Name, err)}, nil)
+		return
+	}
+	ref := func() uint32 { return req.(*uabi.Ref).Handle }
+	var out uabi.Msg
 	var outFDs []int
 	var err error
 	switch h.Op {
 	case uabi.OpHello:
-		out, err = ss.hello(d)
+		out, err = ss.hello(req.(*uabi.Hello))
 	case uabi.OpAllocPD:
-		out, err = ss.allocPD(d)
+		out, err = ss.allocPD()
 	case uabi.OpDeallocPD:
-		err = ss.deallocPD(d)
+		err = ss.deallocPD(ref())
 	case uabi.OpRegMR:
-		out, err = ss.regMR(d, fds[0])
+		out, err = ss.regMR(req.(*uabi.RegMR), fds[0])
 	case uabi.OpDeregMR:
-		err = ss.deregMR(d)
+		err = ss.deregMR(ref())
 	case uabi.OpCreateCQ:
-		out, outFDs, err = ss.createCQ(d)
+		out, outFDs, err = ss.createCQ(req.(*uabi.CreateCQ))
 	case uabi.OpDestroyCQ:
-		err = ss.destroyCQ(d)
+		err = ss.destroyCQ(ref())
 	case uabi.OpCreateQP:
-		out, outFDs, err = ss.createQP(d)
+		out, outFDs, err = ss.createQP(req.(*uabi.CreateQP))
 	case uabi.OpDestroyQP:
-		err = ss.destroyQP(d)
+		err = ss.destroyQP(ref())
 	case uabi.OpModifyQP:
-		err = ss.modifyQP(d)
+		err = ss.modifyQP(req.(*uabi.ModifyQP))
 	case uabi.OpQueryQP:
-		out, err = ss.queryQP(d)
+		out, err = ss.queryQP(ref())
 	case uabi.OpConnect:
-		err = ss.connect(ctx, d)
+		err = ss.connect(ctx, req.(*uabi.Connect))
 	case uabi.OpDisconnect:
-		err = ss.disconnect(d)
+		err = ss.disconnect(ref())
 	case uabi.OpListen:
-		out, err = ss.listen(d)
+		out, err = ss.listen(req.(*uabi.Listen))
 	case uabi.OpCloseListener:
-		err = ss.closeListener(d)
+		err = ss.closeListener(ref())
 	case uabi.OpGetRequest:
-		out, err = ss.getRequest(ctx, d)
+		out, err = ss.getRequest(ctx, ref())
 	case uabi.OpAccept:
-		err = ss.accept(d)
+		err = ss.accept(req.(*uabi.Accept))
 	case uabi.OpReject:
-		err = ss.reject(d)
+		err = ss.reject(req.(*uabi.Reject))
 	}
 	if err != nil {
-		st, msg, extra := statusOf(err)
-		var eb func(*uabi.Enc)
-		if extra != nil {
-			eb = func(e *uabi.Enc) { e.Bytes(extra) }
-		}
-		ss.reply(h.Seq, h.Op, st, fmt.Sprintf("%s", msg), eb)
+		ss.reply(h.Seq, h.Op, statusOf(err), nil)
 		return
 	}
-	ss.reply(h.Seq, h.Op, uabi.StOK, "", out, outFDs...)
+	ss.reply(h.Seq, h.Op, uabi.Status{}, out, outFDs...)
 	uabi.CloseFDs(outFDs) // the client has its copies
 }
 
-// end checks that the request was read whole.
-func end(d *uabi.Dec) error {
-	if err := d.End(); err != nil {
-		return fail(uabi.StBadMessage, "%v", err)
-	}
-	return nil
-}
-
-func (ss *session) hello(d *uabi.Dec) (func(*uabi.Enc), error) {
-	v := d.U32()
-	if err := end(d); err != nil {
-		return nil, err
-	}
-	if v != uabi.Version {
-		return nil, fail(uabi.StNotSupported, "protocol version %d, daemon speaks %d", v, uabi.Version)
+func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
+	if req.Version != uabi.Version {
+		return nil, fail(uabi.StNotSupported, "protocol version %d, daemon speaks %d", req.Version, uabi.Version)
 	}
 	a := ss.srv.dev.Query()
-	return func(e *uabi.Enc) {
-		e.U32(uabi.Version)
-		e.String(ss.srv.dev.Name())
-		e.String(a.FWVersion)
-		e.U64(a.NodeGUID)
-		for _, v := range []int{int(a.VendorID), int(a.VendorPartID), a.MaxQP, a.MaxQPWR, a.MaxSGE, a.MaxSGERead,
-			a.MaxCQ, a.MaxCQE, a.MaxMR, a.MaxPD, a.MaxQPRdAtom, a.MaxQPInitRdAtom, a.MaxInline, a.MTU} {
-			e.U32(uint32(v))
-		}
-	}, nil
+	return &uabi.HelloReply{Version: uabi.Version, Name: ss.srv.dev.Name(), FWVersion: a.FWVersion, NodeGUID: a.NodeGUID,
+		VendorID: a.VendorID, VendorPartID: a.VendorPartID, MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR),
+		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: uint32(a.MaxCQ), MaxCQE: uint32(a.MaxCQE),
+		MaxMR: uint32(a.MaxMR), MaxPD: uint32(a.MaxPD), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
+		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU)}, nil
 }
 
-func (ss *session) allocPD(d *uabi.Dec) (func(*uabi.Enc), error) {
-	if err := end(d); err != nil {
-		return nil, err
-	}
+func (ss *session) allocPD() (uabi.Msg, error) {
 	pd, err := ss.srv.dev.AllocPD()
 	if err != nil {
 		return nil, err
@@ -118,14 +98,10 @@ func (ss *session) allocPD(d *uabi.Dec) (func(*uabi.Enc), error) {
 		pd.Dealloc()
 		return nil, err
 	}
-	return func(e *uabi.Enc) { e.U32(h); e.U32(pd.Handle()) }, nil
+	return &uabi.AllocPDReply{Handle: h, PDNum: pd.Handle()}, nil
 }
 
-func (ss *session) deallocPD(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) deallocPD(h uint32) error {
 	pd, err := get[*sPD](ss, h, "PD")
 	if err != nil {
 		return err
@@ -152,21 +128,17 @@ func (ss *session) deallocPD(d *uabi.Dec) error {
 	return pd.pd.Dealloc()
 }
 
-func (ss *session) regMR(d *uabi.Dec, fd int) (func(*uabi.Enc), error) {
+func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 	defer uabi.Close(fd) // the mapping keeps the memory
-	pdh, off, n, iova, access := d.U32(), d.U64(), d.U64(), d.U64(), ibv.Access(d.U32())
-	if err := end(d); err != nil {
-		return nil, err
-	}
-	pd, err := get[*sPD](ss, pdh, "PD")
+	pd, err := get[*sPD](ss, req.PD, "PD")
 	if err != nil {
 		return nil, err
 	}
-	mapping, buf, err := uabi.MapShared(fd, off, n)
+	mapping, buf, err := uabi.MapShared(fd, req.Offset, req.Length)
 	if err != nil {
 		return nil, fail(uabi.StError, "map region memory: %v", err)
 	}
-	reg, err := ss.srv.eng.Regions().Register(pd.pd.Handle(), buf, iova, access)
+	reg, err := ss.srv.eng.Regions().Register(pd.pd.Handle(), buf, req.IOVA, ibv.Access(req.Access))
 	if err != nil {
 		uabi.Unmap(mapping)
 		return nil, err
@@ -177,14 +149,10 @@ func (ss *session) regMR(d *uabi.Dec, fd int) (func(*uabi.Enc), error) {
 		mr.dereg()
 		return nil, err
 	}
-	return func(e *uabi.Enc) { e.U32(h); e.U32(reg.STag()) }, nil
+	return &uabi.RegMRReply{Handle: h, STag: reg.STag()}, nil
 }
 
-func (ss *session) deregMR(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) deregMR(h uint32) error {
 	mr, err := get[*sMR](ss, h, "MR")
 	if err != nil {
 		return err
@@ -193,11 +161,8 @@ func (ss *session) deregMR(d *uabi.Dec) error {
 	return mr.dereg()
 }
 
-func (ss *session) createCQ(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
-	depth := int(d.U32())
-	if err := end(d); err != nil {
-		return nil, nil, err
-	}
+func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
+	depth := int(req.Depth)
 	if depth <= 0 || depth > verbs.MaxCQE {
 		return nil, nil, fail(uabi.StError, "CQ depth %d: want 1..%d", depth, verbs.MaxCQE)
 	}
@@ -233,14 +198,10 @@ func (ss *session) createCQ(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		uabi.Close(memfd)
 		return nil, nil, err
 	}
-	return func(e *uabi.Enc) { e.U32(h); e.U32(count); e.U32(uint32(size)) }, []int{memfd, cfd}, nil
+	return &uabi.CreateCQReply{Handle: h, Count: count, Size: uint32(size)}, []int{memfd, cfd}, nil
 }
 
-func (ss *session) destroyCQ(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) destroyCQ(h uint32) error {
 	cq, err := get[*sCQ](ss, h, "CQ")
 	if err != nil {
 		return err
@@ -257,21 +218,17 @@ func (ss *session) destroyCQ(d *uabi.Dec) error {
 	return nil
 }
 
-func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
-	pdh, scqh, rcqh := d.U32(), d.U32(), d.U32()
-	maxSend, maxRecv, sigAll := int(d.U32()), int(d.U32()), d.U8() != 0
-	if err := end(d); err != nil {
-		return nil, nil, err
-	}
-	pd, err := get[*sPD](ss, pdh, "PD")
+func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
+	maxSend, maxRecv := int(req.MaxSendWR), int(req.MaxRecvWR)
+	pd, err := get[*sPD](ss, req.PD, "PD")
 	if err != nil {
 		return nil, nil, err
 	}
-	scq, err := get[*sCQ](ss, scqh, "CQ")
+	scq, err := get[*sCQ](ss, req.SendCQ, "CQ")
 	if err != nil {
 		return nil, nil, err
 	}
-	rcq, err := get[*sCQ](ss, rcqh, "CQ")
+	rcq, err := get[*sCQ](ss, req.RecvCQ, "CQ")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -301,7 +258,7 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
-	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: sigAll})
+	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll})
 	if err != nil {
 		uabi.Close(dbfd)
 		uabi.Close(cfd)
@@ -338,14 +295,8 @@ func (ss *session) createQP(d *uabi.Dec) (func(*uabi.Enc), []int, error) {
 		uabi.Close(memfd)
 		return nil, nil, err
 	}
-	return func(e *uabi.Enc) {
-		e.U32(h)
-		e.U32(eqp.Num())
-		e.U32(sqCount)
-		e.U32(rqCount)
-		e.U32(uint32(sqBytes))
-		e.U32(uint32(total))
-	}, []int{memfd, cfd}, nil
+	return &uabi.CreateQPReply{Handle: h, Num: eqp.Num(), SQCount: sqCount, RQCount: rqCount,
+		SQBytes: uint32(sqBytes), Total: uint32(total)}, []int{memfd, cfd}, nil
 }
 
 func firstErr(errs ...error) error {
@@ -357,11 +308,7 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-func (ss *session) destroyQP(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) destroyQP(h uint32) error {
 	q, err := get[*sQP](ss, h, "QP")
 	if err != nil {
 		return err
@@ -371,78 +318,35 @@ func (ss *session) destroyQP(d *uabi.Dec) error {
 	return nil
 }
 
-func (ss *session) modifyQP(d *uabi.Dec) error {
-	h, st := d.U32(), ibv.QPState(d.U32())
-	if err := end(d); err != nil {
-		return err
-	}
-	q, err := get[*sQP](ss, h, "QP")
+func (ss *session) modifyQP(req *uabi.ModifyQP) error {
+	q, err := get[*sQP](ss, req.Handle, "QP")
 	if err != nil {
 		return err
 	}
-	return q.qp.Modify(st)
+	return q.qp.Modify(ibv.QPState(req.State))
 }
 
-func (ss *session) queryQP(d *uabi.Dec) (func(*uabi.Enc), error) {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return nil, err
-	}
+func (ss *session) queryQP(h uint32) (uabi.Msg, error) {
 	q, err := get[*sQP](ss, h, "QP")
 	if err != nil {
 		return nil, err
 	}
-	in := q.qp.Info()
-	return func(e *uabi.Enc) {
-		e.U32(uint32(in.State))
-		e.AddrPort(in.Local)
-		e.AddrPort(in.Remote)
-		e.U8(in.Params.Rev)
-		e.U8(b2u(in.Params.CRC))
-		e.U8(b2u(in.Params.MarkersTx))
-		e.U8(b2u(in.Params.MarkersRx))
-		for _, v := range []int{in.IRD, in.ORD, in.SQDepth, in.SQUse, in.RQDepth, in.RQUse, in.EMSS} {
-			e.U32(uint32(v))
-		}
-	}, nil
+	rep := uabi.QueryQPReplyOf(q.qp.Info())
+	return &rep, nil
 }
 
-func b2u(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func decParam(d *uabi.Dec) ibv.ConnParam {
-	p := ibv.ConnParam{PrivateData: d.Bytes(), ResponderResources: d.U16(), InitiatorDepth: d.U16()}
-	if len(p.PrivateData) == 0 {
-		p.PrivateData = nil
-	}
-	return p
-}
-
-func (ss *session) connect(ctx context.Context, d *uabi.Dec) error {
-	h, addr := d.U32(), d.AddrPort()
-	p := decParam(d)
-	if err := end(d); err != nil {
-		return err
-	}
-	q, err := get[*sQP](ss, h, "QP")
+func (ss *session) connect(ctx context.Context, req *uabi.Connect) error {
+	q, err := get[*sQP](ss, req.Handle, "QP")
 	if err != nil {
 		return err
 	}
-	if !addr.IsValid() {
+	if !req.Remote.IsValid() {
 		return fail(uabi.StError, "connect: invalid address")
 	}
-	return q.qp.Connect(ctx, addr, p)
+	return q.qp.Connect(ctx, req.Remote, req.Param.Param())
 }
 
-func (ss *session) disconnect(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) disconnect(h uint32) error {
 	q, err := get[*sQP](ss, h, "QP")
 	if err != nil {
 		return err
@@ -451,15 +355,8 @@ func (ss *session) disconnect(d *uabi.Dec) error {
 	return nil
 }
 
-func (ss *session) listen(d *uabi.Dec) (func(*uabi.Enc), error) {
-	addr, backlog := d.AddrPort(), int(d.U32())
-	if err := end(d); err != nil {
-		return nil, err
-	}
-	if backlog > 1024 {
-		backlog = 1024
-	}
-	l, err := ss.srv.eng.Listen(addr, backlog)
+func (ss *session) listen(req *uabi.Listen) (uabi.Msg, error) {
+	l, err := ss.srv.eng.Listen(req.Addr, int(min(req.Backlog, 1024)))
 	if err != nil {
 		return nil, err
 	}
@@ -468,14 +365,10 @@ func (ss *session) listen(d *uabi.Dec) (func(*uabi.Enc), error) {
 		l.Close()
 		return nil, err
 	}
-	return func(e *uabi.Enc) { e.U32(h); e.AddrPort(l.Addr()) }, nil
+	return &uabi.ListenReply{Handle: h, Addr: l.Addr()}, nil
 }
 
-func (ss *session) closeListener(d *uabi.Dec) error {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return err
-	}
+func (ss *session) closeListener(h uint32) error {
 	l, err := get[*sListener](ss, h, "listener")
 	if err != nil {
 		return err
@@ -484,11 +377,7 @@ func (ss *session) closeListener(d *uabi.Dec) error {
 	return l.l.Close()
 }
 
-func (ss *session) getRequest(ctx context.Context, d *uabi.Dec) (func(*uabi.Enc), error) {
-	h := d.U32()
-	if err := end(d); err != nil {
-		return nil, err
-	}
+func (ss *session) getRequest(ctx context.Context, h uint32) (uabi.Msg, error) {
 	l, err := get[*sListener](ss, h, "listener")
 	if err != nil {
 		return nil, err
@@ -502,43 +391,27 @@ func (ss *session) getRequest(ctx context.Context, d *uabi.Dec) (func(*uabi.Enc)
 		r.Reject(nil)
 		return nil, err
 	}
-	return func(e *uabi.Enc) {
-		e.U32(rh)
-		e.AddrPort(r.Remote)
-		e.Bytes(r.PrivateData)
-		e.U16(r.IRD)
-		e.U16(r.ORD)
-	}, nil
+	return &uabi.ConnRequest{Handle: rh, Remote: r.Remote, PrivateData: r.PrivateData, IRD: r.IRD, ORD: r.ORD}, nil
 }
 
-func (ss *session) accept(d *uabi.Dec) error {
-	rh, qh := d.U32(), d.U32()
-	p := decParam(d)
-	if err := end(d); err != nil {
-		return err
-	}
-	r, err := get[*sReq](ss, rh, "connection request")
+func (ss *session) accept(req *uabi.Accept) error {
+	r, err := get[*sReq](ss, req.Request, "connection request")
 	if err != nil {
 		return err
 	}
-	q, err := get[*sQP](ss, qh, "QP")
+	q, err := get[*sQP](ss, req.QP, "QP")
 	if err != nil {
 		return err
 	}
-	ss.remove(rh)
-	return r.r.Accept(q.qp, p)
+	ss.remove(req.Request)
+	return r.r.Accept(q.qp, req.Param.Param())
 }
 
-func (ss *session) reject(d *uabi.Dec) error {
-	rh := d.U32()
-	pdata := d.Bytes()
-	if err := end(d); err != nil {
-		return err
-	}
-	r, err := get[*sReq](ss, rh, "connection request")
+func (ss *session) reject(req *uabi.Reject) error {
+	r, err := get[*sReq](ss, req.Request, "connection request")
 	if err != nil {
 		return err
 	}
-	ss.remove(rh)
-	return r.r.Reject(pdata)
+	ss.remove(req.Request)
+	return r.r.Reject(req.PrivateData)
 }

@@ -52,25 +52,21 @@ func (rc *rawClient) sendRaw(b []byte, fds ...int) (uint32, string, []byte) {
 		if h.Op == uabi.OpEvent {
 			continue
 		}
+		var st uabi.Status
 		d := &uabi.Dec{B: body}
-		st := d.U32()
-		msg := ""
-		if st != uabi.StOK {
-			msg = d.String()
+		if err := st.Decode(d); err != nil {
+			rc.t.Fatalf("the reply's status: %v", err)
 		}
-		return st, msg, d.B
+		return st.Code, st.Msg, d.B
 	}
 }
 
-func (rc *rawClient) req(op uint16, body func(*uabi.Enc), fds ...int) (uint32, string, []byte) {
+// req sends request m (nil: empty) of op, which need not be op's type.
+func (rc *rawClient) req(op uint16, m uabi.Msg, fds ...int) (uint32, string, []byte) {
 	rc.t.Helper()
 	rc.seq++
 	var e uabi.Enc
-	e.Begin(op, rc.seq)
-	if body != nil {
-		body(&e)
-	}
-	return rc.sendRaw(e.Finish(len(fds)), fds...)
+	return rc.sendRaw(e.Message(op, rc.seq, m, len(fds)), fds...)
 }
 
 func TestHostileMessages(t *testing.T) {
@@ -111,23 +107,16 @@ func TestHostileMessages(t *testing.T) {
 		{"unknown op", func() (uint32, string, []byte) { return a.req(999, nil) }, uabi.StUnknownOp},
 		{"short body", func() (uint32, string, []byte) { return a.req(uabi.OpDeallocPD, nil) }, uabi.StBadMessage},
 		{"trailing bytes", func() (uint32, string, []byte) {
-			return a.req(uabi.OpAllocPD, func(e *uabi.Enc) { e.U32(1) })
+			return a.req(uabi.OpAllocPD, &uabi.Ref{Handle: 1})
 		}, uabi.StBadMessage},
 		{"unknown handle", func() (uint32, string, []byte) {
-			return a.req(uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(123456) })
+			return a.req(uabi.OpDeallocPD, &uabi.Ref{Handle: 123456})
 		}, uabi.StBadHandle},
 		{"another client's PD", func() (uint32, string, []byte) {
-			return a.req(uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(foreign) })
+			return a.req(uabi.OpDeallocPD, &uabi.Ref{Handle: foreign})
 		}, uabi.StForeign},
 		{"another client's PD in create QP", func() (uint32, string, []byte) {
-			return a.req(uabi.OpCreateQP, func(e *uabi.Enc) {
-				e.U32(foreign)
-				e.U32(1)
-				e.U32(1)
-				e.U32(4)
-				e.U32(4)
-				e.U8(0)
-			})
+			return a.req(uabi.OpCreateQP, &uabi.CreateQP{PD: foreign, SendCQ: 1, RecvCQ: 1, MaxSendWR: 4, MaxRecvWR: 4})
 		}, uabi.StForeign},
 		{"descriptor where none is wanted", func() (uint32, string, []byte) {
 			return a.req(uabi.OpAllocPD, nil, efd)
@@ -140,13 +129,18 @@ func TestHostileMessages(t *testing.T) {
 		{"region of an eventfd", func() (uint32, string, []byte) {
 			_, _, pb := a.req(uabi.OpAllocPD, nil)
 			pd := binary.LittleEndian.Uint32(pb)
-			return a.req(uabi.OpRegMR, func(e *uabi.Enc) { e.U32(pd); e.U64(0); e.U64(4096); e.U64(0); e.U32(1) }, efd)
+			return a.req(uabi.OpRegMR, &uabi.RegMR{PD: pd, Length: 4096, Access: 1}, efd)
 		}, uabi.StError},
 		{"huge CQ", func() (uint32, string, []byte) {
-			return a.req(uabi.OpCreateCQ, func(e *uabi.Enc) { e.U32(1 << 30) })
+			return a.req(uabi.OpCreateCQ, &uabi.CreateCQ{Depth: 1 << 30})
 		}, uabi.StError},
 		{"bad address family", func() (uint32, string, []byte) {
-			return a.req(uabi.OpListen, func(e *uabi.Enc) { e.U8(9); e.B = append(e.B, make([]byte, 18)...); e.U32(1) })
+			var e uabi.Enc
+			e.Begin(uabi.OpListen, 6)
+			e.U8(9) // neither 0, 4 nor 6
+			e.B = append(e.B, make([]byte, 18)...)
+			e.U32(1)
+			return a.sendRaw(e.Finish(0))
 		}, uabi.StBadMessage},
 	}
 	for _, tt := range tests {
@@ -158,13 +152,13 @@ func TestHostileMessages(t *testing.T) {
 			}
 			t.Logf("status %d: %s", st, msg)
 			// The daemon keeps serving both clients.
-			if st, msg, _ := a.req(uabi.OpHello, func(e *uabi.Enc) { e.U32(uabi.Version) }); st != uabi.StOK {
+			if st, msg, _ := a.req(uabi.OpHello, &uabi.Hello{Version: uabi.Version}); st != uabi.StOK {
 				t.Fatalf("hello after: %d %s", st, msg)
 			}
 		})
 	}
 	b.t = t
-	if st, _, _ := b.req(uabi.OpDeallocPD, func(e *uabi.Enc) { e.U32(foreign) }); st != uabi.StOK {
+	if st, _, _ := b.req(uabi.OpDeallocPD, &uabi.Ref{Handle: foreign}); st != uabi.StOK {
 		t.Fatalf("owner's DeallocPD: %d", st)
 	}
 	// A verbs client still works.

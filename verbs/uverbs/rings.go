@@ -364,17 +364,11 @@ func (q *sQP) events() {
 		case <-q.stop:
 			return
 		case e := <-q.qp.Events():
-			q.ss.event(func(enc *uabi.Enc) {
-				enc.U32(uabi.EvQP)
-				enc.U32(q.h)
-				enc.U32(uint32(e.Type))
-				enc.U16(uint16(e.Code))
-				if e.Err != nil {
-					enc.String(e.Err.Error())
-				} else {
-					enc.String("")
-				}
-			})
+			ev := &uabi.QPEvent{QP: q.h, Type: uint32(e.Type), Code: uint16(e.Code)}
+			if e.Err != nil {
+				ev.Err = e.Err.Error()
+			}
+			q.ss.event(uabi.EvQP, ev)
 		}
 	}
 }

@@ -11,7 +11,6 @@ package uverbs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -257,48 +256,45 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 }
 
 // statusError is a failed request's reply.
-type statusError struct {
-	st   uint32
-	msg  string
-	body []byte // extra reply body (a rejection's private data)
-}
+type statusError struct{ st uabi.Status }
 
-func (e *statusError) Error() string { return e.msg }
+func (e *statusError) Error() string { return e.st.Msg }
 
 func fail(st uint32, format string, args ...any) error {
-	return &statusError{st: st, msg: fmt.Sprintf(format, args...)}
+	return &statusError{uabi.Status{Code: st, Msg: fmt.Sprintf(format, args...)}}
 }
 
 // statusOf maps an engine or verbs error to a reply status.
-func statusOf(err error) (uint32, string, []byte) {
+func statusOf(err error) uabi.Status {
 	var se *statusError
 	var rej *ibv.RejectedError
+	st := uabi.Status{Code: uabi.StError, Msg: err.Error()}
 	switch {
 	case errors.As(err, &se):
-		return se.st, se.msg, se.body
+		return se.st
 	case errors.As(err, &rej):
 		// The reason only: the client rebuilds the RejectedError around it.
-		reason := ""
+		st = uabi.Status{Code: uabi.StRejected, Detail: rej.PrivateData}
 		if rej.Err != nil {
-			reason = rej.Err.Error()
+			st.Msg = rej.Err.Error()
 		}
-		return uabi.StRejected, reason, rej.PrivateData
 	case errors.Is(err, ibv.ErrQPState):
-		return uabi.StQPState, err.Error(), nil
+		st.Code = uabi.StQPState
 	case errors.Is(err, verbs.ErrBusy):
-		return uabi.StBusy, err.Error(), nil
+		st.Code = uabi.StBusy
 	case errors.Is(err, context.Canceled):
-		return uabi.StCanceled, err.Error(), nil
+		st.Code = uabi.StCanceled
 	case errors.Is(err, offload.ErrDeviceClosed), errors.Is(err, verbs.ErrDestroyed):
-		return uabi.StRemoved, err.Error(), nil
+		st.Code = uabi.StRemoved
+	default:
+		// A system error (connection refused, timed out, ...) travels as
+		// its errno, so the client's error still matches it with errors.Is.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			st.Detail = uabi.ErrnoDetail(errno)
+		}
 	}
-	// A system error (connection refused, timed out, ...) travels as its
-	// errno, so the client's error still matches it with errors.Is.
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return uabi.StError, err.Error(), binary.BigEndian.AppendUint32(nil, uint32(errno))
-	}
-	return uabi.StError, err.Error(), nil
+	return st
 }
 
 func dupFD(fd int) (int, error) {

@@ -64,15 +64,15 @@ func (ss *session) serve() {
 		if err != nil {
 			uabi.CloseFDs(fds)
 			ss.log.Warn("bad verbs message", "err", err)
-			ss.reply(h.Seq, h.Op, uabi.StBadMessage, err.Error(), nil)
+			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage, Msg: err.Error()}, nil)
 			continue
 		}
 		if h.Op == uabi.OpCancel {
 			uabi.CloseFDs(fds)
-			d := uabi.Dec{B: body}
-			seq := d.U32()
+			var m uabi.Cancel
+			err := uabi.Decode(body, &m)
 			ss.mu.Lock()
-			if c := ss.calls[seq]; c != nil && d.End() == nil {
+			if c := ss.calls[m.Seq]; c != nil && err == nil {
 				c()
 			}
 			ss.mu.Unlock()
@@ -80,7 +80,7 @@ func (ss *session) serve() {
 		}
 		if h.Op == 0 || h.Op >= uabi.OpCancel {
 			uabi.CloseFDs(fds)
-			ss.reply(h.Seq, h.Op, uabi.StUnknownOp, fmt.Sprintf("unknown op %d", h.Op), nil)
+			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StUnknownOp, Msg: fmt.Sprintf("unknown op %d", h.Op)}, nil)
 			continue
 		}
 		body = append([]byte(nil), body...) // the receive buffer is reused
@@ -109,12 +109,7 @@ func (ss *session) serve() {
 
 // removed tells the client the device is gone and ends the session.
 func (ss *session) removed(reason string) {
-	ss.wmu.Lock()
-	ss.enc.Begin(uabi.OpEvent, 0)
-	ss.enc.U32(uabi.EvDeviceRemoved)
-	ss.enc.String(reason)
-	ss.conn.Send(ss.enc.Finish(0))
-	ss.wmu.Unlock()
+	ss.event(uabi.EvDeviceRemoved, &uabi.DeviceRemoved{Reason: reason})
 	// Stop reading; the session's teardown destroys every object (so the
 	// flush completions are in the client's rings) before it closes the
 	// socket, which the client sees as the device's removal.
@@ -124,36 +119,26 @@ func (ss *session) removed(reason string) {
 	}
 }
 
-func (ss *session) reply(seq uint32, op uint16, st uint32, msg string, body func(*uabi.Enc), fds ...int) {
+// reply sends the reply to request seq of op: st, and if st is StOK,
+// body and fds.
+func (ss *session) reply(seq uint32, op uint16, st uabi.Status, body uabi.Msg, fds ...int) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	e := &ss.enc
-	e.Begin(op|uabi.ReplyBit, seq)
-	e.U32(st)
-	if st != uabi.StOK {
-		e.String(msg)
-	}
-	if body != nil {
-		body(e)
-	}
-	if err := ss.conn.Send(e.Finish(len(fds)), fds...); err != nil {
+	if err := ss.conn.Send(ss.enc.Reply(op, seq, st, body, len(fds)), fds...); err != nil {
 		ss.log.Debug("verbs reply", "err", err)
 		if len(fds) > 0 {
 			// Never leave the client waiting: reply with the failure.
-			e.Begin(op|uabi.ReplyBit, seq)
-			e.U32(uabi.StError)
-			e.String("sending the reply's descriptors: " + err.Error())
-			ss.conn.Send(e.Finish(0))
+			st := uabi.Status{Code: uabi.StError, Msg: "sending the reply's descriptors: " + err.Error()}
+			ss.conn.Send(ss.enc.Reply(op, seq, st, nil, 0))
 		}
 	}
 }
 
-func (ss *session) event(body func(*uabi.Enc)) {
+// event sends an event of kind.
+func (ss *session) event(kind uint32, body uabi.Msg) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	ss.enc.Begin(uabi.OpEvent, 0)
-	body(&ss.enc)
-	ss.conn.Send(ss.enc.Finish(0))
+	ss.conn.Send(ss.enc.Event(kind, body))
 }
 
 // add records a new object under a fresh handle; after teardown began it

@@ -7,6 +7,9 @@
 //	hostile truncated ADDR:PORT                 half an MPA Request, then wait for the responder to give up
 //	hostile send-no-recv ADDR:PORT              MPA rev 2 + CRC, then a Send the responder has no receive for
 //	hostile read-beyond-ird ADDR:PORT STAG TO N two RDMA Read Requests of N octets with IRD/ORD 1
+//	hostile repeat N CASE ADDR:PORT             N connections of CASE (bad-crc, send-inv-unknown,
+//	                                            send-too-long), each of which must end with the right
+//	                                            Terminate before the close; prints runs and misses
 //
 // Each prints what the responder did, one "key: value" per line, and
 // exits 0 when that is what the RFCs ask for, 1 (with the reason on
@@ -41,6 +44,16 @@ func main() {
 func run(args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: hostile bare|truncated|send-no-recv|read-beyond-ird ADDR:PORT [STAG TO N]")
+	}
+	if args[0] == "repeat" {
+		if len(args) != 4 {
+			return errors.New("repeat needs N CASE ADDR:PORT")
+		}
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			return fmt.Errorf("repeat: count %q", args[1])
+		}
+		return repeat(n, args[2], args[3])
 	}
 	addr := args[1]
 	switch args[0] {
@@ -149,7 +162,9 @@ func dial(addr string) (*conn, error) {
 		c.Close()
 		return nil, err
 	}
-	fmt.Printf("reply: %v\n", rep)
+	if !quiet {
+		fmt.Printf("reply: %v\n", rep)
+	}
 	if !rep.Reply || rep.Reject {
 		c.Close()
 		return nil, fmt.Errorf("MPA Reply %v: not an acceptance", rep)
@@ -182,7 +197,9 @@ func (cn *conn) readAll(d time.Duration) error {
 		if errors.As(err, &ne) && ne.Timeout() {
 			return fmt.Errorf("the responder did not close the stream within %v", d)
 		}
-		fmt.Printf("close: %v\n", err) // a reset after the Terminate is allowed
+		if !quiet {
+			fmt.Printf("close: %v\n", err) // a reset after the Terminate is allowed
+		}
 	}
 	return nil
 }
@@ -232,7 +249,9 @@ func (cn *conn) terminate() (rdmap.Terminate, error) {
 		if err := t.Unmarshal(u[n:]); err != nil {
 			return t, fmt.Errorf("Terminate: %w", err)
 		}
-		fmt.Printf("terminate: %v\n", t)
+		if !quiet {
+			fmt.Printf("terminate: %v\n", t)
+		}
 		return t, nil
 	}
 	return t, fmt.Errorf("no Terminate among %d FPDUs", len(cn.h.ulpdus))
@@ -318,6 +337,84 @@ func readBeyondIRD(addr string, stag uint32, to uint64, n uint32) error {
 	}
 	if placed > uint64(n) {
 		return fmt.Errorf("%d octets of Read Response for a %d-octet Read", placed, n)
+	}
+	return nil
+}
+
+// quiet silences the per-connection lines of repeat's runs.
+var quiet bool
+
+// badMessages are repeat's cases: the FPDU the initiator sends once the
+// stream is up (CRC on), whether its CRC is broken, and the Terminate the
+// responder must send before it closes the stream (RFC 5040 §7, RFC 5044
+// §8).
+var badMessages = map[string]struct {
+	h       ddp.Header
+	payload []byte
+	corrupt bool
+	code    rdmap.Code
+}{
+	"bad-crc": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), MSN: 1},
+		[]byte("a corrupted Send"), true, rdmap.TermLLPCRC},
+	"send-inv-unknown": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSendInv), ULPData: 0x00abcd01, MSN: 1},
+		[]byte("inv?"), false, rdmap.TermRDMAPCannotInvalidate},
+	"send-too-long": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), MSN: 1},
+		make([]byte, 8192), false, rdmap.TermDDPTooLong},
+}
+
+// repeat runs n connections of one bad-message case and counts those that
+// did not end with the right Terminate before the close.
+func repeat(n int, name, addr string) error {
+	m, ok := badMessages[name]
+	if !ok {
+		return fmt.Errorf("repeat: unknown case %q (bad-crc, send-inv-unknown, send-too-long)", name)
+	}
+	quiet = true
+	misses := 0
+	var first error
+	for i := range n {
+		err := func() error {
+			cn, err := dial(addr)
+			if err != nil {
+				return err
+			}
+			defer cn.c.Close()
+			if m.corrupt {
+				cn.tx.Begin(nil, m.h.Len()+len(m.payload))
+				hdr := make([]byte, m.h.Len())
+				m.h.Marshal(hdr)
+				cn.tx.Write(hdr)
+				cn.tx.Write(m.payload)
+				f := cn.tx.Finish()
+				f[len(f)-1] ^= 0x10
+				if _, err := cn.c.Write(f); err != nil {
+					return err
+				}
+			} else if err := cn.send(m.h, nil, m.payload); err != nil {
+				return err
+			}
+			if err := cn.readAll(15 * time.Second); err != nil {
+				return err
+			}
+			t, err := cn.terminate()
+			if err != nil {
+				return err
+			}
+			if t.Code != m.code {
+				return fmt.Errorf("Terminate %v, want %v", t.Code, m.code)
+			}
+			return nil
+		}()
+		if err != nil {
+			misses++
+			if first == nil {
+				first = fmt.Errorf("run %d: %w", i, err)
+			}
+		}
+	}
+	fmt.Printf("case: %s\nruns: %d\nmisses: %d\n", name, n, misses)
+	if misses > 0 {
+		return fmt.Errorf("%d of %d connections without the right Terminate; first: %v", misses, n, first)
 	}
 	return nil
 }

@@ -3,6 +3,12 @@
 // shared-memory work and completion rings, the helpers that create and map
 // them (memfd, mmap, eventfd), and the messages on the Unix socket.
 //
+// Each message is one struct (messages.go), encoded and decoded by one
+// codec that walks its fields in order (Enc.Msg, Dec.Msg), and Ops lists
+// every op with its request and reply: the single definition of the
+// protocol that both Go ends use and a C client is checked against
+// (CHeader renders it as testdata/siwtun_uabi.h).
+//
 // The rings follow Linux siw's user ABI (kernel-headers/rdma/siw-abi.h):
 // arrays of fixed-size entries in shared memory, each entry owned by the
 // producer or by the consumer according to an ownership word at its start,

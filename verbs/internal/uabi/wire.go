@@ -110,15 +110,25 @@ func (e *Enc) Finish(nfds int) []byte {
 	return e.B
 }
 
-func (e *Enc) U8(v uint8)   { e.B = append(e.B, v) }
+// U8 appends v.
+func (e *Enc) U8(v uint8) { e.B = append(e.B, v) }
+
+// U16 appends v, little-endian.
 func (e *Enc) U16(v uint16) { e.B = binary.LittleEndian.AppendUint16(e.B, v) }
+
+// U32 appends v, little-endian.
 func (e *Enc) U32(v uint32) { e.B = binary.LittleEndian.AppendUint32(e.B, v) }
+
+// U64 appends v, little-endian.
 func (e *Enc) U64(v uint64) { e.B = binary.LittleEndian.AppendUint64(e.B, v) }
 
-// Bytes appends b with a u16 length, truncated to 1024 bytes.
+// MaxBytes bounds a bytes or string field.
+const MaxBytes = 1024
+
+// Bytes appends b with a u16 length, truncated to MaxBytes.
 func (e *Enc) Bytes(b []byte) {
-	if len(b) > 1024 {
-		b = b[:1024]
+	if len(b) > MaxBytes {
+		b = b[:MaxBytes]
 	}
 	e.U16(uint16(len(b)))
 	e.B = append(e.B, b...)
@@ -161,6 +171,7 @@ func (d *Dec) take(n int) []byte {
 	return b
 }
 
+// U8 reads a u8.
 func (d *Dec) U8() uint8 {
 	if b := d.take(1); b != nil {
 		return b[0]
@@ -168,6 +179,7 @@ func (d *Dec) U8() uint8 {
 	return 0
 }
 
+// U16 reads a little-endian u16.
 func (d *Dec) U16() uint16 {
 	if b := d.take(2); b != nil {
 		return binary.LittleEndian.Uint16(b)
@@ -175,6 +187,7 @@ func (d *Dec) U16() uint16 {
 	return 0
 }
 
+// U32 reads a little-endian u32.
 func (d *Dec) U32() uint32 {
 	if b := d.take(4); b != nil {
 		return binary.LittleEndian.Uint32(b)
@@ -182,6 +195,7 @@ func (d *Dec) U32() uint32 {
 	return 0
 }
 
+// U64 reads a little-endian u64.
 func (d *Dec) U64() uint64 {
 	if b := d.take(8); b != nil {
 		return binary.LittleEndian.Uint64(b)
@@ -189,9 +203,13 @@ func (d *Dec) U64() uint64 {
 	return 0
 }
 
-// Bytes reads a u16-length-prefixed field (a copy).
+// Bytes reads a u16-length-prefixed field (a copy; nil if empty); one
+// longer than MaxBytes, which no encoder writes, is malformed.
 func (d *Dec) Bytes() []byte {
 	n := int(d.U16())
+	if n > MaxBytes && d.Err == nil {
+		d.Err = fmt.Errorf("%w: field of %d bytes, more than %d", ErrBadMessage, n, MaxBytes)
+	}
 	b := d.take(n)
 	if b == nil {
 		return nil
@@ -199,8 +217,10 @@ func (d *Dec) Bytes() []byte {
 	return append([]byte(nil), b...)
 }
 
+// String reads a field written by Enc.String.
 func (d *Dec) String() string { return string(d.Bytes()) }
 
+// AddrPort reads a field written by Enc.AddrPort.
 func (d *Dec) AddrPort() netip.AddrPort {
 	flag := d.U8()
 	b := d.take(16)

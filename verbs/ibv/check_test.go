@@ -1,0 +1,65 @@
+package ibv
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestCheckSendWR(t *testing.T) {
+	sgl := func(n int) []SGE { return make([]SGE, n) }
+	tests := []struct {
+		name string
+		wr   SendWR
+		want string // "" for a good request
+	}{
+		{"send", SendWR{Opcode: WRSend, SGL: sgl(MaxSGE), Flags: FlagSignaled | FlagSolicited | FlagFence}, ""},
+		{"zero-length send", SendWR{Opcode: WRSend}, ""},
+		{"send with invalidate", SendWR{Opcode: WRSendWithInv, SGL: sgl(1), InvalidateRKey: 7}, ""},
+		{"write", SendWR{Opcode: WRWrite, SGL: sgl(MaxSGE)}, ""},
+		{"inline write", SendWR{Opcode: WRWrite, Flags: FlagInline, Inline: make([]byte, MaxInline)}, ""},
+		{"inline send ignores the SGL", SendWR{Opcode: WRSend, Flags: FlagInline, SGL: sgl(MaxSGE + 1)}, ""},
+		{"read", SendWR{Opcode: WRRead, SGL: sgl(MaxSGERead)}, ""},
+		{"unknown opcode", SendWR{Opcode: 99}, "verbs: invalid work request: opcode WR_OPCODE(99) not supported"},
+		{"unknown flags", SendWR{Opcode: WRSend, Flags: 1 << 10}, "verbs: invalid work request: send flags 0x400"},
+		{"too many SGEs", SendWR{Opcode: WRSend, SGL: sgl(MaxSGE + 1)}, "verbs: invalid work request: 7 SGEs, at most 6"},
+		{"write with too many SGEs", SendWR{Opcode: WRWrite, SGL: sgl(MaxSGE + 1)}, "verbs: invalid work request: 7 SGEs, at most 6"},
+		{"inline too long", SendWR{Opcode: WRSend, Flags: FlagInline, Inline: make([]byte, MaxInline+1)},
+			"verbs: invalid work request: 257 inline bytes, at most 256"},
+		{"inline read", SendWR{Opcode: WRRead, Flags: FlagInline}, "verbs: invalid work request: RDMA Read cannot be inline"},
+		{"read with 2 SGEs", SendWR{Opcode: WRRead, SGL: sgl(2)}, "verbs: invalid work request: RDMA Read sink has 2 SGEs, iWARP allows 1"},
+	}
+	for _, tt := range tests {
+		err := CheckSendWR(&tt.wr)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (!errors.Is(err, ErrInvalidWR) || err.Error() != tt.want):
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestCheckRecvWR(t *testing.T) {
+	for n := range MaxSGE + 3 {
+		err := CheckRecvWR(&RecvWR{SGL: make([]SGE, n)})
+		if (err == nil) != (n <= MaxSGE) || (err != nil && !errors.Is(err, ErrInvalidWR)) {
+			t.Errorf("%d SGEs: %v", n, err)
+		}
+	}
+}
+
+func TestCheckPostNamesTheRequest(t *testing.T) {
+	err := CheckPostSend(3, 1, &SendWR{ID: 42, Opcode: WRRead, SGL: make([]SGE, 2)})
+	want := "QP 3 send WR 1 (id 42): verbs: invalid work request: RDMA Read sink has 2 SGEs, iWARP allows 1"
+	if !errors.Is(err, ErrInvalidWR) || err.Error() != want {
+		t.Errorf("CheckPostSend: %v, want %q", err, want)
+	}
+	err = CheckPostRecv(3, 0, &RecvWR{ID: 7, SGL: make([]SGE, MaxSGE+1)})
+	want = "QP 3 recv WR 0 (id 7): verbs: invalid work request: 7 SGEs, at most 6"
+	if !errors.Is(err, ErrInvalidWR) || err.Error() != want {
+		t.Errorf("CheckPostRecv: %v, want %q", err, want)
+	}
+	if CheckPostSend(3, 0, &SendWR{Opcode: WRSend}) != nil || CheckPostRecv(3, 0, &RecvWR{}) != nil {
+		t.Error("a good request refused")
+	}
+}

@@ -1,0 +1,265 @@
+package uabi
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"syscall"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
+)
+
+// Msg is the body of one verbs-socket message: a request, a reply's body
+// after its Status, or an event's body after its kind. It is a pointer to
+// one of the structs of this file, and the struct is the message's only
+// definition: its fields travel in their order, each as its type says
+// (Fields, Kind), encoded by Enc.Msg and decoded by Dec.Msg, so both ends
+// have a field or neither has it. A field's place in its struct is its
+// place on the wire: a field is added at the end, and with a new Version
+// (the golden messages of the tests show any change of bytes).
+type Msg = any
+
+// Empty is the body of requests and replies that carry nothing.
+type Empty struct{}
+
+// Ref names one object of the session by its handle: the request of
+// DeallocPD, DeregMR, DestroyCQ, DestroyQP, QueryQP, Disconnect,
+// CloseListener and GetRequest.
+type Ref struct {
+	Handle uint32
+}
+
+// Hello opens a session.
+type Hello struct {
+	// Version is the client's protocol version (Version).
+	Version uint32
+}
+
+// HelloReply is the daemon's version, device name and capabilities
+// (ibv_device_attr).
+type HelloReply struct {
+	Version                     uint32
+	Name, FWVersion             string
+	NodeGUID                    uint64
+	VendorID, VendorPartID      uint32
+	MaxQP, MaxQPWR              uint32
+	MaxSGE, MaxSGERead          uint32
+	MaxCQ, MaxCQE, MaxMR, MaxPD uint32
+	MaxQPRdAtom                 uint32
+	MaxQPInitRdAtom             uint32
+	MaxInline, MTU              uint32
+}
+
+// AllocPDReply is a new PD: its handle and its number.
+type AllocPDReply struct {
+	Handle, PDNum uint32
+}
+
+// RegMR registers Length bytes at Offset of the memfd the message carries
+// (the client's AllocBuffer memory) in PD, at tagged offset IOVA.
+type RegMR struct {
+	PD                   uint32
+	Offset, Length, IOVA uint64
+	Access               uint32 // ibv.Access
+}
+
+// RegMRReply is the new region's handle and STag.
+type RegMRReply struct {
+	Handle, STag uint32
+}
+
+// CreateCQ asks for a completion queue of Depth entries.
+type CreateCQ struct {
+	Depth uint32
+}
+
+// CreateCQReply is the new CQ's handle and its ring: Count entries in Size
+// bytes of the memfd the reply carries first; the second descriptor is
+// the notification eventfd.
+type CreateCQReply struct {
+	Handle, Count, Size uint32
+}
+
+// CreateQP asks for a QP in PD completing into SendCQ and RecvCQ.
+type CreateQP struct {
+	PD, SendCQ, RecvCQ   uint32
+	MaxSendWR, MaxRecvWR uint32
+	SignalAll            bool
+}
+
+// CreateQPReply is the new QP's handle and number, and its rings in the
+// memfd the reply carries first: the SQ (SQCount entries) in its first
+// SQBytes bytes, the RQ (RQCount) in the rest of Total. The second
+// descriptor is the QP's doorbell eventfd.
+type CreateQPReply struct {
+	Handle, Num      uint32
+	SQCount, RQCount uint32
+	SQBytes, Total   uint32
+}
+
+// ModifyQP moves a QP to State (ibv.QPState).
+type ModifyQP struct {
+	Handle, State uint32
+}
+
+// QueryQPReply is a QP's state and connection (ibv.Info without the QP
+// number, which the client knows).
+type QueryQPReply struct {
+	State                     uint32 // ibv.QPState
+	Local, Remote             netip.AddrPort
+	Rev                       uint8
+	CRC, MarkersTx, MarkersRx bool
+	IRD, ORD                  uint32
+	SQDepth, SQUse            uint32
+	RQDepth, RQUse            uint32
+	EMSS                      uint32
+}
+
+// QueryQPReplyOf is the reply describing in.
+func QueryQPReplyOf(in ibv.Info) QueryQPReply {
+	return QueryQPReply{State: uint32(in.State), Local: in.Local, Remote: in.Remote,
+		Rev: in.Params.Rev, CRC: in.Params.CRC, MarkersTx: in.Params.MarkersTx, MarkersRx: in.Params.MarkersRx,
+		IRD: uint32(in.IRD), ORD: uint32(in.ORD), SQDepth: uint32(in.SQDepth), SQUse: uint32(in.SQUse),
+		RQDepth: uint32(in.RQDepth), RQUse: uint32(in.RQUse), EMSS: uint32(in.EMSS)}
+}
+
+// Info is the QP description of the reply, for QP number num.
+func (m *QueryQPReply) Info(num uint32) ibv.Info {
+	in := ibv.Info{Num: num, State: ibv.QPState(m.State), Local: m.Local, Remote: m.Remote,
+		IRD: int(m.IRD), ORD: int(m.ORD), SQDepth: int(m.SQDepth), SQUse: int(m.SQUse),
+		RQDepth: int(m.RQDepth), RQUse: int(m.RQUse), EMSS: int(m.EMSS)}
+	in.Params.Rev, in.Params.CRC, in.Params.MarkersTx, in.Params.MarkersRx = m.Rev, m.CRC, m.MarkersTx, m.MarkersRx
+	in.Params.IRD, in.Params.ORD = uint16(in.IRD), uint16(in.ORD)
+	return in
+}
+
+// ConnParam is ibv.ConnParam on the wire: the private data and IRD/ORD of
+// a Connect or an Accept.
+type ConnParam struct {
+	PrivateData                        []byte
+	ResponderResources, InitiatorDepth uint16
+}
+
+// ConnParamOf is p on the wire.
+func ConnParamOf(p ibv.ConnParam) ConnParam {
+	return ConnParam{PrivateData: p.PrivateData, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth}
+}
+
+// Param is the ibv.ConnParam m carries (no private data: nil).
+func (m *ConnParam) Param() ibv.ConnParam {
+	return ibv.ConnParam{PrivateData: m.PrivateData, ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth}
+}
+
+// Connect connects QP Handle to Remote; the reply comes when the
+// connection is established, rejected (StRejected) or failed.
+type Connect struct {
+	Handle uint32
+	Remote netip.AddrPort
+	Param  ConnParam
+}
+
+// Listen listens for connection requests on Addr.
+type Listen struct {
+	Addr    netip.AddrPort
+	Backlog uint32
+}
+
+// ListenReply is the new listener's handle and bound address.
+type ListenReply struct {
+	Handle uint32
+	Addr   netip.AddrPort
+}
+
+// ConnRequest is GetRequest's reply: a connection request's handle, its
+// initiator, the MPA Request's private data and IRD/ORD.
+type ConnRequest struct {
+	Handle      uint32
+	Remote      netip.AddrPort
+	PrivateData []byte
+	IRD, ORD    uint16
+}
+
+// Accept accepts connection request Request on QP.
+type Accept struct {
+	Request, QP uint32
+	Param       ConnParam
+}
+
+// Reject rejects connection request Request with private data.
+type Reject struct {
+	Request     uint32
+	PrivateData []byte
+}
+
+// Cancel asks the daemon to end the pending request Seq early (a Connect
+// or GetRequest whose context ended); it has no reply of its own, the
+// canceled request's reply says StCanceled.
+type Cancel struct {
+	Seq uint32
+}
+
+// Status starts every reply's body:
+//
+//	u32   code    StOK or an St* error
+//	bytes msg     errors only
+//	bytes detail  errors only, and only if set: StError's errno (u32
+//	              big-endian), StRejected's private data
+//
+// An StOK reply's Msg follows it.
+type Status struct {
+	Code   uint32
+	Msg    string
+	Detail []byte
+}
+
+// Encode appends the status.
+func (m *Status) Encode(e *Enc) {
+	e.U32(m.Code)
+	if m.Code == StOK {
+		return
+	}
+	e.String(m.Msg)
+	if m.Detail != nil {
+		e.Bytes(m.Detail)
+	}
+}
+
+// Decode reads the status; for StOK it leaves the reply's body in d.
+func (m *Status) Decode(d *Dec) error {
+	*m = Status{Code: d.U32()}
+	if m.Code == StOK {
+		return d.Err
+	}
+	m.Msg = d.String()
+	if d.Err == nil && len(d.B) > 0 {
+		m.Detail = d.Bytes()
+	}
+	return d.End()
+}
+
+// ErrnoDetail is the detail of an StError status for a system error:
+// errno, u32 big-endian.
+func ErrnoDetail(errno syscall.Errno) []byte {
+	return binary.BigEndian.AppendUint32(nil, uint32(errno))
+}
+
+// DetailErrno is the system error of an StError status's detail, or 0.
+func DetailErrno(detail []byte) syscall.Errno {
+	if len(detail) != 4 {
+		return 0
+	}
+	return syscall.Errno(binary.BigEndian.Uint32(detail))
+}
+
+// QPEvent (EvQP) is a QP's connection event (ibv.Event).
+type QPEvent struct {
+	QP   uint32 // the QP's handle
+	Type uint32 // ibv.EventType
+	Code uint16 // rdmap.Code of a Terminate
+	Err  string // the event's error, "" for none
+}
+
+// DeviceRemoved (EvDeviceRemoved) says the device is going away, and why;
+// the daemon closes the session after it.
+type DeviceRemoved struct {
+	Reason string
+}
