@@ -47,6 +47,35 @@ func rxStream(crc, markers bool, n int, stag uint32, to uint64, wlen, slen int) 
 	return out
 }
 
+// rxQP is a QP in INIT on a device without a stack, its receive engine
+// started as a connection would (crc, markers), and a region of n bytes at
+// rxAddr that remote Writes and local receives may use.
+func rxQP(tb testing.TB, crc, markers bool, n int) (*QP, *Region, *countCQ) {
+	tb.Helper()
+	dev, err := NewDevice(nil, DefaultConfig("siwtun0"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dev.Close() })
+	cq := &countCQ{}
+	qp, err := dev.CreateQP(1, cq, cq, QPAttr{MaxSendWR: 4, MaxRecvWR: 4})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := qp.Modify(ibv.QPInit); err != nil {
+		tb.Fatal(err)
+	}
+	reg, err := dev.Regions().Register(1, make([]byte, n), rxAddr, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	qp.rx.init(qp, crc, markers, 0, nil)
+	return qp, reg, cq
+}
+
+// rxAddr is where rxQP's region sits.
+const rxAddr = 0x10000
+
 // TestReceiveNoAllocs: the receive engine takes RDMA Writes and Sends
 // through its header phases, the opcode table, placement, scatter and the
 // receive's completion without allocating: it runs inside the TCP Read,
@@ -56,27 +85,9 @@ func TestReceiveNoAllocs(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		for _, markers := range []bool{false, true} {
 			t.Run(fmt.Sprintf("crc=%v/markers=%v", crc, markers), func(t *testing.T) {
-				dev, err := NewDevice(nil, DefaultConfig("siwtun0"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer dev.Close()
-				cq := &countCQ{}
-				qp, err := dev.CreateQP(1, cq, cq, QPAttr{MaxSendWR: 4, MaxRecvWR: 4})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := qp.Modify(ibv.QPInit); err != nil {
-					t.Fatal(err)
-				}
-				const addr = 0x10000
-				reg, err := dev.Regions().Register(1, make([]byte, wlen+slen), addr, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
-				recv := []ibv.RecvWR{{ID: 7, SGL: []ibv.SGE{{Addr: addr + wlen, Length: slen, LKey: reg.STag()}}}}
-				qp.rx.init(qp, crc, markers, 0, nil)
-				stream := rxStream(crc, markers, runs+1, reg.STag(), addr, wlen, slen)
+				qp, reg, cq := rxQP(t, crc, markers, wlen+slen)
+				recv := []ibv.RecvWR{{ID: 7, SGL: []ibv.SGE{{Addr: rxAddr + wlen, Length: slen, LKey: reg.STag()}}}}
+				stream := rxStream(crc, markers, runs+1, reg.STag(), rxAddr, wlen, slen)
 				i := 0
 				allocs := testing.AllocsPerRun(runs, func() {
 					if _, err := qp.PostRecv(recv); err != nil {
@@ -105,25 +116,11 @@ func BenchmarkRecvEngine(b *testing.B) {
 	const wlen, fpdus = 1400, 46
 	for _, crc := range []bool{false, true} {
 		b.Run(fmt.Sprintf("crc=%v", crc), func(b *testing.B) {
-			dev, err := NewDevice(nil, DefaultConfig("siwtun0"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dev.Close()
-			cq := &countCQ{}
-			qp, err := dev.CreateQP(1, cq, cq, QPAttr{MaxSendWR: 4, MaxRecvWR: 4})
-			if err != nil {
-				b.Fatal(err)
-			}
-			reg, err := dev.Regions().Register(1, make([]byte, wlen), 0x10000, ibv.AccessLocalWrite|ibv.AccessRemoteWrite)
-			if err != nil {
-				b.Fatal(err)
-			}
-			qp.rx.init(qp, crc, false, 0, nil)
+			qp, reg, _ := rxQP(b, crc, false, wlen)
 			// Without Markers an FPDU does not depend on its stream
 			// position: the same Writes can be received again and again.
 			var chunk []byte
-			for _, c := range rxStream(crc, false, fpdus, reg.STag(), 0x10000, wlen, -1) {
+			for _, c := range rxStream(crc, false, fpdus, reg.STag(), rxAddr, wlen, -1) {
 				chunk = append(chunk, c...)
 			}
 			b.SetBytes(fpdus * wlen)
