@@ -54,8 +54,10 @@ bench: build
 gobench:
 	$(GO) test -run '^$$' -bench . -benchmem ./offload/... ./verbs/... ./netstack/ ./tun/...
 
-# The main job: two in-process RNICs, a Send, an RDMA Write and an RDMA
-# Read, with what crossed the wire.
+# The demo: a Send, an RDMA Write and an RDMA Read between two RNICs. As
+# root, two siwtun up daemons on TUN devices in a private network namespace
+# it creates and removes; otherwise (or siwtun demo --in-process) two
+# in-process RNICs on an in-memory link, with what crossed the wire.
 demo:
 	$(GO) run ./cmd/siwtun demo
 

@@ -36,30 +36,30 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	for {
 		select {
 		case <-l.closed:
-			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, net.ErrClosed)
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), net.ErrClosed)
 		default:
 		}
 		ep, wq, terr := l.ep.Accept(nil)
 		if terr == nil {
 			c, err := newConn(l.s, ep, wq)
 			if err != nil {
-				return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, err)
+				return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), err)
 			}
 			return c, nil
 		}
 		if _, ok := terr.(*tcpip.ErrWouldBlock); !ok {
 			select {
 			case <-l.closed:
-				return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, net.ErrClosed)
+				return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), net.ErrClosed)
 			default:
 			}
-			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, convertError(terr))
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), convertError(terr))
 		}
 		select {
 		case <-notify:
 		case <-l.closed:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("netstack: accept on %v: %w", l.addr, ctx.Err())
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), ctx.Err())
 		}
 	}
 }

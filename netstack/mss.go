@@ -16,6 +16,27 @@ const (
 	ipMaxTotalSize   = 0xffff
 )
 
+// MaxHeaderLen is the most a TCP segment's headers take out of the link
+// MTU: the IP header (20 octets for IPv4, 40 for IPv6), the TCP header (20)
+// and the largest TCP option space gVisor reserves (40: timestamps and
+// SACK blocks), so a link MTU m gives an effective MSS of at least
+// m - MaxHeaderLen(v6) (more when the peer negotiated fewer options).
+func MaxHeaderLen(v6 bool) int {
+	if v6 {
+		return ipv6MinimumSize + tcpMinimumSize + tcpOptionsMax
+	}
+	return ipv4MinimumSize + tcpMinimumSize + tcpOptionsMax
+}
+
+// MinLinkMTU is the smallest link MTU the IP layer takes: 68 for IPv4,
+// 1280 for IPv6.
+func MinLinkMTU(v6 bool) int {
+	if v6 {
+		return ipv6MinimumMTU
+	}
+	return ipv4MinimumMTU
+}
+
 // networkMTU mirrors the network endpoints' MTU(), which is what
 // stack.Route.MTU() returns for a route without its own MTU:
 // ipv4.calculateNetworkMTU (min(linkMTU, 65535) - 20) and

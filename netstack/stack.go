@@ -320,8 +320,9 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // on every address of the stack (the zero Addr and :: are dual-stack when
 // the stack has IPv6 addresses).
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
+	at := AddrPortString(addr)
 	if s.isClosed() {
-		return nil, fmt.Errorf("netstack: listen %v: %w", addr, net.ErrClosed)
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
 	}
 	a := addr.Addr().Unmap()
 	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
@@ -332,29 +333,36 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
 	if terr != nil {
-		return nil, fmt.Errorf("netstack: listen %v: %w", addr, convertError(terr))
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
 	}
 	if v6 && (!a.IsValid() || a.IsUnspecified()) {
 		ep.SocketOptions().SetV6Only(false)
 	}
 	ep.SocketOptions().SetDelayOption(false)
+	// SO_REUSEADDR, as Linux servers set it: the port can be bound again
+	// while connections accepted on it earlier still drain (FIN_WAIT,
+	// TIME_WAIT for a minute). Two listeners on one port are still
+	// refused (the demuxer keeps one listening endpoint per address).
+	// Accepted connections inherit the flag, which is what lets a later
+	// listener share the port with them.
+	ep.SocketOptions().SetReuseAddress(true)
 	full := tcpip.FullAddress{Port: addr.Port()}
 	if a.IsValid() && !a.IsUnspecified() {
 		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
 	}
 	if terr := ep.Bind(full); terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen %v: bind: %w", addr, convertError(terr))
+		return nil, fmt.Errorf("netstack: listen on %s: bind: %w", at, convertError(terr))
 	}
 	if terr := ep.Listen(listenBacklog); terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen %v: %w", addr, convertError(terr))
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
 	}
 	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
 	local, terr := ep.GetLocalAddress()
 	if terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen %v: local address: %w", addr, convertError(terr))
+		return nil, fmt.Errorf("netstack: listen on %s: local address: %w", at, convertError(terr))
 	}
 	l.addr = fullToAddrPort(local)
 	if !a.IsValid() || a.IsUnspecified() {
@@ -364,7 +372,7 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 	if s.closed {
 		s.mu.Unlock()
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen %v: %w", addr, net.ErrClosed)
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
@@ -443,6 +451,17 @@ func (s *Stack) forgetFlow(ep tcpip.Endpoint) {
 }
 
 // fullToAddrPort converts a gVisor address; IPv4 comes out in 4-byte form.
+// AddrPortString formats a listening or connecting address for messages:
+// like netip.AddrPort.String, but a wildcard address with no IP (the zero
+// netip.Addr, which the Listen methods accept for "every address") prints
+// as ":port", as package net does, instead of "invalid AddrPort".
+func AddrPortString(ap netip.AddrPort) string {
+	if !ap.Addr().IsValid() {
+		return fmt.Sprintf(":%d", ap.Port())
+	}
+	return ap.String()
+}
+
 func fullToAddrPort(f tcpip.FullAddress) netip.AddrPort {
 	a, _ := netip.AddrFromSlice(f.Addr.AsSlice())
 	return netip.AddrPortFrom(a.Unmap(), f.Port)

@@ -136,7 +136,11 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 		}
 	}
 	d.logf("QP %d: connected to %v: %+v", qp.num, remote, params)
-	qp.start(conn, params, true)
+	var replyPD []byte
+	if len(rep.PrivateData) > 0 {
+		replyPD = append([]byte(nil), rep.PrivateData...)
+	}
+	qp.start(conn, params, true, replyPD)
 	return nil
 }
 
@@ -203,7 +207,9 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 }
 
 // start puts a negotiated connection under the QP and starts its engine.
-func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
+// replyPD is the MPA Reply's private data (the initiator's), given with
+// EventEstablished.
+func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD []byte) {
 	qp.mu.Lock()
 	qp.conn = conn
 	var pl *oooPlacer
@@ -260,7 +266,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool) {
 	qp.running.Add(2)
 	qp.mu.Unlock()
 	if established {
-		qp.emit(ibv.Event{Type: ibv.EventEstablished})
+		qp.emit(ibv.Event{Type: ibv.EventEstablished, PrivateData: replyPD})
 	}
 	go qp.rxLoop()
 	go qp.txLoop()
@@ -297,7 +303,7 @@ func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
 	}
 	nl, err := d.stack.Listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %v: %w", addr, err)
+		return nil, err // netstack's error names the address
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Listener{dev: d, nl: nl, reqs: make(chan *ConnRequest, backlog), ctx: ctx, stop: stop}
@@ -452,7 +458,7 @@ func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 		return fmt.Errorf("accept %v: send MPA Reply: %w", r.Remote, err)
 	}
 	d.logf("QP %d: accepted %v: %+v", qp.num, r.Remote, params)
-	qp.start(r.conn, params, false)
+	qp.start(r.conn, params, false, nil)
 	return nil
 }
 

@@ -38,11 +38,16 @@ type RNIC struct {
 	Device *verbs.Device
 }
 
-// New builds an RNIC on link. Close releases it.
+// New builds an RNIC on link. Close releases it. It refuses a link MTU
+// below offload.MinMTU.
 func New(link *netstack.Link, cfg Config) (*RNIC, error) {
 	s, err := netstack.New(link, cfg.Stack)
 	if err != nil {
 		return nil, fmt.Errorf("RNIC %s: stack: %w", cfg.Engine.Name, err)
+	}
+	if err := offload.CheckMTU(s.MTU(), s.Addrs()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("RNIC %s: %w", cfg.Engine.Name, err)
 	}
 	eng, err := offload.NewDevice(s, cfg.Engine)
 	if err != nil {

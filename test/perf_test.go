@@ -129,3 +129,18 @@ func maskPerf(s string, timed bool) string {
 	})
 	return maskGID(s)
 }
+
+// TestPerfSamePort: README's sequence, every run on the default port
+// 18515 one right after the other — write, read, write --lat — with the
+// earlier runs' connections still draining (issue 18: the second server
+// failed with "address already in use" for about a minute).
+func TestPerfSamePort(t *testing.T) {
+	r := newTwoRNICs(t, 1500)
+	for _, args := range [][]string{
+		{"write", "-n", "50", "-s", "4096"},
+		{"read", "-n", "50", "-s", "4096"},
+		{"write", "--lat", "-n", "50"},
+	} {
+		runPerf(t, r, "18515", args...)
+	}
+}

@@ -19,7 +19,16 @@ var (
 	ErrBusy = errors.New("verbs: object in use")
 	// ErrDeviceRemoved is returned by every call on a device reached over
 	// the verbs socket once the daemon has gone (it exited, crashed or
-	// removed the device): IBV_EVENT_DEVICE_FATAL.
+	// removed the device): IBV_EVENT_DEVICE_FATAL. That includes calls
+	// waiting in the daemon when it went (Listener.Accept, QP.Connect)
+	// and, once the flushed completions are polled, CQ.Poll and CQ.Wait.
+	// The calls that release (QP.Destroy, CQ.Destroy, MR.Dereg,
+	// PD.Dealloc, Listener.Close, Device.Close) succeed instead: the
+	// daemon has released everything, and they free what the process
+	// holds. Posting and polling work through shared rings, without a
+	// round trip: they fail once the process has seen the removal (the
+	// QP's EventDisconnected carries it); work posted just before that
+	// completes with flush errors.
 	ErrDeviceRemoved = errors.New("verbs: device removed")
 	// ErrNotShared is returned by RegMR over the verbs socket for memory
 	// that did not come from Device.AllocBuffer.
@@ -53,6 +62,21 @@ func (d *Device) Remote() bool { _, ok := d.be.(*remoteDevice); return ok }
 // Provider is the device's backend (the in-process engine's provider gives
 // access to the engine).
 func (d *Device) Provider() Provider { return d.be }
+
+// Removed returns nil while the device is there. Once the daemon behind a
+// device reached over the verbs socket has announced its removal (it is
+// stopping) or its socket has ended, it returns the removal, a
+// *RemovedError matching ErrDeviceRemoved ("device siwtun1 removed
+// (daemon stopped)"). It never blocks. Tools use it to tell a run ended
+// by the device's removal from one ended by the peer: a QP's
+// EventDisconnected may come from the daemon destroying the QP before the
+// socket closes. An in-process device is never removed.
+func (d *Device) Removed() error {
+	if r, ok := d.be.(interface{ removedNow() error }); ok {
+		return r.removedNow()
+	}
+	return nil
+}
 
 func (d *Device) check() error {
 	d.mu.Lock()

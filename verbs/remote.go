@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/siwtun/siwtun/verbs/ibv"
@@ -35,7 +36,8 @@ func Dial(dev string) (*Device, error) {
 // has the API of an in-process one, with these differences: RegMR accepts
 // only memory from AllocBuffer; work requests and completions move through
 // rings shared with the daemon; once the daemon goes, every call fails with
-// ErrDeviceRemoved and outstanding work completes with flush errors.
+// ErrDeviceRemoved (except those that release, see ErrDeviceRemoved) and
+// outstanding work completes with flush errors.
 func DialPath(path string) (*Device, error) {
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
@@ -82,7 +84,8 @@ type remoteDevice struct {
 	cqs        map[*remoteCQ]struct{}
 	bufs       []sharedBuf
 	closing    bool
-	gone       error // why the device is removed
+	removing   string // the daemon's reason, once it said the device is removed
+	gone       error  // why the device is removed
 	removed    chan struct{}
 	readerDone chan struct{}
 }
@@ -98,12 +101,15 @@ func (d *remoteDevice) Query() DeviceAttr { return d.attr }
 // reader dispatches replies and events until the socket ends.
 func (d *remoteDevice) reader() {
 	defer close(d.readerDone)
-	reason := "verbs socket closed by the daemon"
+	reason := "daemon gone: verbs socket closed"
 	for {
 		h, body, fds, err := d.conn.Recv()
 		if err != nil && !errors.Is(err, uabi.ErrBadMessage) {
-			if !uabi.IsEOF(err) {
-				reason = err.Error()
+			d.mu.Lock()
+			announced := d.removing != ""
+			d.mu.Unlock()
+			if !uabi.IsEOF(err) && !announced {
+				reason = "verbs socket: " + err.Error()
 			}
 			break
 		}
@@ -121,6 +127,9 @@ func (d *remoteDevice) reader() {
 				d.mu.Unlock()
 				if qp != nil {
 					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
+					if len(ev.PrivateData) > 0 {
+						e.PrivateData = ev.PrivateData
+					}
 					if ev.Err != "" {
 						e.Err = errors.New(ev.Err)
 					}
@@ -130,6 +139,11 @@ func (d *remoteDevice) reader() {
 				if ev.Reason != "" {
 					reason = ev.Reason
 				}
+				// The daemon now ends the session: its answers to calls
+				// in flight (canceled, removed) mean the removal.
+				d.mu.Lock()
+				d.removing = reason
+				d.mu.Unlock()
 			}
 			continue
 		}
@@ -159,7 +173,7 @@ func (d *remoteDevice) remove(reason string) {
 		if d.closing {
 			d.gone = fmt.Errorf("device %s: %w", d.devName, ErrDestroyed)
 		} else {
-			d.gone = fmt.Errorf("device %s: %w: %s", d.devName, ErrDeviceRemoved, reason)
+			d.gone = &RemovedError{Device: d.devName, Reason: reason}
 		}
 		close(d.removed)
 	}
@@ -195,6 +209,68 @@ func (d *remoteDevice) goneErr() error {
 	return d.gone
 }
 
+// removalWait bounds how long a call that met the daemon's end waits for
+// the socket to close (the daemon first destroys the session's objects).
+const removalWait = 5 * time.Second
+
+// removedErr waits for the removal the daemon announced or the socket's
+// end revealed (a reply saying so, a write to a closed socket) and returns
+// the device's removal error; it returns nil if the socket stays up.
+func (d *remoteDevice) removedErr() error {
+	t := time.NewTimer(removalWait)
+	defer t.Stop()
+	select {
+	case <-d.removed:
+		return d.goneErr()
+	case <-t.C:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gone != nil {
+		return d.gone
+	}
+	if d.removing != "" {
+		return &RemovedError{Device: d.devName, Reason: d.removing}
+	}
+	return nil
+}
+
+// removedNow is the removal error once the daemon has announced the
+// removal or the socket has ended, without waiting; nil before.
+func (d *remoteDevice) removedNow() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gone != nil && errors.Is(d.gone, ErrDeviceRemoved) {
+		return d.gone
+	}
+	if d.removing != "" {
+		return &RemovedError{Device: d.devName, Reason: d.removing}
+	}
+	return nil
+}
+
+// RemovedError is a device's removal: its daemon stopped, crashed or
+// removed the device. It matches ErrDeviceRemoved with errors.Is and reads
+// "device siwtun1 removed (daemon stopped)".
+type RemovedError struct {
+	Device string // the device name
+	Reason string // the daemon's reason, or how the socket ended
+}
+
+func (e *RemovedError) Error() string {
+	return fmt.Sprintf("device %s removed (%s)", e.Device, e.Reason)
+}
+
+// Unwrap returns ErrDeviceRemoved.
+func (e *RemovedError) Unwrap() error { return ErrDeviceRemoved }
+
+// removalAnnounced reports whether the daemon said the device is removed.
+func (d *remoteDevice) removalAnnounced() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.removing != "" || d.gone != nil
+}
+
 // call sends request req of op and waits for its reply, which it decodes
 // into rep (nil: an empty reply) and whose descriptors it checks against
 // uabi.Ops; when ctx ends first, it asks the daemon to cancel and still
@@ -217,9 +293,14 @@ func (d *remoteDevice) call(ctx context.Context, op uint16, req, rep uabi.Msg, f
 	if err != nil {
 		d.mu.Lock()
 		delete(d.calls, seq)
-		gone := d.gone
 		d.mu.Unlock()
-		if gone != nil {
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ENOTCONN) {
+			// The daemon closed the socket; the reader is about to
+			// see it.
+			if gone := d.removedErr(); gone != nil {
+				return rreply{}, gone
+			}
+		} else if gone := d.goneErr(); gone != nil {
 			return rreply{}, gone
 		}
 		return rreply{}, fmt.Errorf("verbs socket: %w", err)
@@ -235,6 +316,14 @@ func (d *remoteDevice) call(ctx context.Context, op uint16, req, rep uabi.Msg, f
 	}
 	if r.st != uabi.StOK {
 		uabi.CloseFDs(r.fds)
+		if (r.st == uabi.StCanceled && ctx.Err() == nil) || r.st == uabi.StRemoved {
+			// Canceled by the daemon, not by ctx: its session is ending.
+			if d.removalAnnounced() || r.st == uabi.StRemoved {
+				if gone := d.removedErr(); gone != nil {
+					return r, gone
+				}
+			}
+		}
 		return r, d.statusErr(ctx, r)
 	}
 	if err := decodeReply(op, r, rep); err != nil {
@@ -265,7 +354,7 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 		if g := d.goneErr(); g != nil {
 			return g
 		}
-		return fmt.Errorf("%w: %s", ErrDeviceRemoved, r.msg)
+		return &RemovedError{Device: d.devName, Reason: r.msg}
 	case uabi.StBusy:
 		return fmt.Errorf("%w: %s", ErrBusy, r.msg)
 	case uabi.StQPState:
@@ -314,6 +403,9 @@ func (e *RemoteError) Unwrap() error {
 }
 
 func (d *remoteDevice) AllocBuffer(n int) ([]byte, error) {
+	if gone := d.goneErr(); gone != nil {
+		return nil, fmt.Errorf("alloc buffer: %w", gone)
+	}
 	fd, mem, err := uabi.NewShared("siwtun-mr", n, false)
 	if err != nil {
 		return nil, fmt.Errorf("alloc buffer: %w", err)
@@ -349,7 +441,7 @@ func (d *remoteDevice) AllocPD() (ProviderPD, uint32, error) {
 func (d *remoteDevice) Listen(addr netip.AddrPort, backlog int) (ProviderListener, error) {
 	var rep uabi.ListenReply
 	if _, err := d.call(context.Background(), uabi.OpListen, &uabi.Listen{Addr: addr, Backlog: uint32(max(backlog, 0))}, &rep); err != nil {
-		return nil, fmt.Errorf("listen on %v: %w", addr, err)
+		return nil, err // the daemon's error names the address
 	}
 	return &remoteListener{dev: d, h: rep.Handle, a: rep.Addr}, nil
 }
@@ -392,6 +484,16 @@ type remotePD struct {
 
 func (pd *remotePD) Dealloc() error {
 	_, err := pd.dev.call(context.Background(), uabi.OpDeallocPD, &uabi.Ref{Handle: pd.h}, nil)
+	return releaseErr(err)
+}
+
+// releaseErr is the error of a call that releases an object (destroy,
+// dereg, dealloc, close): on a removed device the daemon has already
+// released it, so the call succeeds and frees what the process holds.
+func releaseErr(err error) error {
+	if errors.Is(err, ErrDeviceRemoved) {
+		return nil
+	}
 	return err
 }
 
@@ -415,7 +517,7 @@ type remoteMR struct {
 
 func (mr *remoteMR) Dereg() error {
 	_, err := mr.dev.call(context.Background(), uabi.OpDeregMR, &uabi.Ref{Handle: mr.h}, nil)
-	return err
+	return releaseErr(err)
 }
 
 type remoteListener struct {
@@ -428,7 +530,7 @@ func (l *remoteListener) Addr() netip.AddrPort { return l.a }
 
 func (l *remoteListener) Close() error {
 	_, err := l.dev.call(context.Background(), uabi.OpCloseListener, &uabi.Ref{Handle: l.h}, nil)
-	return err
+	return releaseErr(err)
 }
 
 func (l *remoteListener) Accept(ctx context.Context) (ProviderConnReq, error) {

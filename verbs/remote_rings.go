@@ -129,12 +129,13 @@ func (cq *remoteCQ) ReqNotify(solicitedOnly bool) error {
 	if solicitedOnly {
 		v = uabi.NotifySolicited
 	}
-	cq.ring.Notify().Store(v)
 	select {
 	case <-cq.dev.removed:
 		cq.wake()
+		return fmt.Errorf("req notify: %w", cq.dev.goneErr())
 	default:
 	}
+	cq.ring.Notify().Store(v)
 	return nil
 }
 

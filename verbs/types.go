@@ -98,22 +98,67 @@ const (
 	QPErr   = ibv.QPErr
 )
 
-// SGE is a scatter/gather element (ibv_sge).
+// The types below are defined in package verbs/ibv, which the engine
+// shares; their fields are listed here so that go doc shows them
+// (TestAliasDocsListFields keeps the lists complete).
+
+// SGE is a scatter/gather element (ibv_sge): Length bytes at Addr of the
+// region with LKey. MR.SGE(off, n) makes one.
+//
+//	Addr   uint64 // the address in the region (MR.Addr() + offset)
+//	Length uint32
+//	LKey   uint32 // MR.LKey()
 type SGE = ibv.SGE
 
-// SendWR is a send work request (ibv_send_wr).
+// SendWR is a send work request (ibv_send_wr):
+//
+//	ID             uint64    // returned in the work completion
+//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead
+//	Flags          SendFlags // FlagSignaled (a completion), FlagInline, FlagSolicited, FlagFence
+//	SGL            []SGE     // the local data: source of a Send or Write, sink of a Read (one element)
+//	Inline         []byte    // the payload of a Send or Write posted with FlagInline (copied at post)
+//	RemoteAddr     uint64    // the peer's memory for Write and Read: its address ...
+//	RKey           uint32    // ... and its region's rkey (the peer's MR.RKey())
+//	InvalidateRKey uint32    // the peer's STag a WRSendWithInv invalidates
 type SendWR = ibv.SendWR
 
-// RecvWR is a receive work request (ibv_recv_wr).
+// RecvWR is a receive work request (ibv_recv_wr), posted before the peer's
+// Send arrives (after QP.Modify(QPInit)):
+//
+//	ID  uint64 // returned in the work completion
+//	SGL []SGE  // where an incoming Send is placed, in order
 type RecvWR = ibv.RecvWR
 
-// WorkCompletion is one completion (ibv_wc).
+// WorkCompletion is one completion (ibv_wc):
+//
+//	ID              uint64   // the work request's ID
+//	Status          WCStatus // WCSuccess, or why it failed (WCFlushErr, WCRemAccessErr, ...)
+//	Opcode          WCOpcode // WCSend, WCWrite, WCRead, WCRecv
+//	VendorErr       uint32
+//	ByteLen         uint32   // bytes received (WCRecv) or moved
+//	QPNum           uint32   // the queue pair
+//	Flags           WCFlags  // WCWithInv
+//	InvalidatedRKey uint32   // with WCWithInv
 type WorkCompletion = ibv.WorkCompletion
 
-// ConnParam are connection parameters (rdma_conn_param).
+// ConnParam are connection parameters (rdma_conn_param) of QP.Connect and
+// ConnRequest.Accept:
+//
+//	PrivateData        []byte // in the MPA Request (Connect) or Reply (Accept); at most 252 bytes
+//	ResponderResources uint16 // IRD: inbound RDMA Reads served at once; 0: the device default
+//	InitiatorDepth     uint16 // ORD: outbound RDMA Reads outstanding at once; 0: the device default
+//
+// The listener sees the Request's private data in ConnRequest.PrivateData;
+// the connecting side sees the Reply's in its EventEstablished.
 type ConnParam = ibv.ConnParam
 
-// Event is a connection event of a queue pair (rdma_cm_event).
+// Event is a connection event of a queue pair (rdma_cm_event), read from
+// QP.Events():
+//
+//	Type        EventType  // EventEstablished, EventDisconnected, EventTerminateSent/Received
+//	Code        rdmap.Code // the Terminate's error
+//	Err         error      // the event in words (TerminateSent, Disconnected)
+//	PrivateData []byte     // EventEstablished on the connecting side: the listener's accept private data
 type Event = ibv.Event
 
 // EventType says what happened.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -55,6 +56,7 @@ type session struct {
 	buffSize int
 	my, rem  []Dest
 	qpErr    error // a test connection ended (checkQPs)
+	qpEvent  verbs.Event
 }
 
 func run(ctx context.Context, dev *verbs.Device, addr netip.AddrPort, client bool, cfg Config, out io.Writer) (*Report, error) {
@@ -87,6 +89,9 @@ func run(ctx context.Context, dev *verbs.Device, addr netip.AddrPort, client boo
 	}
 	defer s.close()
 	if err := s.run(addr); err != nil {
+		if hint := s.sizeHint(); hint != "" {
+			err = fmt.Errorf("%s: %w", hint, err)
+		}
 		return s.report, err
 	}
 	return s.report, nil
@@ -568,6 +573,7 @@ func (s *session) checkQPs() error {
 				switch e.Type {
 				case verbs.EventTerminateReceived, verbs.EventTerminateSent, verbs.EventDisconnected:
 					s.qpErr = fmt.Errorf("test QP %d: %v: %w", i, e, errIncomplete)
+					s.qpEvent = e
 					return s.qpErr
 				}
 				continue
@@ -577,4 +583,66 @@ func (s *session) checkQPs() error {
 		}
 	}
 	return nil
+}
+
+// The Terminates a message larger than the peer's buffer brings (RFC 5040
+// §7, layer, error type and code): an RDMA Write beyond the region (DDP
+// tagged base or bounds), an RDMA Read beyond it (RDMAP base or bounds), a
+// Send longer than the receive (DDP message too long).
+const (
+	termDDPTaggedBaseBounds = 0x1101
+	termRDMAPBaseBounds     = 0x0101
+	termDDPTooLong          = 0x1205
+)
+
+// sizeHintWait bounds how long sizeHint waits for the Terminate behind a
+// failed run: the control connection may report the failure first.
+const sizeHintWait = 200 * time.Millisecond
+
+// sizeHint explains a run that failed because the two sides run with
+// different -s (perftest does not exchange the size: each side registers
+// its own buffer of its own -s): a test queue pair that sent or received a
+// Terminate for an access beyond a buffer. It returns "" otherwise.
+func (s *session) sizeHint() string {
+	ev, ok := s.qpEvent, isSizeTerminate(s.qpEvent)
+	deadline := time.NewTimer(sizeHintWait)
+	defer deadline.Stop()
+	for !ok && len(s.qps) > 0 {
+		cases := make([]reflect.SelectCase, 0, len(s.qps)+1)
+		for _, qp := range s.qps {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(qp.Events())})
+		}
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(deadline.C)})
+		i, v, recvOK := reflect.Select(cases)
+		if i == len(s.qps) || !recvOK {
+			break
+		}
+		if e := v.Interface().(verbs.Event); isSizeTerminate(e) {
+			ev, ok = e, true
+		}
+	}
+	if !ok {
+		return ""
+	}
+	me, peer := "client", "server"
+	if !s.client {
+		me, peer = peer, me
+	}
+	if ev.Type == verbs.EventTerminateReceived {
+		return fmt.Sprintf("the %s's buffer is smaller than this %s's messages (-s %d; the %s sent Terminate %v): run %s and %s with the same -s",
+			peer, me, s.cfg.Size, peer, ev.Code, peer, me)
+	}
+	return fmt.Sprintf("the %s's messages are larger than this %s's buffer (-s %d; Terminate %v sent): run %s and %s with the same -s",
+		peer, me, s.cfg.Size, ev.Code, peer, me)
+}
+
+func isSizeTerminate(e verbs.Event) bool {
+	if e.Type != verbs.EventTerminateReceived && e.Type != verbs.EventTerminateSent {
+		return false
+	}
+	switch uint16(e.Code) {
+	case termDDPTaggedBaseBounds, termRDMAPBaseBounds, termDDPTooLong:
+		return true
+	}
+	return false
 }

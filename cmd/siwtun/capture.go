@@ -31,25 +31,36 @@ connection. Stop it with Ctrl-C, -c or --duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.what, o.log = "capture", cmd.ErrOrStderr()
-			var out io.Writer = cmd.OutOrStdout()
-			if file != "-" {
-				f, err := os.Create(file)
-				if err != nil {
-					return err
+			var f *os.File
+			defer func() {
+				if f != nil {
+					f.Close()
 				}
-				defer f.Close()
-				out = f
+			}()
+			// The file is created once the device's stream is up: a
+			// device that is not there leaves no empty file behind.
+			open := func() (watchSink, error) {
+				var out io.Writer = cmd.OutOrStdout()
+				if file != "-" {
+					var err error
+					if f, err = os.Create(file); err != nil {
+						return nil, err
+					}
+					out = f
+				}
+				w, err := capture.NewWriter(out, o.ctl.dev)
+				if err != nil {
+					return nil, err
+				}
+				return &captureSink{w: w, file: file, log: cmd.ErrOrStderr()}, nil
 			}
-			w, err := capture.NewWriter(out, o.ctl.dev)
-			if err != nil {
+			if err := runWatch(o, open); err != nil {
 				return err
 			}
-			sink := &captureSink{w: w, file: file, log: cmd.ErrOrStderr()}
-			if err := runWatch(o, sink); err != nil {
+			if f != nil {
+				err := f.Close()
+				f = nil
 				return err
-			}
-			if f, ok := out.(*os.File); ok && file != "-" {
-				return f.Close()
 			}
 			return nil
 		},

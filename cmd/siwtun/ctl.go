@@ -58,7 +58,7 @@ whose field names are the text keys; -p prints it indented.`,
 	}
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.dev, "dev", defaultDev, "device to query")
-	f.StringVar(&o.dir, "socket-dir", ctl.DefaultSocketDir, "directory of the daemons' control sockets")
+	f.StringVar(&o.dir, "socket-dir", defaultSocketDir(), "directory of the daemons' control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun)")
 	f.BoolVarP(&o.json, "json", "j", false, "print JSON")
 	f.BoolVarP(&o.pretty, "pretty", "p", false, "print indented JSON (implies --json)")
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -207,6 +207,14 @@ rdma statistic qp show.`,
 			qps, err := c.QPs(int(qpn))
 			if err != nil {
 				return err
+			}
+			if len(qps) == 0 && !o.wantJSON() {
+				if qpn != 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s has no queue pair %d\n", o.dev, qpn)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s has no queue pairs\n", o.dev)
+				}
+				return nil
 			}
 			return writeQPs(cmd.OutOrStdout(), o, qps, qpn != 0)
 		},

@@ -56,6 +56,9 @@ and demo prints what crossed the wire, segment by segment.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			if err := offload.CheckMTU(o.mtu, nil); err != nil {
+				return fmt.Errorf("--mtu: %w", err)
+			}
 			if !o.inProc && o.pcap == "" {
 				err := netns.CanRun()
 				if err == nil {
@@ -70,8 +73,8 @@ and demo prints what crossed the wire, segment by segment.`,
 	f.IntVar(&o.mtu, "mtu", 1500, "link MTU")
 	f.IntVar(&o.size, "size", 4096, "bytes per RDMA Write and Read")
 	f.Uint8Var(&o.rev, "mpa-rev", 2, "MPA revision (1 or 2)")
-	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
-	f.BoolVar(&o.markers, "markers", false, "ask for MPA markers in both directions")
+	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
+	switchVar(f, &o.markers, "markers", false, "ask for MPA markers in both directions: on or off (--markers alone is on)")
 	f.BoolVar(&o.wire, "wire", true, "print every TCP segment that carries iWARP data")
 	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7 (in-process)")
 	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")

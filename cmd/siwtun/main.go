@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
+	"github.com/siwtun/siwtun/verbs"
 	"github.com/spf13/cobra"
 )
 
@@ -32,11 +34,43 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
+	// A mistyped flag says where the usage is (SilenceUsage keeps the
+	// whole usage off every other error).
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageHint(c, err)
+	})
 	return root
 }
 
+// usageHint adds "run 'siwtun up --help' for usage" to err.
+func usageHint(c *cobra.Command, err error) error {
+	return fmt.Errorf("%w (run '%s --help' for usage)", err, c.CommandPath())
+}
+
+// defaultSocketDir is the --socket-dir default of every command: the
+// SIWTUN_SOCKET_DIR environment variable, which verbs.Dial also reads,
+// else /run/siwtun.
+func defaultSocketDir() string {
+	if d := os.Getenv("SIWTUN_SOCKET_DIR"); d != "" {
+		return d
+	}
+	return verbs.SocketDir
+}
+
+// execute runs the command line args (without the program name) on root.
+func execute(root *cobra.Command, args []string) error {
+	root.SetArgs(joinWordValues(root, args))
+	c, err := root.ExecuteC()
+	if err != nil && strings.HasPrefix(err.Error(), "unknown command ") {
+		// An argument a command does not take (cobra.NoArgs says
+		// "unknown command"), or a mistyped subcommand.
+		return usageHint(c, err)
+	}
+	return err
+}
+
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	if err := execute(newRootCmd(), os.Args[1:]); err != nil {
 		var st interface{ ExitStatus() int }
 		if errors.As(err, &st) {
 			os.Exit(st.ExitStatus()) // the command has said why

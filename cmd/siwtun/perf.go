@@ -164,6 +164,13 @@ func (o *perfOptions) config(verb perftest.Verb) (perftest.Config, error) {
 }
 
 func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []string) error {
+	// 0 stands for "the default" in these options: refuse it when given,
+	// rather than run the default silently.
+	for _, name := range []string{"size", "iters", "tx-depth", "rx-depth", "duration", "outs"} {
+		if f := cmd.Flags().Lookup(name); f.Changed && f.Value.String() == "0" {
+			return fmt.Errorf("--%s (-%s) 0: must be at least 1 (leave it out for the default)", name, f.Shorthand)
+		}
+	}
 	cfg, err := o.config(verb)
 	if err != nil {
 		return err
@@ -199,12 +206,31 @@ func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []stri
 		rep, err = perftest.RunServer(ctx, dev, uint16(o.port), cfg, out)
 	}
 	if err != nil {
+		if rerr := removal(dev); rerr != nil {
+			return rerr // the cause, not what it broke
+		}
 		return err
 	}
 	if o.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
+	}
+	return nil
+}
+
+// removal returns dev's removal ("device siwtun1 removed (daemon
+// stopped)") if the daemon has stopped: a run that failed because of it
+// says so instead of blaming the peer. The daemon announces its removal
+// on the verbs socket before it destroys the session's queue pairs, so a
+// failure it caused is followed by the announcement at once; removal waits
+// briefly for it.
+func removal(dev *verbs.Device) error {
+	for range 10 {
+		if err := dev.Removed(); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
 }

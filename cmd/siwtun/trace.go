@@ -30,7 +30,9 @@ saw: start it before connecting. --qp keeps one queue pair's connection.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.what, o.log = "trace", cmd.ErrOrStderr()
-			return runWatch(o, &traceSink{w: cmd.OutOrStdout(), json: jsonOut, enc: json.NewEncoder(cmd.OutOrStdout())})
+			return runWatch(o, func() (watchSink, error) {
+				return &traceSink{w: cmd.OutOrStdout(), json: jsonOut, enc: json.NewEncoder(cmd.OutOrStdout())}, nil
+			})
 		},
 	}
 	addWatchFlags(cmd, o)

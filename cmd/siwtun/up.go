@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -74,16 +75,16 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringSliceVar(&o.hostAddrs, "host-addr", nil, "the host side's address(es) on the TUN device, CIDR")
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
-	f.BoolVar(&o.crc, "crc", true, "request MPA CRC32c")
-	f.StringVar(&o.markers, "markers", "off", "ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
-	f.Lookup("markers").NoOptDefVal = "on"
+	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
+	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
+		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
 	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR (Linux siw leaves one that arrives right after its Reply unread); 0 sends at once")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
-	f.StringVar(&o.socketDir, "socket-dir", "/run/siwtun", "directory of the verbs and control sockets")
+	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the verbs and control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun; one per network namespace)")
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -168,13 +169,36 @@ func lockDevice(dir, dev string) (*os.File, error) {
 		pid, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, strings.TrimSpace(string(pid)))
+			p := strings.TrimSpace(string(pid))
+			if otherNetns(p) {
+				return nil, fmt.Errorf("device %s is already up in another network namespace (siwtun up pid %s): %s is shared by every namespace; give each namespace's daemons and clients their own --socket-dir (or SIWTUN_SOCKET_DIR)", dev, p, dir)
+			}
+			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, p)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	f.Truncate(0)
 	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 	return f, nil
+}
+
+// otherNetns reports whether process pid runs in another network namespace
+// than this one.
+func otherNetns(pid string) bool {
+	theirs, err := os.Readlink("/proc/" + pid + "/ns/net")
+	if err != nil {
+		return false
+	}
+	ours, err := os.Readlink("/proc/self/ns/net")
+	return err == nil && ours != theirs
+}
+
+// needsRoot adds what siwtun up needs to a permission error.
+func needsRoot(err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w (siwtun up needs root, or CAP_NET_ADMIN and write access to --socket-dir)", err)
+	}
+	return err
 }
 
 // socketOwnership applies --socket-group and mode 0660 to a socket file.
@@ -234,11 +258,14 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		return fmt.Errorf("--impair: %w", err)
 	}
 	if imp.Corrupt > 0 && !o.crc {
-		log.Warn("--impair corrupt with --crc=false: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
+		log.Warn("--impair corrupt with --crc off: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
 	}
 	markers, markersPrefer, err := parseMarkers(o.markers)
 	if err != nil {
 		return err
+	}
+	if err := offload.CheckMTU(o.mtu, addrs); err != nil {
+		return fmt.Errorf("--mtu: %w", err)
 	}
 	cfg := offload.DefaultConfig(o.dev)
 	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
@@ -250,11 +277,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.FPDUsPerWrite = o.perWrite
 	cfg.Logger = log
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
+		return needsRoot(fmt.Errorf("socket directory: %w", err))
 	}
 	lock, err := lockDevice(o.socketDir, o.dev)
 	if err != nil {
-		return err
+		return needsRoot(err)
 	}
 	defer func() {
 		os.Remove(lock.Name())
@@ -263,7 +290,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 
 	dev, err := tun.Create(o.dev, o.mtu)
 	if err != nil {
-		return err
+		return err // it says that it needs CAP_NET_ADMIN
 	}
 	defer func() {
 		dev.Close()

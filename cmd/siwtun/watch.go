@@ -33,8 +33,8 @@ type watchOptions struct {
 func addWatchFlags(cmd *cobra.Command, o *watchOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.ctl.dev, "dev", defaultDev, "device to watch")
-	f.StringVar(&o.ctl.dir, "socket-dir", ctl.DefaultSocketDir, "directory of the daemons' control sockets")
-	f.IntVar(&o.qp, "qp", -1, "only the connection of this queue pair (and its placements and completions)")
+	f.StringVar(&o.ctl.dir, "socket-dir", defaultSocketDir(), "directory of the daemons' control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun)")
+	f.IntVar(&o.qp, "qp", 0, "only the connection of this queue pair (and its placements and completions); 0: all, as in ctl qp --qp")
 	f.IntVarP(&o.count, "count", "c", 0, "stop after this many segments (0: until interrupted)")
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until interrupted)")
 }
@@ -270,9 +270,11 @@ type watchSink interface {
 	finish(dropped uint64) error
 }
 
-// runWatch streams the device's events into sink until the count or the
-// duration is reached, the daemon ends the stream, or SIGINT/SIGTERM.
-func runWatch(o *watchOptions, sink watchSink) error {
+// runWatch streams the device's events into the sink open returns until
+// the count or the duration is reached, the daemon ends the stream, or
+// SIGINT/SIGTERM. open runs once the stream is up, so nothing is created
+// (a capture file) for a device that is not there.
+func runWatch(o *watchOptions, open func() (watchSink, error)) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.duration > 0 {
@@ -280,8 +282,11 @@ func runWatch(o *watchOptions, sink watchSink) error {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
+	if o.qp < 0 {
+		return fmt.Errorf("--qp %d: queue pair numbers start at 1; 0, the default, is every queue pair", o.qp)
+	}
 	var filter *qpFilter
-	if o.qp >= 0 {
+	if o.qp > 0 {
 		var err error
 		if filter, err = newQPFilter(&o.ctl, o.qp); err != nil {
 			return err
@@ -296,12 +301,25 @@ func runWatch(o *watchOptions, sink watchSink) error {
 	if err != nil {
 		return err
 	}
+	sink, err := open()
+	if err != nil {
+		return err
+	}
 	if o.log != nil {
 		filter := ""
-		if o.qp >= 0 {
+		if o.qp > 0 {
 			filter = fmt.Sprintf(", queue pair %d", o.qp)
 		}
-		fmt.Fprintf(o.log, "siwtun %s: watching %s%s (Ctrl-C to stop)\n", o.what, o.ctl.dev, filter)
+		until := "Ctrl-C to stop"
+		switch {
+		case o.duration > 0 && o.count > 0:
+			until = fmt.Sprintf("for %v or %d segments; Ctrl-C to stop earlier", o.duration, o.count)
+		case o.duration > 0:
+			until = fmt.Sprintf("for %v; Ctrl-C to stop earlier", o.duration)
+		case o.count > 0:
+			until = fmt.Sprintf("for %d segments; Ctrl-C to stop earlier", o.count)
+		}
+		fmt.Fprintf(o.log, "siwtun %s: watching %s%s (%s)\n", o.what, o.ctl.dev, filter, until)
 	}
 	type item struct {
 		e   ctl.WatchEvent

@@ -119,6 +119,7 @@ func (c *conn) advertise(mr *verbs.MR) {
 // ahead", then compare (-V) and print (-v).
 func (c *conn) testClient() error {
 	var err error
+	done := 0 // pings completed
 	for ping := 0; c.o.Count == 0 || ping < c.o.Count; ping++ {
 		c.state = stateReadAdv
 		Fill(c.startBuf, ping)
@@ -155,8 +156,16 @@ func (c *conn) testClient() error {
 		if c.o.Verbose {
 			c.out.outf("ping data: %s\n", cString(c.rdmaBuf))
 		}
+		done++
 	}
 	switch {
+	case c.state == stateDisconnected && done == 0:
+		// Not rping (which exits 0): a server that hangs up before the
+		// first ping is done refused this client, most often because
+		// its buffer (-S) is smaller than the one advertised. Say so.
+		err = fmt.Errorf("the server disconnected before the first ping completed: is its -S smaller than this client's -S %d? (it reads the whole buffer the client advertises)", c.o.Size)
+		c.out.cause(err)
+		return failed(err)
 	case c.state == stateDisconnected:
 		return nil
 	case c.run.Err() != nil:

@@ -205,10 +205,17 @@ func (c *conn) watch() {
 				c.estOnce.Do(func() { close(c.established) })
 			case verbs.EventDisconnected:
 				c.out.debugf("cma_event type RDMA_CM_EVENT_DISCONNECTED qp %d (%s)\n", c.qp.Num(), c.idName())
-				if errors.Is(ev.Err, verbs.ErrDeviceRemoved) {
+				// The daemon destroys its QPs as it stops, so the engine's
+				// own Disconnected may come before the device's: the
+				// device says whether it was removed.
+				removed := ev.Err
+				if !errors.Is(removed, verbs.ErrDeviceRemoved) {
+					removed = c.dev.Removed()
+				}
+				if removed != nil {
 					c.removed.Store(true)
 					c.out.errf("cma detected device removal!!!!\n")
-					c.out.cause(ev.Err)
+					c.out.cause(removed)
 				} else {
 					c.out.errf("%s DISCONNECT EVENT...\n", c.role())
 				}

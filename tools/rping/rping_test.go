@@ -284,7 +284,8 @@ func TestRejected(t *testing.T) {
 
 // TestServerBufferTooSmall: a client pinging with more bytes than the
 // server's -S: the server fails and says why; the client sees the
-// disconnect and, like rping's, exits 0 with no ping done.
+// disconnect before its first ping is done and, unlike rping's (which
+// exits 0), says what probably happened and exits 255 (issue 18).
 func TestServerBufferTooSmall(t *testing.T) {
 	p := newPair(t, 1500)
 	ctx := testCtx(t)
@@ -296,9 +297,10 @@ func TestServerBufferTooSmall(t *testing.T) {
 		!strings.HasSuffix(s.stderr.String(), "rping server failed: -1\n") {
 		t.Fatalf("server stderr %q", s.stderr)
 	}
-	wantExit(t, "client", c.err, 0)
+	wantExit(t, "client", c.err, rping.StatusFailed)
 	wantOutput(t, "client stdout", c.stdout.String(), "")
-	wantOutput(t, "client stderr", c.stderr.String(), "client DISCONNECT EVENT...\nwait for RDMA_WRITE_ADV state 10\n")
+	wantOutput(t, "client stderr", c.stderr.String(), "client DISCONNECT EVENT...\nwait for RDMA_WRITE_ADV state 10\n"+
+		"siwtun ping: the server disconnected before the first ping completed: is its -S smaller than this client's -S 4096? (it reads the whole buffer the client advertises)\nrping client failed: -1\n")
 }
 
 // TestBadOptions: rping's checks, lines and exit status 22.

@@ -84,6 +84,11 @@ type Event struct {
 	Code rdmap.Code
 	// Err explains the event in words (for TerminateSent and Disconnected).
 	Err error
+	// PrivateData is, in EventEstablished on the side that connected, the
+	// private data the listener gave its accept (ConnParam.PrivateData of
+	// ConnRequest.Accept, carried by the MPA Reply), as librdmacm's
+	// RDMA_CM_EVENT_ESTABLISHED carries it; nil otherwise.
+	PrivateData []byte
 }
 
 // String formats the event for logs.

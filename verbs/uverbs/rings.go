@@ -364,7 +364,7 @@ func (q *sQP) events() {
 		case <-q.stop:
 			return
 		case e := <-q.qp.Events():
-			ev := &uabi.QPEvent{QP: q.h, Type: uint32(e.Type), Code: uint16(e.Code)}
+			ev := &uabi.QPEvent{QP: q.h, Type: uint32(e.Type), Code: uint16(e.Code), PrivateData: e.PrivateData}
 			if e.Err != nil {
 				ev.Err = e.Err.Error()
 			}

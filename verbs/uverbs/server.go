@@ -180,7 +180,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, ss := range sessions {
-		ss.removed("daemon shutting down")
+		ss.removed("daemon stopped")
 	}
 	s.wg.Wait()
 	return nil

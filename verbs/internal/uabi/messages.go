@@ -256,6 +256,9 @@ type QPEvent struct {
 	Type uint32 // ibv.EventType
 	Code uint16 // rdmap.Code of a Terminate
 	Err  string // the event's error, "" for none
+	// PrivateData is the listener's accept private data, in the
+	// connecting side's EventEstablished (from Version 2 on).
+	PrivateData []byte
 }
 
 // DeviceRemoved (EvDeviceRemoved) says the device is going away, and why;

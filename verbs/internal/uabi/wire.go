@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 
@@ -27,8 +28,9 @@ const (
 	MaxMsg = 4096
 	// MaxFDs bounds the descriptors of one message.
 	MaxFDs = 2
-	// Version is the protocol version of Hello.
-	Version = 1
+	// Version is the protocol version of Hello. 2: QPEvent carries
+	// PrivateData.
+	Version = 2
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -62,7 +64,7 @@ const (
 
 // Event kinds (first u32 of an OpEvent body).
 const (
-	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error
+	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished)
 	EvDeviceRemoved = 2 // string reason
 )
 
@@ -321,8 +323,9 @@ func (c *Conn) Recv() (h Header, body []byte, fds []int, err error) {
 
 var errEOF = errors.New("uabi: connection closed")
 
-// IsEOF reports whether err is the peer's orderly close.
-func IsEOF(err error) bool { return errors.Is(err, errEOF) }
+// IsEOF reports whether err is the peer's orderly close (an empty read, or
+// io.EOF, which the net package returns for it on a unixpacket socket).
+func IsEOF(err error) bool { return errors.Is(err, errEOF) || errors.Is(err, io.EOF) }
 
 func parseRights(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)

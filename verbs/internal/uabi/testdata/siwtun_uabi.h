@@ -10,7 +10,7 @@
 #define SIWTUN_MSG_HEADER_LEN 12
 #define SIWTUN_MAX_MSG 4096
 #define SIWTUN_MAX_FDS 2
-#define SIWTUN_VERSION 1
+#define SIWTUN_VERSION 2
 #define SIWTUN_REPLY_BIT 0x8000
 #define SIWTUN_MAX_BYTES 1024
 #define SIWTUN_ADDR_SIZE 19
@@ -267,7 +267,8 @@
 	X(u32, qp) \
 	X(u32, type) \
 	X(u16, code) \
-	X(bytes, err)
+	X(bytes, err) \
+	X(bytes, private_data)
 
 /* DeviceRemoved event */
 #define SIWTUN_EV_DEVICE_REMOVED 2
