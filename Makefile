@@ -3,22 +3,31 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-short vet fmt-check fuzz bench gobench demo interop clean
+.PHONY: all build lib test test-short vet fmt-check fuzz bench gobench demo interop clean
 
 all: build
 
-build:
+build: lib
 	$(GO) build -o bin/siwtun ./cmd/siwtun
+
+# libsiwtun (libsiwtun/): the libibverbs/librdmacm-compatible C library that
+# `siwtun exec` preloads, and its sanitizer-built C test program.
+lib:
+	$(MAKE) -C libsiwtun all test-prog
 
 # The test suite: formatting, vet, every package with the race detector,
 # then the integration tests (root; real TUN devices and daemons, run on
 # their own so the machine is not starved under them), and a short run of
 # every fuzz target.
-test: fmt-check vet
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test$$)
+test: fmt-check vet build
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test$$ -e /test/capps$$)
 	# The allocation checks skip under -race (its sync.Pool drops items).
 	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
+	# The 100,000-segment page skips under -race (building it takes minutes).
+	$(GO) test -count=1 -run 'TestPageLarge' -v ./web/
 	$(GO) test -count=1 -timeout 20m ./test/
+	# Unmodified C verbs programs through libsiwtun (after test/: both run daemons).
+	$(GO) test -count=1 -timeout 20m ./test/capps/
 	$(MAKE) fuzz
 
 test-short:

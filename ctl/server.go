@@ -58,6 +58,8 @@ const (
 	// OpTCPPerf runs a TCP workload on the RNIC's own TCP/IP stack (see
 	// tcpperf.go): the benchmarks' raw gVisor TCP baseline.
 	OpTCPPerf = "tcpperf"
+	// OpMR asks for the registered memory regions (see mr.go).
+	OpMR = "mr"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -96,6 +98,8 @@ type Response struct {
 	Stats *Stats `json:"stats,omitempty"`
 	// TCPPerf answers OpTCPPerf.
 	TCPPerf json.RawMessage `json:"tcpperf,omitempty"`
+	// MRs answers OpMR (absent when there are none).
+	MRs []MR `json:"mrs,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -370,6 +374,8 @@ func (s *Server) handle(line []byte) (resp Response) {
 		return Response{OK: true, Stats: &st}
 	case OpTCPPerf:
 		return s.tcpPerf(*req.TCPPerf)
+	case OpMR:
+		return s.mrs()
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -393,7 +399,7 @@ func ParseRequest(line []byte) (Request, error) {
 		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
 	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf:
+	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
 		}
@@ -409,7 +415,7 @@ func ParseRequest(line []byte) (Request, error) {
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch or tcpperf)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf or mr)", req.Op)
 	}
 	return req, nil
 }

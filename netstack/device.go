@@ -30,6 +30,17 @@ type PacketDevice interface {
 	Close() error
 }
 
+// BatchWriter is a PacketDevice that takes several packets per call, such
+// as a TUN device with segmentation offload, which coalesces runs of TCP
+// segments into one write.
+type BatchWriter interface {
+	// WritePackets writes the packets in order and returns how many went
+	// out; pkts and the packets are only valid during the call.
+	WritePackets(pkts [][]byte) (int, error)
+	// MaxBatch is the most packets one WritePackets call takes.
+	MaxBatch() int
+}
+
 // NewDeviceLink returns a Link over dev. Each packet is read into its own
 // buffer view, which becomes the packet without a copy, so Conn.ReadTo sees
 // exactly one slice per received segment. Each outbound packet is copied
@@ -44,9 +55,17 @@ func NewDeviceLink(dev PacketDevice) *Link {
 		mtu = DefaultMTU
 	}
 	e := &deviceEndpoint{dev: dev, mtu: uint32(mtu), scratch: make([]byte, mtu)}
+	if bw, ok := dev.(BatchWriter); ok && bw.MaxBatch() > 1 {
+		e.batch = bw
+		e.bufs = make([][]byte, bw.MaxBatch())
+		for i := range e.bufs {
+			e.bufs[i] = make([]byte, mtu)
+		}
+	}
 	return &Link{
 		ep:       e,
 		mtu:      mtu,
+		batch:    e.batch != nil,
 		stats:    func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
 		shutdown: e.shutdown,
 	}
@@ -68,7 +87,10 @@ type deviceEndpoint struct {
 	started    bool                    // guarded by mu
 
 	writeMu sync.Mutex
-	scratch []byte // guarded by writeMu
+	scratch []byte      // guarded by writeMu
+	batch   BatchWriter // dev, if it takes batches
+	bufs    [][]byte    // a batch's packets; guarded by writeMu
+	pending [][]byte    // the slots of bufs in use; guarded by writeMu
 }
 
 var _ stack.LinkEndpoint = (*deviceEndpoint)(nil)
@@ -200,6 +222,9 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 	}
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
+	if e.batch != nil {
+		return e.writeBatch(pkts)
+	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		size := pkt.Size()
@@ -221,6 +246,44 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 		e.tx.delivered.Add(1)
 		e.tx.bytes.Add(uint64(size))
 		n++
+	}
+	return n, nil
+}
+
+// writeBatch copies the packets into the batch buffers and hands them to
+// the device a batch at a time. e.writeMu is held.
+func (e *deviceEndpoint) writeBatch(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	all := pkts.AsSlice()
+	n := 0
+	for len(all) > 0 {
+		k := min(len(all), len(e.bufs))
+		e.pending = e.pending[:0]
+		size := 0
+		for i, pkt := range all[:k] {
+			b := e.bufs[i][:0]
+			if pkt.Size() > cap(b) {
+				e.bufs[i] = make([]byte, 0, pkt.Size())
+				b = e.bufs[i]
+			}
+			for _, s := range pkt.AsSlices() {
+				b = append(b, s...)
+			}
+			e.pending = append(e.pending, b)
+			size += len(b)
+		}
+		e.tx.sent.Add(uint64(k))
+		w, err := e.batch.WritePackets(e.pending)
+		e.tx.delivered.Add(uint64(w))
+		if err != nil || w < k {
+			e.tx.errorsCount.Add(uint64(k - w))
+			if n+w == 0 {
+				return 0, &tcpip.ErrClosedForSend{}
+			}
+			return n + w, nil
+		}
+		e.tx.bytes.Add(uint64(size))
+		n += k
+		all = all[k:]
 	}
 	return n, nil
 }

@@ -54,6 +54,7 @@ func NewGate(l *Link) (*Link, *Gate) {
 	return &Link{
 		ep:    g,
 		mtu:   l.mtu,
+		batch: l.batch,
 		stats: l.stats,
 		shutdown: func() {
 			g.drop()

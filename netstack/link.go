@@ -14,6 +14,10 @@ type Link struct {
 	ep    stack.LinkEndpoint
 	mtu   int
 	inUse atomic.Bool
+	// batch: the link writes several packets per call (a TUN with
+	// segmentation offload coalesces them); the NIC then queues packets
+	// so that bursts reach WritePackets together.
+	batch bool
 
 	stats     func() LinkStats
 	shutdown  func() // idempotent; stops the link's goroutines

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/link/qdisc/fifo"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -100,6 +101,9 @@ type Stack struct {
 	listeners map[*Listener]struct{} // guarded by mu
 	closeOnce sync.Once
 }
+
+// batchQueueLen is the outbound queue of a batching link's NIC, in packets.
+const batchQueueLen = 4096
 
 // New creates a Stack with one NIC on link. The link must not belong to
 // another Stack.
@@ -204,7 +208,14 @@ func New(link *Link, opts Options) (*Stack, error) {
 	}
 
 	st.ep = newHookEndpoint(link.ep, st, uint32(mtu))
-	if err := st.s.CreateNICWithOptions(nicID, st.ep, stack.NICOptions{QDisc: &directQDisc{ep: st.ep}}); err != nil {
+	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
+	if link.batch {
+		// Queue outbound packets so that a burst reaches the device in one
+		// WritePackets call, which coalesces it (gVisor's FIFO discipline:
+		// one dispatcher goroutine, batches of up to 47 packets).
+		qdisc = fifo.New(st.ep, 1, batchQueueLen)
+	}
+	if err := st.s.CreateNICWithOptions(nicID, st.ep, stack.NICOptions{QDisc: qdisc}); err != nil {
 		return fail("create NIC", err)
 	}
 	var routes []tcpip.Route
@@ -339,12 +350,14 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 		ep.SocketOptions().SetV6Only(false)
 	}
 	ep.SocketOptions().SetDelayOption(false)
-	// SO_REUSEADDR, as Linux servers set it: the port can be bound again
-	// while connections accepted on it earlier still drain (FIN_WAIT,
-	// TIME_WAIT for a minute). Two listeners on one port are still
-	// refused (the demuxer keeps one listening endpoint per address).
-	// Accepted connections inherit the flag, which is what lets a later
-	// listener share the port with them.
+	// SO_REUSEADDR, as Linux servers and siw's listening socket (siw_cm.c)
+	// set it: the port can be bound again while connections accepted on it
+	// earlier still drain (FIN_WAIT, TIME_WAIT for a minute), and perftest
+	// -R listens twice on its port, the second time with its control
+	// connection up. Two listeners on one port are still refused (the
+	// demuxer keeps one listening endpoint per address). Accepted
+	// connections inherit the flag, which is what lets a later listener
+	// share the port with them.
 	ep.SocketOptions().SetReuseAddress(true)
 	full := tcpip.FullAddress{Port: addr.Port()}
 	if a.IsValid() && !a.IsUnspecified() {

@@ -111,6 +111,18 @@ func (p *PacketDevice) WritePacket(b []byte) error {
 	return io.ErrShortWrite
 }
 
+// WritePackets writes several packets with one Device.Write (a device with
+// segmentation offload coalesces them); it is netstack.BatchWriter's.
+func (p *PacketDevice) WritePackets(pkts [][]byte) (int, error) {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	return p.dev.Write(pkts, 0)
+}
+
+// MaxBatch is the device's BatchSize: WritePackets takes at most that many
+// packets.
+func (p *PacketDevice) MaxBatch() int { return p.batch }
+
 // MTU returns the device's MTU, or 0 when the device cannot report it
 // (netstack.NewDeviceLink then uses its default).
 func (p *PacketDevice) MTU() int {

@@ -28,3 +28,9 @@ func Delete(name string) error {
 func Exists(name string) (bool, error) {
 	return false, fmt.Errorf("tun: exists %q: not supported on %s: %w", name, runtime.GOOS, errors.ErrUnsupported)
 }
+
+// CreateOffload opens a TUN device with segmentation offload; only Linux
+// is supported.
+func CreateOffload(name string, mtu int) (Device, error) {
+	return nil, fmt.Errorf("tun: create %q: not supported on %s: %w", name, runtime.GOOS, errors.ErrUnsupported)
+}

@@ -596,8 +596,10 @@ const (
 )
 
 // sizeHintWait bounds how long sizeHint waits for the Terminate behind a
-// failed run: the control connection may report the failure first.
-const sizeHintWait = 200 * time.Millisecond
+// failed run: the control connection may report the failure first, and
+// on a loaded machine the event can trail the failed completion by far
+// more than a round trip (only a failed run waits).
+const sizeHintWait = 2 * time.Second
 
 // sizeHint explains a run that failed because the two sides run with
 // different -s (perftest does not exchange the size: each side registers

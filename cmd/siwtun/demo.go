@@ -34,12 +34,19 @@ type demoOptions struct {
 	imp     string
 	inProc  bool
 	pcap    string
+	html    string // write the view here (demo_view.go)
+	serve   string // serve the view live here
+	pace    time.Duration
+	lesson  *lesson // the lesson being run (lesson.go), or nil
+	config  func(*offload.Config)
+	app     func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error)
 }
 
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{}
+	var lessonName string
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "demo [--lesson [NAME]]",
 		Short: "Run two RNICs and show a Send, an RDMA Write and an RDMA Read",
 		Long: `demo runs two RNICs and a verbs application that connects a queue pair
 across them and does a Send, an RDMA Write and an RDMA Read with every byte
@@ -52,14 +59,30 @@ Everything is removed at the end.
 
 With --in-process (and whenever the namespace version cannot run), both
 RNICs live in this process, joined by an in-memory link (no root, no TUN),
-and demo prints what crossed the wire, segment by segment.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+and demo prints what crossed the wire, segment by segment.
+
+--html FILE writes the in-process run's web view (the ladder of segments,
+each segment's byte map, the memory strips, the queue pairs; see siwtun
+web) as one self-contained file; --serve ADDR shows it live in a browser.
+--lesson NAME runs one of the guided lessons (--lesson alone lists them).`,
+		Args: cobra.MaximumNArgs(1), // the lesson's name after --lesson
+		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if err := offload.CheckMTU(o.mtu, nil); err != nil {
 				return fmt.Errorf("--mtu: %w", err)
 			}
-			if !o.inProc && o.pcap == "" {
+			if cmd.Flags().Changed("lesson") {
+				if len(args) == 1 && lessonName == lessonList {
+					lessonName = args[0]
+				} else if len(args) == 1 {
+					return fmt.Errorf("demo: unexpected argument %q", args[0])
+				}
+				return runLesson(w, o, lessonName)
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("demo: unexpected argument %q", args[0])
+			}
+			if !o.inProc && o.pcap == "" && o.html == "" && o.serve == "" {
 				err := netns.CanRun()
 				if err == nil {
 					return runNetnsDemo(w, o)
@@ -79,6 +102,8 @@ and demo prints what crossed the wire, segment by segment.`,
 	f.StringVar(&o.imp, "impair", "", "link impairments, e.g. loss=1%,reorder=2%,seed=7 (in-process)")
 	f.BoolVar(&o.inProc, "in-process", false, "run both RNICs in this process over an in-memory link")
 	f.StringVarP(&o.pcap, "write", "w", "", "write the in-process demo's segments to this pcapng file (implies --in-process)")
+	addDemoViewFlags(cmd, &o)
+	addLessonFlag(cmd, &lessonName)
 	return cmd
 }
 
@@ -174,6 +199,9 @@ func runDemo(w io.Writer, o demoOptions) error {
 	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
 		cfg := offload.DefaultConfig(name)
 		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
+		if o.config != nil {
+			o.config(&cfg) // a lesson's settings (lesson.go)
+		}
 		return rnic.New(link, rnic.Config{Stack: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log}, Engine: cfg})
 	}
 	cli, err := newRNIC(la, cliAddr, "siwtun0")
@@ -195,7 +223,16 @@ func runDemo(w io.Writer, o demoOptions) error {
 	fmt.Fprintf(w, ")\n  siwtun0 %v   <->   siwtun1 %v\n\n", cliAddr.Addr(), srvAddr.Addr())
 
 	log.start = time.Now()
-	c, err := runApp(w, cdev, sdev, srvAddr.Addr(), o.size)
+	appW, view, err := startDemoViewFor(w, o, cli.Engine, srv.Engine)
+	if err != nil {
+		return err
+	}
+	defer view.stop() // before the engines close
+	app := runApp
+	if o.app != nil {
+		app = o.app // a lesson's application (lesson.go)
+	}
+	c, err := app(appW, cdev, sdev, srvAddr.Addr(), o.size)
 	if err != nil {
 		return err
 	}
@@ -208,8 +245,10 @@ func runDemo(w io.Writer, o demoOptions) error {
 	ss := srv.Engine.Stats()
 	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
 		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
-	fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
-	return nil
+	if o.app == nil {
+		fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
+	}
+	return view.close(w, o)
 }
 
 // runApp is the demo's verbs application: it connects a QP on cdev to one

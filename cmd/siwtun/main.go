@@ -32,8 +32,10 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newCheckCmd())
 	root.AddCommand(newCaptureCmd())
 	root.AddCommand(newTraceCmd())
+	root.AddCommand(newWebCmd())
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newExecCmd())
 	// A mistyped flag says where the usage is (SilenceUsage keeps the
 	// whole usage off every other error).
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -14,6 +14,7 @@ import (
 func newTraceCmd() *cobra.Command {
 	o := &watchOptions{}
 	var jsonOut bool
+	var htmlOut string
 	cmd := &cobra.Command{
 		Use:   "trace --dev <dev>",
 		Short: "Print, live, what the RNIC does with every TCP segment",
@@ -30,6 +31,9 @@ saw: start it before connecting. --qp keeps one queue pair's connection.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.what, o.log = "trace", cmd.ErrOrStderr()
+			if htmlOut != "" {
+				return runWatch(o, func() (watchSink, error) { return newHTMLSink(o, htmlOut, cmd.ErrOrStderr()), nil })
+			}
 			return runWatch(o, func() (watchSink, error) {
 				return &traceSink{w: cmd.OutOrStdout(), json: jsonOut, enc: json.NewEncoder(cmd.OutOrStdout())}, nil
 			})
@@ -37,6 +41,7 @@ saw: start it before connecting. --qp keeps one queue pair's connection.`,
 	}
 	addWatchFlags(cmd, o)
 	cmd.Flags().BoolVarP(&jsonOut, "json", "j", false, "print JSON lines")
+	cmd.Flags().StringVar(&htmlOut, "html", "", "instead of printing, write the web view of the trace (see siwtun web) to this self-contained HTML file when the trace ends")
 	return cmd
 }
 

@@ -32,6 +32,7 @@ import (
 
 // upOptions are the flags of siwtun up.
 type upOptions struct {
+	offload     bool
 	dev         string
 	addrs       []string
 	hostAddrs   []string
@@ -89,6 +90,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
+	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
 	return cmd
 }
@@ -288,7 +290,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		lock.Close()
 	}()
 
-	dev, err := tun.Create(o.dev, o.mtu)
+	create := tun.Create
+	if o.offload {
+		create = tun.CreateOffload
+	}
+	dev, err := create(o.dev, o.mtu)
 	if err != nil {
 		return err // it says that it needs CAP_NET_ADMIN
 	}

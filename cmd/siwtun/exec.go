@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// libName is the file name of libsiwtun, the libibverbs/librdmacm-compatible
+// library (libsiwtun/), built next to the siwtun binary.
+const libName = "libsiwtun.so"
+
+func newExecCmd() *cobra.Command {
+	var dev, socketDir string
+	cmd := &cobra.Command{
+		Use:   "exec [--dev siwtun0] -- PROGRAM [ARGS...]",
+		Short: "Run an unmodified libibverbs/librdmacm program on a siwtun device",
+		Long: `exec runs PROGRAM with libsiwtun preloaded (LD_PRELOAD) over the installed
+rdma-core libraries, so its verbs and rdma_cm calls reach the siwtun daemons'
+verbs sockets: ibv_devices, ibv_devinfo, rping, perftest's ib_*_bw/lat -R, ...
+
+--dev limits the devices the program sees to one (SIWTUN_DEV), so a client
+and a server on two daemons of one host each use their own RNIC. The library
+is taken from SIWTUN_LIB, else found next to the siwtun binary. The program
+replaces siwtun: its exit status is exec's.`,
+		Example: `  siwtun exec --dev siwtun1 -- rping -s -a 198.18.2.2 -v
+  siwtun exec --dev siwtun0 -- rping -c -a 198.18.2.2 -v -V -C 10
+  siwtun exec -- ibv_devinfo -v`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lib, err := findLib()
+			if err != nil {
+				return err
+			}
+			prog, err := exec.LookPath(args[0])
+			if err != nil {
+				return fmt.Errorf("exec %s: %w", args[0], err)
+			}
+			env := os.Environ()
+			pre := lib
+			if old := os.Getenv("LD_PRELOAD"); old != "" {
+				pre = lib + ":" + old
+			}
+			env = setEnv(env, "LD_PRELOAD", pre)
+			if dev != "" {
+				env = setEnv(env, "SIWTUN_DEV", dev)
+			}
+			if socketDir != "" {
+				env = setEnv(env, "SIWTUN_SOCKET_DIR", socketDir)
+			}
+			return syscall.Exec(prog, args, env)
+		},
+	}
+	cmd.Flags().StringVar(&dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
+	cmd.Flags().StringVar(&socketDir, "socket-dir", "", "directory of the daemons' verbs sockets (default /run/siwtun, or SIWTUN_SOCKET_DIR)")
+	return cmd
+}
+
+// findLib returns the absolute path of libsiwtun: SIWTUN_LIB, or the file
+// next to the running siwtun binary.
+func findLib() (string, error) {
+	if p := os.Getenv("SIWTUN_LIB"); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("SIWTUN_LIB: %w", err)
+		}
+		return abs, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.EvalSymlinks(self); err == nil {
+		self = r
+	}
+	var tried []string
+	for _, dir := range []string{filepath.Dir(self), filepath.Join(filepath.Dir(self), "..", "lib", "siwtun")} {
+		p := filepath.Join(dir, libName)
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Abs(p)
+		}
+		tried = append(tried, p)
+	}
+	return "", errors.New("libsiwtun not found (looked for " + strings.Join(tried, ", ") +
+		"): build it with make build (bin/" + libName + "), or set SIWTUN_LIB")
+}
+
+// setEnv replaces or appends KEY=value in env.
+func setEnv(env []string, key, value string) []string {
+	for i, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			env[i] = key + "=" + value
+			return env
+		}
+	}
+	return append(env, key+"="+value)
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs"
+)
+
+// lesson is a scripted in-process run that writes the web view with a
+// short text per step: what to look at, and where.
+type lesson struct {
+	name, summary string
+	// intro is the first step's text; notes add text to the steps whose
+	// title starts with the key ("3." for the third).
+	intro string
+	notes map[string]string
+	// set changes the demo's options (MTU, markers, impairments, the
+	// application, the engines' configuration).
+	set func(o *demoOptions)
+}
+
+// lessons are the lessons of `siwtun demo --lesson`, in teaching order.
+var lessons = []lesson{
+	{
+		name: "negotiation", summary: "MPA Request/Reply: revision 2, CRC, markers, IRD/ORD, peer-to-peer RTR",
+		intro: "Choose the MPA Req arrow, then the MPA Rep: the byte map shows the key, the flags byte (M markers, C CRC, R reject), the revision, PD_Length and RFC 6581's IRD/ORD block with the P2P bit. The negotiation table below sums up what each side sent and what was agreed; the queue pair's card shows the result (rev, CRC, markers each way, IRD/ORD, the RTR type). With peer-to-peer mode the first FPDU after the Reply is the zero-length RTR (here an RDMA Write RTR). Run it again with --mpa-rev 1 to see a revision 1 Request: no IRD/ORD block.",
+		notes: map[string]string{"1.": "The TCP handshake, then the MPA Request (initiator) and Reply (responder): RFC 5044 §7.1, RFC 6581."},
+		set: func(o *demoOptions) {
+			o.config = func(c *offload.Config) { c.P2P = mpa.RTRWrite }
+		},
+	},
+	{
+		name: "markers", summary: "MPA markers every 512 octets of the stream and their FPDUPTR (MTU 1500)",
+		intro: "Both sides asked for markers (M set in Request and Reply). Choose an RDMA Write segment: every 512 octets of the FPDU stream (counted from the first FPDU octet after the MPA frames) sits a 4-octet Marker whose FPDUPTR points back to the header of the FPDU it is in; the arrows above the byte map draw those pointers. The stream position line tells where the segment starts in that stream, which is why its markers fall where they do. Try --mtu 9000 for FPDUs with 17 markers each.",
+		set:   func(o *demoOptions) { o.markers = true },
+	},
+	{
+		name: "placement", summary: "RDMA Write and Read: payload placed straight into registered memory (zero copy)",
+		intro: "Each FPDU's DDP header names a region (STag) and an offset in it (Tagged Offset): the receiving RNIC copies the payload straight into the application's memory, once, with no receive buffer in between. Choose the Write segments one by one and watch siwtun1's memory strip fill (only up to the chosen segment); the Read Responses fill siwtun0's sink the same way. The strip's header shows the region's bounds and access rights.",
+		set:   func(o *demoOptions) { o.size = 16384 },
+	},
+	{
+		name: "out-of-order", summary: "loss and reorder: tagged payload placed ahead of the gap, placed again when it fills",
+		intro: "The link drops 3% and reorders 5% of the packets (seeded: the run repeats). A segment that arrives after a gap is marked OUT OF ORDER; its RDMA Write or Read Response payload is still placed at once (hatched in the memory strip), because the DDP header says where it goes. When the retransmission fills the gap, TCP delivers the octets in order and they are placed again (outlined): idempotent, and completions still come in order. Segments one end sent and the other never received are marked DROPPED (a cross). Press f to jump to the next flagged segment.",
+		set: func(o *demoOptions) {
+			o.size = 262144
+			o.imp = "loss=3%,reorder=5%,seed=7"
+		},
+	},
+	{
+		name: "terminate", summary: "an RDMA Write to an STag that names no region: the Terminate and the rule it reports",
+		intro: "The client writes to STag 0xdead00, which the server never registered. The server's DDP layer finds no region for it (RFC 5041 §7.2: DDP tagged buffer error, invalid STag), sends a Terminate that copies the offending DDP header, and closes; both queue pairs go to ERR and outstanding work is flushed. Choose the Terminate arrow: its byte map shows the Terminate control field and the copied header, and the Terminates section names the rule. Other faults to try: --impair corrupt=1% (bad CRC: LLP error), a Write beyond the region's bounds (DDP tagged 0x01).",
+		set:   func(o *demoOptions) { o.app = faultApp("bad-stag") },
+	},
+	{
+		name: "credits", summary: "a Send with no receive posted: RDMAP has no flow control of its own",
+		intro: "iWARP Sends consume a posted receive at the peer; there is no credit scheme in the protocol, so the application must post receives before the peer sends (perftest sends credits itself with RDMA Writes). Here the server posts none: the Send arrives, DDP finds no buffer for queue 0 (RFC 5041 §7.2: untagged buffer error, no buffer available, 0x02) and the server terminates the stream.",
+		set:   func(o *demoOptions) { o.app = faultApp("no-receive") },
+	},
+}
+
+// addLessonFlag adds --lesson.
+func addLessonFlag(cmd interface{ Flags() *pflag.FlagSet }, name *string) {
+	f := cmd.Flags()
+	f.StringVar(name, "lesson", "", "run a guided lesson and write its view (--html, default siwtun-lesson-NAME.html); --lesson alone (or --lesson list) lists them")
+	f.Lookup("lesson").NoOptDefVal = lessonList
+}
+
+// lessonList is the --lesson value that lists the lessons (what --lesson
+// alone means).
+const lessonList = "list"
+
+// runLesson runs the lesson name, or lists the lessons.
+func runLesson(w io.Writer, o demoOptions, name string) error {
+	name = strings.TrimSpace(name)
+	if name == "" || name == lessonList {
+		fmt.Fprintln(w, "lessons (siwtun demo --lesson NAME [--html FILE]):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, l := range lessons {
+			fmt.Fprintf(tw, "  %s\t%s\n", l.name, l.summary)
+		}
+		return tw.Flush()
+	}
+	for i := range lessons {
+		l := &lessons[i]
+		if l.name != name {
+			continue
+		}
+		o.inProc, o.wire, o.lesson = true, false, l
+		if o.html == "" && o.serve == "" {
+			o.html = "siwtun-lesson-" + l.name + ".html"
+		}
+		l.set(&o)
+		fmt.Fprintf(w, "lesson %s: %s\n\n", l.name, l.summary)
+		return runDemo(w, o)
+	}
+	var names []string
+	for _, l := range lessons {
+		names = append(names, l.name)
+	}
+	return fmt.Errorf("no lesson %q (lessons: %s)", name, strings.Join(names, ", "))
+}
+
+// faultApp returns a demo application that connects a queue pair and then
+// breaks a rule: "bad-stag" writes to an STag the server never
+// registered, "no-receive" sends with no receive posted. It waits for the
+// client's queue pair to leave RTS and tells what it saw.
+func faultApp(fault string) func(io.Writer, *verbs.Device, *verbs.Device, netip.Addr, int) (*verbs.QP, error) {
+	return func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		type end struct {
+			pd *verbs.PD
+			cq *verbs.CQ
+			qp *verbs.QP
+		}
+		mk := func(d *verbs.Device) (*end, error) {
+			pd, err := d.AllocPD()
+			if err != nil {
+				return nil, err
+			}
+			cq, err := d.CreateCQ(64)
+			if err != nil {
+				return nil, err
+			}
+			qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
+			if err != nil {
+				return nil, err
+			}
+			return &end{pd, cq, qp}, qp.Modify(verbs.QPInit)
+		}
+		c, err := mk(cdev)
+		if err != nil {
+			return nil, err
+		}
+		s, err := mk(sdev)
+		if err != nil {
+			return nil, err
+		}
+		l, err := sdev.Listen(netip.AddrPortFrom(srv, 7174), 1)
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		acc := make(chan error, 1)
+		go func() {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				acc <- err
+				return
+			}
+			acc <- req.Accept(s.qp, verbs.ConnParam{})
+		}()
+		fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srv)
+		if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, 7174), verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}); err != nil {
+			return nil, err
+		}
+		if err := <-acc; err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "   established\n\n")
+		buf, err := cdev.AllocBuffer(64)
+		if err != nil {
+			return nil, err
+		}
+		mr, err := c.pd.RegMR(buf[:64], verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		var wr verbs.SendWR
+		switch fault {
+		case "bad-stag":
+			fmt.Fprintf(w, "2. RDMA Write 64 bytes to rkey 0x00dead00, which names no region at siwtun1\n")
+			wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xdead00}
+		default:
+			fmt.Fprintf(w, "2. Send 64 bytes; siwtun1 has posted no receive\n")
+			wr = verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}}
+		}
+		if _, err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			return nil, err
+		}
+		for c.qp.State() != verbs.QPErr {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%s: the queue pair stayed in %v", fault, c.qp.State())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Fprintf(w, "   siwtun1 terminated the stream: siwtun0's queue pair is in %v\n\n", c.qp.State())
+		return c.qp, nil
+	}
+}

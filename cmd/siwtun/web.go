@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/web"
+)
+
+// defaultWebListen is where `siwtun web` serves by default: loopback only.
+const defaultWebListen = "127.0.0.1:7180"
+
+// webStatePeriod is how often `siwtun web` asks the daemons for their queue
+// pairs and counters, and dropAge how long a segment one end sent may go
+// unseen at the other before it counts as dropped.
+const (
+	webStatePeriod = time.Second
+	dropAge        = 2 * time.Second
+)
+
+func newWebCmd() *cobra.Command {
+	var (
+		listen string
+		devs   []string
+		dir    string
+	)
+	cmd := &cobra.Command{
+		Use:   "web [--listen 127.0.0.1:7180] [--dev siwtun0 [--dev siwtun1]]",
+		Short: "Serve a live web view of what the RNIC does (ladder, byte maps, memory, queue pairs)",
+		Long: `web serves, at --listen (loopback by default), a page that shows live what
+the daemons of the given devices do, from their ctl watch streams (the same
+records siwtun trace prints, run through the same checker as siwtun check):
+a ladder diagram with one arrow per TCP segment, the byte map of a chosen
+segment (Markers with their FPDUPTR, MPA, DDP and RDMAP fields, payload, pad,
+CRC), a memory strip per region that fills as payload is placed, the queue
+pairs' states, the MPA negotiation and the counters, each linked to the RFC
+section that defines it.
+
+The first --dev is the ladder's left side. A second --dev (the peer of the
+connections) adds when each segment reached the other end, and marks the
+segments one end sent and the other never received (dropped). Start it
+before connecting: FPDUs are decoded for connections whose MPA Request and
+Reply it saw.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runWeb(ctx, cmd.OutOrStdout(), listen, dir, devs)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", defaultWebListen, "address to serve the page at (keep it on loopback: the page shows memory contents' placement and addresses)")
+	f.StringArrayVar(&devs, "dev", []string{defaultDev}, "device to watch (at most two: the first is the ladder's left side)")
+	f.StringVar(&dir, "socket-dir", ctl.DefaultSocketDir, "directory of the daemons' control sockets")
+	return cmd
+}
+
+// runWeb serves the live view of devs until ctx ends or a watch fails.
+func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string) error {
+	if len(devs) == 0 || len(devs) > 2 {
+		return fmt.Errorf("web: give one or two devices (--dev), not %d", len(devs))
+	}
+	if host, _, err := net.SplitHostPort(listen); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			fmt.Fprintf(w, "siwtun web: warning: %s is not a loopback address; anyone who can reach it sees the trace\n", listen)
+		}
+	}
+	peer := ""
+	if len(devs) == 2 {
+		peer = devs[1]
+	}
+	opts := make([]ctlOptions, len(devs))
+	for i, d := range devs {
+		opts[i] = ctlOptions{dev: d, dir: dir}
+	}
+	b := web.NewBuilder("siwtun web "+devs[0], devs[0], peer, regionLookup(opts))
+	b.SetLive()
+	streams := make([]*ctl.WatchStream, len(devs))
+	for i := range devs {
+		c, err := opts[i].dial()
+		if err != nil {
+			return err
+		}
+		s, err := c.Watch()
+		if err != nil {
+			c.Close()
+			return err
+		}
+		defer c.Close()
+		streams[i] = s
+	}
+	srv, err := web.Serve(listen, b)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	fmt.Fprintf(w, "siwtun web: watching %v; open %s (Ctrl-C to stop)\n", devs, srv.URL())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(devs))
+	var wg sync.WaitGroup
+	for i, s := range streams {
+		wg.Add(1)
+		go func(local bool, s *ctl.WatchStream) {
+			defer wg.Done()
+			for {
+				e, err := s.Next()
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						errc <- err
+					} else {
+						errc <- fmt.Errorf("web: the daemon ended the watch stream")
+					}
+					return
+				}
+				b.Event(local, e)
+			}
+		}(i == 0, s)
+	}
+	tick := time.NewTicker(webStatePeriod)
+	defer tick.Stop()
+	for {
+		pollState(b, opts)
+		if peer != "" {
+			b.Sweep(time.Now(), dropAge)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// regionLookup describes the devices' regions as their daemons list them
+// (the ctl mr op), asking again when a region is not known yet.
+func regionLookup(opts []ctlOptions) web.RegionLookup {
+	var mu sync.Mutex
+	known := make(map[string]map[uint32]web.Region)
+	return func(dev string, stag uint32) (web.Region, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r, ok := known[dev][stag]; ok {
+			return r, true
+		}
+		for i := range opts {
+			if opts[i].dev != dev {
+				continue
+			}
+			c, err := opts[i].dial()
+			if err != nil {
+				return web.Region{}, false
+			}
+			mrs, err := c.MRs()
+			c.Close()
+			if err != nil {
+				return web.Region{}, false
+			}
+			m := make(map[uint32]web.Region, len(mrs))
+			for _, r := range mrs {
+				m[r.STag] = web.Region{STag: r.STag, Addr: r.Addr, Len: r.Len, Access: r.Access, PD: r.PDN}
+			}
+			known[dev] = m
+		}
+		r, ok := known[dev][stag]
+		return r, ok
+	}
+}
+
+// pollState records every device's queue pairs and counters.
+func pollState(b *web.Builder, opts []ctlOptions) {
+	for i := range opts {
+		c, err := opts[i].dial()
+		if err != nil {
+			continue
+		}
+		qps, err1 := c.QPs(0)
+		st, err2 := c.Stats()
+		c.Close()
+		if err1 == nil && err2 == nil {
+			b.SetState(time.Now(), opts[i].dev, qps, &st)
+		}
+	}
+}
+
+// htmlSink writes `siwtun trace --html`: the blocks of the watch, fed to
+// a web.Builder as the events they came from, and the page at the end.
+type htmlSink struct {
+	b    *web.Builder
+	o    *watchOptions
+	path string
+	w    io.Writer
+	segs int
+}
+
+func newHTMLSink(o *watchOptions, path string, w io.Writer) *htmlSink {
+	lookup := regionLookup([]ctlOptions{o.ctl})
+	return &htmlSink{b: web.NewBuilder("siwtun trace "+o.ctl.dev, o.ctl.dev, "", lookup), o: o, path: path, w: w}
+}
+
+func (s *htmlSink) block(bl *segBlock) error {
+	if bl.seg != nil {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Segment: bl.seg})
+		s.segs++
+	}
+	for i := range bl.places {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Place: &bl.places[i]})
+	}
+	for i := range bl.wcs {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.time, WC: &bl.wcs[i]})
+	}
+	return nil
+}
+
+func (s *htmlSink) finish(dropped uint64) error {
+	if dropped > 0 {
+		s.b.Event(true, ctl.WatchEvent{Time: time.Now(), Dropped: dropped})
+	}
+	pollState(s.b, []ctlOptions{s.o.ctl})
+	s.b.Finish()
+	f, err := os.Create(s.path)
+	if err != nil {
+		return err
+	}
+	if err := s.b.WriteHTML(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.w, "%d segments written to %s (open it in a browser; it needs no network)\n", s.segs, s.path)
+	return nil
+}

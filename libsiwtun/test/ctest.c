@@ -1,0 +1,495 @@
+/* siwtun-ctest: libsiwtun's own test program, an ordinary libibverbs and
+ * librdmacm program (built with -fsanitize=address,undefined against the
+ * system libraries, run with libsiwtun preloaded) on two siwtun daemons:
+ *
+ *   siwtun-ctest DEV_A DEV_B [PORT]
+ *
+ * DEV_A connects to a listener on DEV_B. It covers what rping and perftest
+ * do not: device queries, the verbs the library refuses (EOPNOTSUPP), every
+ * memory-registration case (malloc'd, static, stack, unaligned, two regions
+ * on one page, the same buffer twice), each written by the peer's RDMA
+ * WRITE and read back by RDMA READ with guard bytes around it checked,
+ * Send/Receive, completion channels with poll(2) (solicited-only included),
+ * ibv_query_qp, and the flush of posted receives on disconnect (with
+ * --terminate: on the Terminate a Write to a bad rkey draws, after
+ * IBV_EVENT_QP_FATAL on both sides). Prints
+ * "ok NAME" per check; exits 1 at the first failure. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#define CHECK(cond, ...)                                                  \
+	do {                                                              \
+		if (!(cond)) {                                            \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                     \
+			fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
+			exit(1);                                          \
+		}                                                         \
+	} while (0)
+
+#define OK(name) printf("ok %s\n", name)
+
+#define GUARD 64
+#define GUARD_BYTE 0xA5
+
+static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	CHECK(poll(&p, 1, 10000) == 1, "no rdma_cm event (want %s)", rdma_event_str(want));
+	struct rdma_cm_event *ev;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event");
+	CHECK(ev->event == want, "event %s, want %s (status %d)", rdma_event_str(ev->event), rdma_event_str(want),
+	      ev->status);
+	return ev;
+}
+
+static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
+{
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
+	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	CHECK(!memcmp(gid.raw, v4mapped, 12), "GID is not an IPv4-mapped address");
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	memcpy(&sin->sin_addr, gid.raw + 12, 4);
+}
+
+static struct ibv_context *open_dev(const char *name)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	CHECK(l, "ibv_get_device_list");
+	struct ibv_context *c = NULL;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(ibv_get_device_name(l[i]), name))
+			continue;
+		CHECK(l[i]->transport_type == IBV_TRANSPORT_IWARP && l[i]->node_type == IBV_NODE_RNIC, "%s type", name);
+		CHECK(ibv_get_device_guid(l[i]) != 0, "guid");
+		c = ibv_open_device(l[i]);
+	}
+	ibv_free_device_list(l);
+	CHECK(c, "device %s not listed or not opened", name);
+	return c;
+}
+
+static void check_queries(struct ibv_context *c)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(c, &da) == 0, "query device");
+	CHECK(da.vendor_id == 0x736977 && da.phys_port_cnt == 1 && da.max_sge >= 1 && da.max_qp_wr > 0, "device attr");
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(c, 1, &pa) == 0, "query port");
+	CHECK(pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET && pa.gid_tbl_len == 1, "port attr");
+	CHECK(ibv_query_port(c, 2, &pa) == EINVAL, "port 2");
+	__be16 pkey;
+	CHECK(ibv_query_pkey(c, 1, 0, &pkey) == 0 && pkey == htobe16(0xffff), "pkey");
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(c, NULL, &dx) == 0 && dx.orig_attr.vendor_id == 0x736977, "query device ex");
+	struct ibv_gid_entry ge;
+	CHECK(ibv_query_gid_ex(c, 1, 0, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_IB, "query gid ex");
+	OK("queries");
+}
+
+static void check_unsupported(struct ibv_context *c, struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	errno = 0;
+	CHECK(!ibv_create_srq(pd, &sa) && errno == EOPNOTSUPP, "create srq");
+	struct ibv_ah_attr aa = {.port_num = 1};
+	errno = 0;
+	CHECK(!ibv_create_ah(pd, &aa) && errno == EOPNOTSUPP, "create ah");
+	errno = 0;
+	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "alloc mw");
+	CHECK(ibv_resize_cq(cq, 64) == EOPNOTSUPP, "resize cq");
+	struct ibv_cq_init_attr_ex cx = {.cqe = 4};
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(c, &cx) && errno == EOPNOTSUPP, "create cq ex");
+	struct ibv_qp_init_attr ud = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD, .cap = {1, 1, 1, 1, 0}};
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &ud) && errno == EOPNOTSUPP, "UD QP");
+	union ibv_gid g = {0};
+	CHECK(ibv_attach_mcast(NULL, &g, 0) == EOPNOTSUPP, "attach mcast");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, &g, sizeof(g), IBV_ACCESS_ZERO_BASED) && errno == EOPNOTSUPP, "zero-based MR");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, &g, sizeof(g), IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "REMOTE_WRITE without LOCAL_WRITE");
+	OK("unsupported");
+}
+
+/* One registration case: LEN bytes at P, with GUARD bytes before and after
+ * that nothing may touch. */
+struct mcase {
+	const char *name;
+	uint8_t *p;
+	size_t len;
+	struct ibv_mr *mr;
+};
+
+static void fill_guards(struct mcase *m)
+{
+	memset(m->p - GUARD, GUARD_BYTE, GUARD);
+	memset(m->p + m->len, GUARD_BYTE, GUARD);
+}
+
+static void check_guards(struct mcase *m)
+{
+	for (int i = 0; i < GUARD; i++) {
+		CHECK(m->p[-GUARD + i] == GUARD_BYTE, "%s: guard byte %d before the region changed", m->name, GUARD - i);
+		CHECK(m->p[m->len + i] == GUARD_BYTE, "%s: guard byte %d after the region changed", m->name, i);
+	}
+}
+
+static void poll_one(struct ibv_cq *cq, enum ibv_wc_opcode op, enum ibv_wc_status st, uint64_t id, struct ibv_wc *out)
+{
+	struct ibv_wc wc;
+	for (int i = 0;; i++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "poll cq");
+		if (n == 1)
+			break;
+		CHECK(i < 2000000, "no completion (want opcode %d id %lu)", op, (unsigned long)id);
+		if (i > 1000)
+			usleep(10);
+	}
+	CHECK(wc.status == st && wc.opcode == op && wc.wr_id == id, "completion status %s opcode %d id %lu, want %s %d %lu",
+	      ibv_wc_status_str(wc.status), wc.opcode, (unsigned long)wc.wr_id, ibv_wc_status_str(st), op,
+	      (unsigned long)id);
+	if (out)
+		*out = wc;
+}
+
+static uint8_t static_buf[GUARD + 1000 + GUARD];
+
+/* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
+ * completion channel and a listening rdma_cm id on DEV, prints "ready" and
+ * waits for its daemon to stop: the async event IBV_EVENT_DEVICE_FATAL,
+ * the channel's fd readable, RDMA_CM_EVENT_DEVICE_REMOVAL, and ENODEV from
+ * later calls. */
+static int removal(const char *dev)
+{
+	struct ibv_context *c = open_dev(dev);
+	struct sockaddr_in sin;
+	get_addr(c, &sin);
+	sin.sin_port = htons(17998);
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	struct ibv_comp_channel *cc = ibv_create_comp_channel(c);
+	struct ibv_cq *cq = cc ? ibv_create_cq(c, 8, NULL, cc, 0) : NULL;
+	CHECK(pd && cq && ibv_req_notify_cq(cq, 0) == 0, "resources");
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	CHECK(ch && rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0, "cm id");
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&sin) == 0 && rdma_listen(lid, 1) == 0, "listen");
+	printf("ready\n");
+	struct ibv_async_event ae;
+	CHECK(ibv_get_async_event(c, &ae) == 0 && ae.event_type == IBV_EVENT_DEVICE_FATAL, "async event %d", ae.event_type);
+	ibv_ack_async_event(&ae);
+	OK("async-device-fatal");
+	struct pollfd pf = {.fd = cc->fd, .events = POLLIN};
+	CHECK(poll(&pf, 1, 5000) == 1, "comp channel not woken by the removal");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK(ibv_get_cq_event(cc, &evcq, &evctx) == 0 && evcq == cq, "cq event");
+	ibv_ack_cq_events(cq, 1);
+	OK("comp-channel-woken");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DEVICE_REMOVAL));
+	OK("cm-device-removal");
+	errno = 0;
+	CHECK(!ibv_alloc_pd(c) && errno == ENODEV, "alloc pd after removal");
+	CHECK(ibv_reg_mr(pd, &sin, sizeof(sin), 0) == NULL && errno == ENODEV, "reg mr after removal");
+	OK("enodev");
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+	CHECK(ibv_destroy_cq(cq) == 0 && ibv_destroy_comp_channel(cc) == 0 && ibv_dealloc_pd(pd) == 0, "teardown");
+	CHECK(ibv_close_device(c) == 0, "close");
+	printf("PASS\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 3 && !strcmp(argv[1], "--removal"))
+		return removal(argv[2]);
+	int terminate = 0;
+	if (argc > 1 && !strcmp(argv[1], "--terminate")) {
+		terminate = 1;
+		argc--;
+		argv++;
+	}
+	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] DEV_A DEV_B [PORT] | --removal DEV");
+	int port = argc > 3 ? atoi(argv[3]) : 17999;
+	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
+	check_queries(ca);
+	struct sockaddr_in addr_a, addr_b;
+	get_addr(ca, &addr_a);
+	get_addr(cb, &addr_b);
+	addr_b.sin_port = htons((uint16_t)port);
+	OK("devices");
+
+	/* rdma_cm: B listens on its address, A connects from its address. */
+	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
+	CHECK(cha && chb, "event channels");
+	struct rdma_cm_id *lid, *aid;
+	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0, "create listen id");
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&addr_b) == 0, "bind");
+	CHECK(rdma_listen(lid, 4) == 0, "listen");
+	CHECK(!strcmp(ibv_get_device_name(lid->verbs->device), argv[2]), "listener on %s", argv[2]);
+	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0, "create id");
+	CHECK(rdma_resolve_addr(aid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve addr");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(!strcmp(ibv_get_device_name(aid->verbs->device), argv[1]), "client on %s", argv[1]);
+	CHECK(rdma_resolve_route(aid, 2000) == 0, "resolve route");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	OK("resolve");
+
+	struct ibv_pd *pda = ibv_alloc_pd(aid->verbs);
+	CHECK(pda, "alloc pd A");
+	struct ibv_comp_channel *cca = ibv_create_comp_channel(aid->verbs);
+	CHECK(cca, "comp channel A");
+	struct ibv_cq *cqa = ibv_create_cq(aid->verbs, 64, NULL, cca, 0);
+	CHECK(cqa, "cq A");
+	check_unsupported(aid->verbs, pda, cqa);
+	struct ibv_qp_init_attr qa = {.send_cq = cqa, .recv_cq = cqa, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 32, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64}};
+	CHECK(rdma_create_qp(aid, pda, &qa) == 0, "rdma_create_qp A");
+	CHECK(qa.cap.max_inline_data >= 64, "inline cap");
+
+	/* Private data both ways; IRD/ORD seen by the listener. */
+	static const char hello[] = "siwtun-ctest hello";
+	struct rdma_conn_param cp = {.private_data = hello, .private_data_len = sizeof(hello), .responder_resources = 4,
+				     .initiator_depth = 4};
+	CHECK(rdma_connect(aid, &cp) == 0, "connect");
+	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == lid && ev->param.conn.private_data_len >= sizeof(hello) &&
+	      !memcmp(ev->param.conn.private_data, hello, sizeof(hello)), "connect request private data");
+	CHECK(ev->param.conn.initiator_depth == 4 && ev->param.conn.responder_resources == 4, "IRD/ORD %u/%u",
+	      ev->param.conn.initiator_depth, ev->param.conn.responder_resources);
+	struct rdma_cm_id *bid = ev->id;
+	rdma_ack_cm_event(ev);
+	CHECK(bid->verbs == lid->verbs, "child on the listener's device");
+	struct ibv_pd *pdb = ibv_alloc_pd(bid->verbs);
+	struct ibv_comp_channel *ccb = ibv_create_comp_channel(bid->verbs);
+	struct ibv_cq *cqb = ccb ? ibv_create_cq(bid->verbs, 64, &cb, ccb, 0) : NULL;
+	CHECK(pdb && ccb && cqb, "B resources");
+	struct ibv_qp_init_attr qb = qa;
+	qb.send_cq = qb.recv_cq = cqb;
+	CHECK(rdma_create_qp(bid, pdb, &qb) == 0, "rdma_create_qp B");
+	struct ibv_qp *qpa = aid->qp, *qpb = bid->qp;
+	CHECK(rdma_accept(bid, NULL) == 0, "accept");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	CHECK(ibv_query_qp(qpa, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS, "query qp: state %d",
+	      attr.qp_state);
+	CHECK(init.send_cq == cqa && init.qp_type == IBV_QPT_RC, "query qp init attr");
+	OK("connect");
+
+	/* Memory registration cases on B, written by A's RDMA WRITE and read
+	 * back by A's RDMA READ. */
+	uint8_t *heap = malloc(GUARD + 5000 + GUARD);
+	uint8_t *shared = malloc(GUARD + 64 + GUARD + 64 + GUARD); /* two regions on one page */
+	uint8_t *odd = malloc(GUARD + 777 + GUARD + 1);
+	uint8_t stack[GUARD + 300 + GUARD];
+	CHECK(heap && shared && odd, "malloc");
+	struct mcase cases[] = {
+		{"malloc", heap + GUARD, 5000, NULL},
+		{"static", static_buf + GUARD, 1000, NULL},
+		{"stack", stack + GUARD, 300, NULL},
+		{"unaligned", odd + GUARD + 1, 777, NULL},
+		{"shared-page-1", shared + GUARD, 64, NULL},
+		{"shared-page-2", shared + GUARD + 64 + GUARD, 64, NULL},
+	};
+	int nc = (int)(sizeof(cases) / sizeof(cases[0]));
+	memset(shared, GUARD_BYTE, GUARD + 64 + GUARD + 64 + GUARD);
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	for (int i = 0; i < nc; i++) {
+		fill_guards(&cases[i]);
+		memset(cases[i].p, 0, cases[i].len);
+		cases[i].mr = ibv_reg_mr(pdb, cases[i].p, cases[i].len, access);
+		CHECK(cases[i].mr, "reg_mr %s", cases[i].name);
+		CHECK(cases[i].mr->addr == cases[i].p && cases[i].mr->length == cases[i].len, "mr fields");
+		check_guards(&cases[i]);
+	}
+	/* The same buffer twice: two keys, both valid. */
+	struct ibv_mr *twice = ibv_reg_mr(pdb, cases[0].p, cases[0].len, access);
+	CHECK(twice && twice->rkey != cases[0].mr->rkey, "reg_mr twice");
+
+	uint8_t *src = malloc(8192), *back = malloc(8192);
+	CHECK(src && back, "malloc");
+	struct ibv_mr *srcmr = ibv_reg_mr(pda, src, 8192, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *backmr = ibv_reg_mr(pda, back, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(srcmr && backmr, "reg src/back");
+	for (int i = 0; i < nc + 1; i++) {
+		struct mcase *m = &cases[i < nc ? i : 0];
+		uint32_t rkey = i < nc ? m->mr->rkey : twice->rkey;
+		for (size_t k = 0; k < m->len; k++)
+			src[k] = (uint8_t)(k * 7 + (size_t)i + 1);
+		struct ibv_sge sge = {(uintptr_t)src, (uint32_t)m->len, srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 100 + (uint64_t)i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}}, *bad;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write %s", m->name);
+		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+		/* A Write completes when handed to TCP: read it back, which
+		 * RDMAP orders behind the Write. */
+		memset(back, 0, m->len);
+		struct ibv_sge bs = {(uintptr_t)back, (uint32_t)m->len, backmr->lkey};
+		struct ibv_send_wr rd = {.wr_id = 200 + (uint64_t)i, .sg_list = &bs, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}};
+		CHECK(ibv_post_send(qpa, &rd, &bad) == 0, "post read %s", m->name);
+		poll_one(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
+		CHECK(!memcmp(back, src, m->len), "%s: data read back differs", m->name);
+		CHECK(!memcmp(m->p, src, m->len), "%s: data not in the application's memory", m->name);
+		check_guards(m);
+	}
+	/* The page both shared-page regions live on holds both writes. */
+	CHECK(cases[4].p[0] != 0 && cases[5].p[63] != 0, "shared page");
+	OK("memory-registration");
+
+	/* Send/Receive with a comp channel and poll(2): B arms, A sends. */
+	struct ibv_sge rs = {(uintptr_t)cases[0].p, 5000, cases[0].mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *rbad;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv");
+	rw.wr_id = 8;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 2");
+	rw.wr_id = 9;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 3");
+	CHECK(ibv_req_notify_cq(cqb, 0) == 0, "req notify");
+	struct pollfd pf = {.fd = ccb->fd, .events = POLLIN};
+	CHECK(poll(&pf, 1, 0) == 0, "channel readable before any completion");
+	static const char msg[] = "inline send";
+	struct ibv_sge ms = {(uintptr_t)msg, sizeof(msg), 0};
+	struct ibv_send_wr sw = {.wr_id = 300, .sg_list = &ms, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *sbad;
+	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post inline send");
+	CHECK(poll(&pf, 1, 5000) == 1 && (pf.revents & POLLIN), "channel fd not readable after a completion");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK(ibv_get_cq_event(ccb, &evcq, &evctx) == 0 && evcq == cqb && evctx == &cb, "get cq event");
+	ibv_ack_cq_events(cqb, 1);
+	struct ibv_wc wc;
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 7, &wc);
+	CHECK(wc.byte_len == sizeof(msg) && !memcmp(cases[0].p, msg, sizeof(msg)) && wc.qp_num == qpb->qp_num, "received data");
+	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 300, NULL);
+	OK("comp-channel");
+
+	/* Solicited-only: an unsolicited Send does not wake the channel, a
+	 * solicited one does. */
+	CHECK(ibv_req_notify_cq(cqb, 1) == 0, "req notify solicited");
+	sw.wr_id = 301;
+	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post send");
+	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 301, NULL);
+	CHECK(poll(&pf, 1, 300) == 0, "channel woke for an unsolicited Send");
+	sw.wr_id = 302;
+	sw.send_flags |= IBV_SEND_SOLICITED;
+	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post solicited send");
+	CHECK(poll(&pf, 1, 5000) == 1, "channel did not wake for a solicited Send");
+	CHECK(ibv_get_cq_event(ccb, &evcq, &evctx) == 0 && evcq == cqb, "get cq event 2");
+	ibv_ack_cq_events(cqb, 1);
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 8, NULL);
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 9, NULL);
+	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
+	OK("solicited");
+
+	/* Bad work requests fail at post with EINVAL, as a provider's do. */
+	struct ibv_send_wr badop = sw;
+	badop.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "atomic refused");
+	OK("post-errors");
+
+	rw.wr_id = 10;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 4");
+	if (terminate) {
+		/* An RDMA WRITE with an rkey B never gave out: B refuses it with
+		 * a Terminate, both QPs are fatal, the connection ends. */
+		struct ibv_sge ts = {(uintptr_t)src, 16, srcmr->lkey};
+		struct ibv_send_wr tw = {.wr_id = 400, .sg_list = &ts, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED,
+					 .wr = {.rdma = {(uintptr_t)cases[0].p, cases[0].mr->rkey ^ 0x7f7f7f00u}}}, *tbad;
+		CHECK(ibv_post_send(qpa, &tw, &tbad) == 0, "post bad write");
+		struct ibv_context *ctxs[2] = {aid->verbs, bid->verbs};
+		for (int i = 0; i < 2; i++) {
+			struct pollfd ap = {.fd = ctxs[i]->async_fd, .events = POLLIN};
+			CHECK(poll(&ap, 1, 10000) == 1, "no async event on side %c", 'A' + i);
+			struct ibv_async_event ae;
+			CHECK(ibv_get_async_event(ctxs[i], &ae) == 0, "get async event");
+			CHECK(ae.event_type == IBV_EVENT_QP_FATAL && ae.element.qp == (i ? qpb : qpa), "side %c: event %s",
+			      'A' + i, ibv_event_type_str(ae.event_type));
+			ibv_ack_async_event(&ae);
+		}
+		OK("terminate-qp-fatal");
+	} else {
+		/* Disconnect: DISCONNECTED on both sides, B's posted receive
+		 * flushed. */
+		CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	}
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 10, NULL);
+	OK("disconnect");
+
+	/* CQ overflow: sixteen receives flushed at once into a one-entry CQ;
+	 * polled seldom, so the flush's burst finds it full. */
+	{
+		struct ibv_pd *opd = ibv_alloc_pd(ca);
+		struct ibv_cq *ocq = opd ? ibv_create_cq(ca, 1, NULL, NULL, 0) : NULL;
+		struct ibv_qp_init_attr oa = {.send_cq = ocq, .recv_cq = ocq, .qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 1, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *oqp = ocq ? ibv_create_qp(opd, &oa) : NULL;
+		CHECK(oqp, "overflow QP");
+		struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "INIT");
+		uint64_t one;
+		struct ibv_sge os = {(uintptr_t)&one, sizeof(one), srcmr->lkey};
+		for (uint64_t k = 0; k < 16; k++) {
+			struct ibv_recv_wr orw = {.wr_id = 500 + k, .sg_list = &os, .num_sge = 1};
+			CHECK(ibv_post_recv(oqp, &orw, &rbad) == 0, "post recv %lu", (unsigned long)k);
+		}
+		ia.qp_state = IBV_QPS_ERR;
+		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "ERR");
+		struct pollfd ap = {.fd = ca->async_fd, .events = POLLIN};
+		for (int i = 0; i < 200 && poll(&ap, 1, 0) == 0; i++) {
+			usleep(50000);
+			struct ibv_wc owc;
+			CHECK(ibv_poll_cq(ocq, 1, &owc) >= 0, "poll");
+		}
+		struct ibv_async_event ae;
+		CHECK(poll(&ap, 1, 0) == 1 && ibv_get_async_event(ca, &ae) == 0, "no async event on overflow");
+		CHECK(ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == ocq, "event %s", ibv_event_type_str(ae.event_type));
+		ibv_ack_async_event(&ae);
+		CHECK(ibv_destroy_qp(oqp) == 0 && ibv_destroy_cq(ocq) == 0 && ibv_dealloc_pd(opd) == 0, "overflow teardown");
+		OK("cq-overflow");
+	}
+
+	/* Teardown, every call checked. */
+	for (int i = 0; i < nc; i++)
+		CHECK(ibv_dereg_mr(cases[i].mr) == 0, "dereg %s", cases[i].name);
+	CHECK(ibv_dereg_mr(twice) == 0 && ibv_dereg_mr(srcmr) == 0 && ibv_dereg_mr(backmr) == 0, "dereg");
+	rdma_destroy_qp(aid);
+	rdma_destroy_qp(bid);
+	CHECK(ibv_destroy_cq(cqa) == 0 && ibv_destroy_cq(cqb) == 0, "destroy cq");
+	CHECK(ibv_destroy_comp_channel(cca) == 0 && ibv_destroy_comp_channel(ccb) == 0, "destroy channel");
+	CHECK(ibv_dealloc_pd(pda) == 0 && ibv_dealloc_pd(pdb) == 0, "dealloc pd");
+	CHECK(rdma_destroy_id(aid) == 0 && rdma_destroy_id(bid) == 0 && rdma_destroy_id(lid) == 0, "destroy ids");
+	rdma_destroy_event_channel(cha);
+	rdma_destroy_event_channel(chb);
+	CHECK(ibv_close_device(ca) == 0 && ibv_close_device(cb) == 0, "close");
+	free(heap);
+	free(shared);
+	free(odd);
+	free(src);
+	free(back);
+	OK("teardown");
+	printf("PASS\n");
+	return 0;
+}

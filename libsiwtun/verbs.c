@@ -1,0 +1,852 @@
+/* Verbs over the verbs socket and the shared rings: PD, MR, completion
+ * channels, CQ, QP, post and poll (verbs/remote.go and remote_rings.go are
+ * the Go client of the same protocol). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sw.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+static inline uint32_t ld32(const uint8_t *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_SEQ_CST); }
+static inline void st32(uint8_t *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_SEQ_CST); }
+
+static inline void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static inline uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static void *fail_null(int err)
+{
+	errno = err;
+	return NULL;
+}
+
+/* A call whose reply carries no body: 0 or an errno. */
+static int simple_call(struct sw_context *ctx, uint16_t op, uint32_t h)
+{
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, h);
+	int err = sw_call(ctx->conn, op, &e, NULL, 0, &r);
+	if (err)
+		return err;
+	sw_close_fds(&r);
+	return sw_status_errno(&r);
+}
+
+/* Maps a ring memfd the daemon sent and checks one ring header. */
+static int check_ring(const uint8_t *mem, size_t len, uint32_t count, uint32_t esz)
+{
+	if (len < SW_RING_HEADER_SIZE || ld32(mem + SW_RING_HDR_MAGIC) != SW_RING_MAGIC ||
+	    get32(mem + SW_RING_HDR_ENTRY_SIZE) != esz || get32(mem + SW_RING_HDR_COUNT) != count || count == 0 ||
+	    (count & (count - 1)) || SW_RING_HEADER_SIZE + (size_t)count * esz > len)
+		return EPROTO;
+	return 0;
+}
+
+/* ---- PD ---- */
+
+SW_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct sw_context *ctx = to_ctx(context);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	int err = sw_call(ctx->conn, SW_OP_ALLOC_PD, &e, NULL, 0, &r);
+	if (err)
+		return fail_null(err);
+	sw_close_fds(&r);
+	if ((err = sw_status_errno(&r)))
+		return fail_null(err == EINVAL ? ENOMEM : err);
+	struct sw_dec d = {r.body, r.blen, 0};
+	struct sw_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return fail_null(ENOMEM);
+	pd->h = sw_dec_u32(&d);
+	pd->pd.handle = sw_dec_u32(&d);
+	pd->pd.context = context;
+	return &pd->pd;
+}
+
+SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct sw_pd *pd = (struct sw_pd *)ibpd;
+	int err = simple_call(to_ctx(ibpd->context), SW_OP_DEALLOC_PD, pd->h);
+	if (err && err != ENODEV)
+		return err;
+	free(pd);
+	return 0;
+}
+
+/* ---- MR ---- */
+
+static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct sw_pd *pd = (struct sw_pd *)ibpd;
+	/* Optional bits are ignored when unsupported (rdma-core's rule);
+	 * atomics and memory-window binding name operations this RNIC does
+	 * not offer, so granting them grants nothing. */
+	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	access &= ~(unsigned int)(IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+		return fail_null(EOPNOTSUPP);
+	if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))
+		return fail_null(EINVAL);
+	if (!addr || !length)
+		return fail_null(EINVAL);
+	int fd;
+	int err = sw_mem_share(addr, length, &fd);
+	if (err)
+		return fail_null(err);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, pd->h);
+	sw_enc_u64(&e, (uint64_t)(uintptr_t)addr); /* the file offset is the address */
+	sw_enc_u64(&e, length);
+	sw_enc_u64(&e, iova);
+	sw_enc_u32(&e, access);
+	err = sw_call(to_ctx(ibpd->context)->conn, SW_OP_REG_MR, &e, &fd, 1, &r);
+	if (err)
+		return fail_null(err);
+	sw_close_fds(&r);
+	if ((err = sw_status_errno(&r)))
+		return fail_null(err);
+	struct sw_dec d = {r.body, r.blen, 0};
+	struct sw_mr *mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return fail_null(ENOMEM);
+	mr->h = sw_dec_u32(&d);
+	mr->mr.lkey = mr->mr.rkey = sw_dec_u32(&d);
+	mr->mr.handle = mr->h;
+	mr->mr.context = ibpd->context;
+	mr->mr.pd = ibpd;
+	mr->mr.addr = addr;
+	mr->mr.length = length;
+	return &mr->mr;
+}
+
+SW_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+SW_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return reg_mr(pd, addr, length, iova, (unsigned int)access);
+}
+
+SW_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return reg_mr(pd, addr, length, iova, access);
+}
+
+SW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	struct sw_mr *mr = (struct sw_mr *)ibmr;
+	int err = simple_call(to_ctx(ibmr->context), SW_OP_DEREG_MR, mr->h);
+	if (err && err != ENODEV)
+		return err;
+	free(mr);
+	return 0;
+}
+
+/* ---- completion channels ---- */
+
+/* A channel's fd is an epoll set of its CQs' notification eventfds:
+ * pollable, and readable when any of them fired. */
+SW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	struct ibv_comp_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return fail_null(ENOMEM);
+	ch->fd = epoll_create1(EPOLL_CLOEXEC);
+	if (ch->fd < 0) {
+		int e = errno;
+		free(ch);
+		return fail_null(e);
+	}
+	ch->context = context;
+	return ch;
+}
+
+SW_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	if (__atomic_load_n(&ch->refcnt, __ATOMIC_SEQ_CST)) {
+		errno = EBUSY;
+		return EBUSY;
+	}
+	close(ch->fd);
+	free(ch);
+	return 0;
+}
+
+SW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+	int fl = fcntl(ch->fd, F_GETFL);
+	struct epoll_event ev;
+	int n = epoll_wait(ch->fd, &ev, 1, fl >= 0 && (fl & O_NONBLOCK) ? 0 : -1);
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	struct sw_cq *c = ev.data.ptr;
+	uint64_t v;
+	if (read(c->nfd, &v, sizeof(v)) < 0) {
+		/* already cleared by another waiter: still an event */
+	}
+	*cq = &c->cq;
+	*cq_context = c->cq.cq_context;
+	return 0;
+}
+
+SW_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ---- CQ ---- */
+
+SW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+				       struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct sw_context *ctx = to_ctx(context);
+	if (cqe <= 0 || cqe > (int)ctx->dev->attr[SW_A_MAX_CQE] || comp_vector != 0)
+		return fail_null(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, (uint32_t)cqe);
+	int err = sw_call(ctx->conn, SW_OP_CREATE_CQ, &e, NULL, 0, &r);
+	if (err)
+		return fail_null(err);
+	if ((err = sw_status_errno(&r))) {
+		sw_close_fds(&r);
+		return fail_null(err);
+	}
+	struct sw_dec d = {r.body, r.blen, 0};
+	uint32_t h = sw_dec_u32(&d), count = sw_dec_u32(&d), size = sw_dec_u32(&d);
+	if (d.err || r.nfds != 2) {
+		sw_close_fds(&r);
+		simple_call(ctx, SW_OP_DESTROY_CQ, h);
+		return fail_null(EPROTO);
+	}
+	uint8_t *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
+	close(r.fds[0]);
+	err = mem == MAP_FAILED ? errno : check_ring(mem, size, count, SW_CQE_SIZE);
+	struct sw_cq *cq = err ? NULL : calloc(1, sizeof(*cq));
+	if (!cq) {
+		if (mem != MAP_FAILED)
+			munmap(mem, size);
+		close(r.fds[1]);
+		simple_call(ctx, SW_OP_DESTROY_CQ, h);
+		return fail_null(err ? err : ENOMEM);
+	}
+	cq->h = h;
+	cq->mem = mem;
+	cq->memlen = size;
+	cq->count = count;
+	cq->nfd = r.fds[1];
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	cq->cq.context = context;
+	cq->cq.channel = channel;
+	cq->cq.cq_context = cq_context;
+	cq->cq.handle = h;
+	cq->cq.cqe = cqe;
+	pthread_mutex_init(&cq->cq.mutex, NULL);
+	pthread_cond_init(&cq->cq.cond, NULL);
+	if (channel) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = cq};
+		if (epoll_ctl(channel->fd, EPOLL_CTL_ADD, cq->nfd, &ev) < 0) {
+			err = errno;
+			munmap(mem, size);
+			close(cq->nfd);
+			simple_call(ctx, SW_OP_DESTROY_CQ, h);
+			free(cq);
+			return fail_null(err);
+		}
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
+	}
+	pthread_mutex_lock(&ctx->mu);
+	cq->next = ctx->cqs;
+	ctx->cqs = cq;
+	pthread_mutex_unlock(&ctx->mu);
+	return &cq->cq;
+}
+
+SW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct sw_cq *cq = (struct sw_cq *)ibcq;
+	struct sw_context *ctx = to_ctx(ibcq->context);
+	int err = simple_call(ctx, SW_OP_DESTROY_CQ, cq->h);
+	if (err && err != ENODEV)
+		return err;
+	pthread_mutex_lock(&ctx->mu);
+	for (struct sw_cq **pp = &ctx->cqs; *pp; pp = &(*pp)->next)
+		if (*pp == cq) {
+			*pp = cq->next;
+			break;
+		}
+	pthread_mutex_unlock(&ctx->mu);
+	if (ibcq->channel) {
+		epoll_ctl(ibcq->channel->fd, EPOLL_CTL_DEL, cq->nfd, NULL);
+		__atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_SEQ_CST);
+	}
+	munmap(cq->mem, cq->memlen);
+	close(cq->nfd);
+	pthread_spin_destroy(&cq->lock);
+	free(cq);
+	return 0;
+}
+
+SW_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	return EOPNOTSUPP;
+}
+
+int sw_ctx_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct sw_cq *cq = (struct sw_cq *)ibcq;
+	st32(cq->mem + SW_RING_HDR_NOTIFY, solicited_only ? SW_NOTIFY_SOLICITED : SW_NOTIFY_NEXT);
+	if (atomic_load(&to_ctx(ibcq->context)->removed)) {
+		uint64_t one = 1;
+		if (write(cq->nfd, &one, sizeof(one)) < 0) {
+			/* saturated */
+		}
+	}
+	return 0;
+}
+
+/* Retires the shadow entries a completion accounts for. */
+static void retire(struct sw_context *ctx, const struct ibv_wc *wc)
+{
+	pthread_mutex_lock(&ctx->mu);
+	struct sw_qp *q = ctx->qps;
+	while (q && q->qp.qp_num != wc->qp_num)
+		q = q->next;
+	if (q) {
+		if (wc->opcode & IBV_WC_RECV) {
+			pthread_spin_lock(&q->rlock);
+			if (q->r_head < q->r_tail)
+				q->r_head++;
+			pthread_spin_unlock(&q->rlock);
+		} else {
+			pthread_spin_lock(&q->slock);
+			for (uint64_t p = q->s_head; p < q->s_tail; p++)
+				if (q->sent[p % q->nsent].id == wc->wr_id) {
+					q->s_head = p + 1;
+					break;
+				}
+			pthread_spin_unlock(&q->slock);
+		}
+	}
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+/* After the daemon went: what it never completed completes flushed. */
+static int flush(struct sw_context *ctx, struct sw_cq *cq, int n, struct ibv_wc *wc)
+{
+	int k = 0;
+	pthread_mutex_lock(&ctx->mu);
+	for (struct sw_qp *q = ctx->qps; q && k < n; q = q->next) {
+		if (q->qp.send_cq == &cq->cq) {
+			pthread_spin_lock(&q->slock);
+			for (; k < n && q->s_head < q->s_tail; q->s_head++, k++) {
+				struct sw_shadow *s = &q->sent[q->s_head % q->nsent];
+				memset(&wc[k], 0, sizeof(wc[k]));
+				wc[k].wr_id = s->id;
+				wc[k].status = IBV_WC_WR_FLUSH_ERR;
+				wc[k].opcode = s->op == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+					       : s->op == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
+									   : IBV_WC_SEND;
+				wc[k].qp_num = q->qp.qp_num;
+			}
+			pthread_spin_unlock(&q->slock);
+		}
+		if (q->qp.recv_cq == &cq->cq) {
+			pthread_spin_lock(&q->rlock);
+			for (; k < n && q->r_head < q->r_tail; q->r_head++, k++) {
+				memset(&wc[k], 0, sizeof(wc[k]));
+				wc[k].wr_id = q->recvd[q->r_head % q->nrecvd];
+				wc[k].status = IBV_WC_WR_FLUSH_ERR;
+				wc[k].opcode = IBV_WC_RECV;
+				wc[k].qp_num = q->qp.qp_num;
+			}
+			pthread_spin_unlock(&q->rlock);
+		}
+	}
+	pthread_mutex_unlock(&ctx->mu);
+	return k;
+}
+
+int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct sw_cq *cq = (struct sw_cq *)ibcq;
+	struct sw_context *ctx = to_ctx(ibcq->context);
+	int k = 0;
+	pthread_spin_lock(&cq->lock);
+	while (k < n) {
+		uint8_t *e = cq->mem + SW_RING_HEADER_SIZE + (size_t)(cq->cons & (cq->count - 1)) * SW_CQE_SIZE;
+		if (!(ld32(e) & SW_OWNER_VALID))
+			break;
+		struct ibv_wc *w = &wc[k];
+		memset(w, 0, sizeof(*w));
+		w->wr_id = get64(e + SW_CQE_ID);
+		w->status = get32(e + SW_CQE_STATUS);
+		w->opcode = get32(e + SW_CQE_OPCODE);
+		w->vendor_err = get32(e + SW_CQE_VENDOR_ERR);
+		w->byte_len = get32(e + SW_CQE_BYTE_LEN);
+		w->qp_num = get32(e + SW_CQE_QP_NUM);
+		w->wc_flags = get32(e + SW_CQE_FLAGS);
+		w->invalidated_rkey = get32(e + SW_CQE_INV_RKEY);
+		st32(e, 0);
+		cq->cons++;
+		k++;
+	}
+	int over = k == 0 && ld32(cq->mem + SW_RING_HDR_OVERFLOW) && !cq->overflowed;
+	if (over)
+		cq->overflowed = 1;
+	pthread_spin_unlock(&cq->lock);
+	for (int i = 0; i < k; i++)
+		retire(ctx, &wc[i]);
+	if (over)
+		sw_async_push(ctx, IBV_EVENT_CQ_ERR, ibcq);
+	if (k == 0 && atomic_load(&ctx->removed))
+		k = flush(ctx, cq, n, wc);
+	/* A program spinning on an empty CQ (perftest's latency tests) would
+	 * take the processor from the daemon that must produce the
+	 * completion: after a few empty polls in a row, each one yields it. */
+	if (k == 0) {
+		if (++cq->empty > 16)
+			sched_yield();
+	} else {
+		cq->empty = 0;
+	}
+	return k;
+}
+
+/* ---- QP ---- */
+
+SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+{
+	struct sw_context *ctx = to_ctx(ibpd->context);
+	struct ibv_qp_cap *cap = &attr->cap;
+	if (attr->qp_type != IBV_QPT_RC || attr->srq)
+		return fail_null(EOPNOTSUPP);
+	if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != ibpd->context ||
+	    attr->recv_cq->context != ibpd->context)
+		return fail_null(EINVAL);
+	if (cap->max_send_wr > SW_MAX_QP_WR || cap->max_recv_wr > SW_MAX_QP_WR || cap->max_send_sge > SW_MAX_SGE ||
+	    cap->max_recv_sge > SW_MAX_SGE || cap->max_inline_data > SW_MAX_INLINE)
+		return fail_null(EINVAL);
+	uint32_t ms = cap->max_send_wr ? cap->max_send_wr : 1, mr = cap->max_recv_wr ? cap->max_recv_wr : 1;
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, ((struct sw_pd *)ibpd)->h);
+	sw_enc_u32(&e, ((struct sw_cq *)attr->send_cq)->h);
+	sw_enc_u32(&e, ((struct sw_cq *)attr->recv_cq)->h);
+	sw_enc_u32(&e, ms);
+	sw_enc_u32(&e, mr);
+	sw_enc_u8(&e, attr->sq_sig_all ? 1 : 0);
+	int err = sw_call(ctx->conn, SW_OP_CREATE_QP, &e, NULL, 0, &r);
+	if (err)
+		return fail_null(err);
+	if ((err = sw_status_errno(&r))) {
+		sw_close_fds(&r);
+		return fail_null(err);
+	}
+	struct sw_dec d = {r.body, r.blen, 0};
+	uint32_t h = sw_dec_u32(&d), num = sw_dec_u32(&d), sqc = sw_dec_u32(&d), rqc = sw_dec_u32(&d);
+	uint32_t sqb = sw_dec_u32(&d), total = sw_dec_u32(&d);
+	if (d.err || r.nfds != 2 || sqb > total) {
+		sw_close_fds(&r);
+		simple_call(ctx, SW_OP_DESTROY_QP, h);
+		return fail_null(EPROTO);
+	}
+	uint8_t *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
+	close(r.fds[0]);
+	err = mem == MAP_FAILED ? errno : check_ring(mem, sqb, sqc, SW_SQE_SIZE);
+	if (!err)
+		err = check_ring(mem + sqb, total - sqb, rqc, SW_RQE_SIZE);
+	struct sw_qp *q = err ? NULL : calloc(1, sizeof(*q));
+	if (q) {
+		q->sent = calloc(ms, sizeof(*q->sent));
+		q->recvd = calloc(mr, sizeof(*q->recvd));
+		if (!q->sent || !q->recvd) {
+			free(q->sent);
+			free(q->recvd);
+			free(q);
+			q = NULL;
+			err = ENOMEM;
+		}
+	}
+	if (!q) {
+		if (mem != MAP_FAILED)
+			munmap(mem, total);
+		close(r.fds[1]);
+		simple_call(ctx, SW_OP_DESTROY_QP, h);
+		return fail_null(err ? err : ENOMEM);
+	}
+	q->h = h;
+	q->mem = mem;
+	q->memlen = total;
+	q->sq = mem;
+	q->rq = mem + sqb;
+	q->sq_count = sqc;
+	q->rq_count = rqc;
+	q->doorbell = r.fds[1];
+	q->nsent = ms;
+	q->nrecvd = mr;
+	q->sig_all = attr->sq_sig_all;
+	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
+	cap->max_send_wr = ms;
+	cap->max_recv_wr = mr;
+	cap->max_send_sge = SW_MAX_SGE;
+	cap->max_recv_sge = SW_MAX_SGE;
+	cap->max_inline_data = SW_MAX_INLINE;
+	q->cap = *cap;
+	struct ibv_qp *qp = &q->qp;
+	qp->context = ibpd->context;
+	qp->qp_context = attr->qp_context;
+	qp->pd = ibpd;
+	qp->send_cq = attr->send_cq;
+	qp->recv_cq = attr->recv_cq;
+	qp->handle = h;
+	qp->qp_num = num;
+	qp->state = IBV_QPS_RESET;
+	qp->qp_type = IBV_QPT_RC;
+	pthread_mutex_init(&qp->mutex, NULL);
+	pthread_cond_init(&qp->cond, NULL);
+	pthread_mutex_lock(&ctx->mu);
+	q->next = ctx->qps;
+	ctx->qps = q;
+	pthread_mutex_unlock(&ctx->mu);
+	return qp;
+}
+
+SW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct sw_qp *q = (struct sw_qp *)ibqp;
+	struct sw_context *ctx = to_ctx(ibqp->context);
+	int err = simple_call(ctx, SW_OP_DESTROY_QP, q->h);
+	if (err && err != ENODEV)
+		return err;
+	pthread_mutex_lock(&ctx->mu);
+	for (struct sw_qp **pp = &ctx->qps; *pp; pp = &(*pp)->next)
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+	if (q->cm)
+		sw_cm_qp_event(ctx, q, 0, 0, NULL, 0); /* detaches it from its id */
+	pthread_mutex_unlock(&ctx->mu);
+	munmap(q->mem, q->memlen);
+	close(q->doorbell);
+	free(q->sent);
+	free(q->recvd);
+	free(q);
+	return 0;
+}
+
+/* sw_qp_modify_state asks the daemon for a state (RESET, INIT, ERR). */
+int sw_qp_modify_state(struct sw_qp *q, enum ibv_qp_state s)
+{
+	struct sw_context *ctx = to_ctx(q->qp.context);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, q->h);
+	sw_enc_u32(&e, (uint32_t)s);
+	int err = sw_call(ctx->conn, SW_OP_MODIFY_QP, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	if (err)
+		return err;
+	switch (s) {
+	case IBV_QPS_INIT:
+		atomic_store(&q->inited, 1);
+		break;
+	case IBV_QPS_RESET:
+		atomic_store(&q->post_ok, 0);
+		atomic_store(&q->inited, 0);
+		pthread_spin_lock(&q->slock);
+		q->s_head = q->s_tail;
+		pthread_spin_unlock(&q->slock);
+		pthread_spin_lock(&q->rlock);
+		q->r_head = q->r_tail;
+		pthread_spin_unlock(&q->rlock);
+		break;
+	case IBV_QPS_ERR:
+		atomic_store(&q->post_ok, 1);
+		atomic_store(&q->inited, 1);
+		break;
+	default:
+		break;
+	}
+	q->qp.state = s;
+	return 0;
+}
+
+SW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
+{
+	struct sw_qp *q = (struct sw_qp *)ibqp;
+	if (!(mask & IBV_QP_STATE))
+		return 0; /* iWARP: the other attributes come from the connection */
+	switch (attr->qp_state) {
+	case IBV_QPS_INIT:
+		/* Once connection management has moved the QP on, INIT is where
+		 * it has been: a program that walks a connected QP through
+		 * INIT, RTR, RTS itself (rping -q) finds nothing to do. */
+		if (atomic_load(&q->post_ok) && ibqp->state != IBV_QPS_ERR)
+			return 0;
+		return sw_qp_modify_state(q, attr->qp_state);
+	case IBV_QPS_RESET:
+	case IBV_QPS_ERR:
+		return sw_qp_modify_state(q, attr->qp_state);
+	case IBV_QPS_RTR:
+	case IBV_QPS_RTS:
+		/* Entered by connection management (rdma_connect/rdma_accept),
+		 * as on every iWARP device; a self-created QP's move is a
+		 * no-op once it is INIT. */
+		if (!atomic_load(&q->inited))
+			return EINVAL;
+		if (atomic_load(&q->post_ok))
+			ibqp->state = attr->qp_state;
+		return 0;
+	default:
+		return EINVAL;
+	}
+}
+
+SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
+{
+	struct sw_qp *q = (struct sw_qp *)ibqp;
+	(void)mask;
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, q->h);
+	int err = sw_call(to_ctx(ibqp->context)->conn, SW_OP_QUERY_QP, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	if (err)
+		return err;
+	struct sw_dec d = {r.body, r.blen, 0};
+	struct sockaddr_storage la, ra;
+	uint32_t st = sw_dec_u32(&d);
+	sw_dec_addr(&d, &la);
+	sw_dec_addr(&d, &ra);
+	sw_dec_u8(&d); /* MPA rev */
+	sw_dec_u8(&d); /* CRC */
+	sw_dec_u8(&d);
+	sw_dec_u8(&d);
+	uint32_t ird = sw_dec_u32(&d), ord = sw_dec_u32(&d);
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = attr->cur_qp_state = (enum ibv_qp_state)st;
+	attr->path_mtu = IBV_MTU_1024;
+	attr->cap = q->cap;
+	attr->max_rd_atomic = (uint8_t)(ord > 255 ? 255 : ord);
+	attr->max_dest_rd_atomic = (uint8_t)(ird > 255 ? 255 : ird);
+	attr->port_num = 1;
+	attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = ibqp->qp_context;
+		init->send_cq = ibqp->send_cq;
+		init->recv_cq = ibqp->recv_cq;
+		init->cap = q->cap;
+		init->qp_type = IBV_QPT_RC;
+		init->sq_sig_all = q->sig_all;
+	}
+	ibqp->state = attr->qp_state;
+	return 0;
+}
+
+/* wait_free waits for the daemon to hand back a ring entry our accounting
+ * says is free: the daemon releases an entry after handing its request to
+ * the engine, which may complete it (and the application poll that
+ * completion and post again) first. The wait is short; ENOMEM after 100 ms
+ * (the daemon is stuck or gone). */
+static int wait_free(const uint8_t *e)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; ld32(e) != 0; i++) {
+		if (i < 64)
+			continue;
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 100000000L)
+			return ENOMEM;
+	}
+	return 0;
+}
+
+static inline void ring_doorbell(struct sw_qp *q, const uint8_t *ring)
+{
+	if (ld32(ring + SW_RING_HDR_NOTIFY)) {
+		uint64_t one = 1;
+		if (write(q->doorbell, &one, sizeof(one)) < 0) {
+			/* EAGAIN: saturated, the daemon wakes anyway */
+		}
+	}
+}
+
+int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct sw_qp *q = (struct sw_qp *)ibqp;
+	int err = 0, n = 0;
+	pthread_spin_lock(&q->slock);
+	if (atomic_load(&to_ctx(ibqp->context)->removed))
+		err = ENODEV;
+	else if (!atomic_load(&q->post_ok))
+		err = EINVAL;
+	for (; !err && wr; wr = wr->next) {
+		uint32_t flags = wr->send_flags;
+		if (flags & ~(unsigned int)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
+			err = EINVAL;
+			break;
+		}
+		switch (wr->opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_SEND:
+		case IBV_WR_SEND_WITH_INV:
+			if (!(flags & IBV_SEND_INLINE) && wr->num_sge > SW_MAX_SGE)
+				err = EINVAL;
+			break;
+		case IBV_WR_RDMA_READ:
+			if ((flags & IBV_SEND_INLINE) || wr->num_sge > SW_MAX_SGE_READ)
+				err = EINVAL;
+			break;
+		default:
+			err = EINVAL;
+		}
+		if (err || wr->num_sge < 0) {
+			err = EINVAL;
+			break;
+		}
+		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
+		if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && wait_free(e))) {
+			err = ENOMEM;
+			break;
+		}
+		e[SW_SQE_OPCODE] = (uint8_t)wr->opcode;
+		if (flags & IBV_SEND_INLINE) {
+			size_t tot = 0;
+			for (int i = 0; i < wr->num_sge; i++)
+				tot += wr->sg_list[i].length;
+			if (tot > SW_MAX_INLINE) {
+				err = EINVAL;
+				break;
+			}
+			tot = 0;
+			for (int i = 0; i < wr->num_sge; i++) {
+				memcpy(e + SW_SQE_INLINE + tot, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+				tot += wr->sg_list[i].length;
+			}
+			e[SW_SQE_NSGE] = 0;
+			put16(e + SW_SQE_INLINE_LEN, (uint16_t)tot);
+		} else {
+			e[SW_SQE_NSGE] = (uint8_t)wr->num_sge;
+			put16(e + SW_SQE_INLINE_LEN, 0);
+			for (int i = 0; i < wr->num_sge; i++) {
+				uint8_t *s = e + SW_SQE_SGL + i * SW_SGE_SIZE;
+				put64(s + SW_SGE_ADDR, wr->sg_list[i].addr);
+				put32(s + SW_SGE_LENGTH, wr->sg_list[i].length);
+				put32(s + SW_SGE_LKEY, wr->sg_list[i].lkey);
+			}
+		}
+		put32(e + SW_SQE_FLAGS, flags);
+		put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
+		put64(e + SW_SQE_ID, wr->wr_id);
+		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
+		put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+		st32(e, SW_OWNER_VALID);
+		q->sq_prod++;
+		q->sent[q->s_tail % q->nsent] = (struct sw_shadow){wr->wr_id, wr->opcode};
+		q->s_tail++;
+		n++;
+	}
+	if (n)
+		ring_doorbell(q, q->sq);
+	pthread_spin_unlock(&q->slock);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct sw_qp *q = (struct sw_qp *)ibqp;
+	int err = 0, n = 0;
+	pthread_spin_lock(&q->rlock);
+	if (atomic_load(&to_ctx(ibqp->context)->removed))
+		err = ENODEV;
+	else if (!atomic_load(&q->inited))
+		err = EINVAL;
+	for (; !err && wr; wr = wr->next) {
+		if (wr->num_sge > SW_MAX_SGE || wr->num_sge < 0) {
+			err = EINVAL;
+			break;
+		}
+		uint8_t *e = q->rq + SW_RING_HEADER_SIZE + (size_t)(q->rq_prod & (q->rq_count - 1)) * SW_RQE_SIZE;
+		if (q->r_tail - q->r_head == q->nrecvd || (ld32(e) != 0 && wait_free(e))) {
+			err = ENOMEM;
+			break;
+		}
+		e[SW_RQE_NSGE] = (uint8_t)wr->num_sge;
+		put64(e + SW_RQE_ID, wr->wr_id);
+		for (int i = 0; i < wr->num_sge; i++) {
+			uint8_t *s = e + SW_RQE_SGL + i * SW_SGE_SIZE;
+			put64(s + SW_SGE_ADDR, wr->sg_list[i].addr);
+			put32(s + SW_SGE_LENGTH, wr->sg_list[i].length);
+			put32(s + SW_SGE_LKEY, wr->sg_list[i].lkey);
+		}
+		st32(e, SW_OWNER_VALID);
+		q->rq_prod++;
+		q->recvd[q->r_tail % q->nrecvd] = wr->wr_id;
+		q->r_tail++;
+		n++;
+	}
+	if (n)
+		ring_doorbell(q, q->rq);
+	pthread_spin_unlock(&q->rlock);
+	if (err)
+		*bad = wr;
+	return err;
+}

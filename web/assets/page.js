@@ -1,0 +1,479 @@
+// siwtun view: draws the View embedded in #siwtun-data (see package web).
+// Plain JavaScript, no build step, no network access except the live
+// page's own /events stream.
+(function () {
+  'use strict';
+  const timing = { scriptStart: performance.now() };
+  // The data is the View as JSON, gzip-compressed and base64-encoded: a
+  // large trace then costs the HTML parser a tenth of its size.
+  async function unpack(id) {
+    const el = document.getElementById(id);
+    if (el.dataset.encoding !== 'gzip+base64') return el.textContent;
+    const text = el.textContent.trim();
+    let bytes;
+    if (Uint8Array.fromBase64) {
+      bytes = Uint8Array.fromBase64(text);
+    } else {
+      const bin = atob(text);
+      bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    }
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return new Response(stream).text();
+  }
+  // The segments' FPDUs, Markers and byte maps (one JSON line each) are
+  // decoded after the page is up: the ladder does not wait for them.
+  let D = null, onDetails = null;
+  const failed = (err) => {
+    document.getElementById('bmbody').textContent = 'cannot read the embedded data: ' + err;
+    throw err;
+  };
+  unpack('siwtun-data').then((text) => {
+    timing.decoded = performance.now();
+    start(JSON.parse(text));
+  }).catch(failed);
+  unpack('siwtun-detail').then((text) => {
+    D = text;
+    timing.details = performance.now();
+    document.body.dataset.details = '1';
+    if (onDetails) onDetails();
+  }).catch(failed);
+  function start(V) {
+  timing.parsed = performance.now();
+  // The segments' FPDUs, Markers and byte maps are one JSON line each in
+  // D, parsed when a segment is chosen (and kept).
+  let lineStarts = null;
+  function detail(s) {
+    if (s.full || D === null) return s;
+    if (!lineStarts) {
+      const starts = [0];
+      for (let i = D.indexOf('\n'); i >= 0; i = D.indexOf('\n', i + 1)) starts.push(i + 1);
+      lineStarts = starts;
+    }
+    if (s.n + 1 < lineStarts.length) Object.assign(s, JSON.parse(D.slice(lineStarts[s.n], lineStarts[s.n + 1] - 1)));
+    s.full = true;
+    return s;
+  }
+  V.segs = V.segs || []; V.places = V.places || []; V.regions = V.regions || [];
+  V.terms = V.terms || []; V.wcs = V.wcs || []; V.qps = V.qps || []; V.conns = V.conns || [];
+  V.steps = V.steps || []; V.stats = V.stats || {}; V.addrs = V.addrs || [];
+  const F = V.fields;
+  const ROW = 22;
+  const COLORS = { write: '#1f5fbf', send: '#1b7f3b', rreq: '#7b3fa0', rresp: '#0f7c86', term: '#c0162b',
+    'mpa-req': '#8a5a00', 'mpa-rep': '#8a5a00', ctl: '#8c8c8c', fpdu: '#4a4a4a', other: '#6d4c41' };
+  // Line patterns: colour is never the only cue (labels are drawn too).
+  const DASH = { write: [], send: [10, 3], rreq: [2, 3], rresp: [], term: [6, 2, 2, 2], 'mpa-req': [1, 2],
+    'mpa-rep': [1, 2], ctl: [2, 4], fpdu: [8, 4], other: [4, 4] };
+  const WIDTH = { write: 2, send: 2, rreq: 2, rresp: 3, term: 3, 'mpa-req': 3, 'mpa-rep': 3, ctl: 1, fpdu: 1.5, other: 1 };
+  const state = { sel: -1, span: -1, follow: !!V.live, dirty: true };
+  const $ = (id) => document.getElementById(id);
+  const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+  const hex = (n) => '0x' + Number(n || 0).toString(16);
+  const ms = (us) => (us < 0 ? '—' : (us / 1000).toFixed(3) + ' ms');
+  const link = (url, ref) => '<a href="' + esc(url) + '" target="_blank" rel="noopener">' + esc(ref) + '</a>';
+
+  // ---- ladder -------------------------------------------------------
+  const ladder = $('ladder'), canvas = $('ladcanvas'), spacer = $('spacer');
+  const ctx = canvas.getContext('2d');
+  function sizeLadder() {
+    const dpr = window.devicePixelRatio || 1;
+    const w = ladder.clientWidth, h = ladder.clientHeight;
+    canvas.width = Math.max(1, w * dpr); canvas.height = Math.max(1, h * dpr);
+    canvas.style.width = w + 'px'; canvas.style.height = h + 'px';
+    // The canvas is sticky; the spacer gives the scroll height.
+    canvas.style.marginBottom = (-h) + 'px';
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    state.dirty = true;
+  }
+  function marks(s) {
+    const m = [];
+    if (s.al === false) m.push('NOT ALIGNED');
+    if (s.rx) m.push('RETX');
+    if (s.ooo) m.push('OUT OF ORDER');
+    if (s.drop) m.push('DROPPED');
+    return m;
+  }
+  function drawLadder() {
+    const w = ladder.clientWidth, h = ladder.clientHeight;
+    spacer.style.height = (V.segs.length * ROW + ROW) + 'px';
+    ladder.dataset.arrows = String(V.segs.length);
+    ctx.clearRect(0, 0, w, h);
+    const top = ladder.scrollTop;
+    const first = Math.max(0, Math.floor(top / ROW)), last = Math.min(V.segs.length, first + Math.ceil(h / ROW) + 1);
+    const xT = 4, xL = 118, xR = w - 16;
+    ctx.strokeStyle = '#222'; ctx.lineWidth = 2; ctx.setLineDash([]);
+    ctx.beginPath(); ctx.moveTo(xL, 0); ctx.lineTo(xL, h); ctx.moveTo(xR, 0); ctx.lineTo(xR, h); ctx.stroke();
+    let drawn = 0;
+    ctx.font = '11px system-ui, sans-serif'; ctx.textBaseline = 'middle';
+    for (let i = first; i < last; i++) {
+      const s = V.segs[i];
+      const y0 = i * ROW - top + 3, y1 = y0 + ROW - 6;
+      if (i === state.sel) { ctx.fillStyle = '#ffe9a8'; ctx.fillRect(0, y0 - 3, w, ROW); }
+      ctx.fillStyle = '#555'; ctx.textAlign = 'left';
+      ctx.fillText(ms(s.t >= 0 ? s.t : s.pt).replace(' ms', ''), xT, y0 + (ROW - 6) / 2);
+      const c = COLORS[s.cls] || '#444';
+      ctx.strokeStyle = c; ctx.fillStyle = c; ctx.lineWidth = WIDTH[s.cls] || 1.5; ctx.setLineDash(DASH[s.cls] || []);
+      let xa = s.o ? xL : xR, xb = s.o ? xR : xL;
+      if (s.drop) xb = (xa + xb) / 2;
+      ctx.beginPath(); ctx.moveTo(xa, y0); ctx.lineTo(xb, y1); ctx.stroke(); ctx.setLineDash([]);
+      // arrow head, or a cross where a dropped segment vanished
+      if (s.drop) {
+        ctx.lineWidth = 2; ctx.beginPath();
+        ctx.moveTo(xb - 5, y1 - 5); ctx.lineTo(xb + 5, y1 + 5); ctx.moveTo(xb - 5, y1 + 5); ctx.lineTo(xb + 5, y1 - 5); ctx.stroke();
+      } else {
+        const d = s.o ? -1 : 1;
+        ctx.beginPath(); ctx.moveTo(xb, y1); ctx.lineTo(xb + d * 8, y1 - 2); ctx.lineTo(xb + d * 6, y1 - 7); ctx.closePath(); ctx.fill();
+      }
+      if (s.al === false) { // hatched box: not FPDU-aligned
+        ctx.save(); ctx.strokeStyle = '#c0162b'; ctx.lineWidth = 1;
+        ctx.strokeRect(xL + 3, y0 - 2, 10, ROW - 3);
+        ctx.beginPath(); ctx.moveTo(xL + 3, y1); ctx.lineTo(xL + 13, y0 - 2); ctx.stroke(); ctx.restore();
+      }
+      const label = s.lb + (s.len ? ' ' + s.len : '') + (marks(s).length ? ' [' + marks(s).join(', ') + ']' : '');
+      const tx = (xL + xR) / 2, ty = (y0 + y1) / 2;
+      const tw = ctx.measureText(label).width;
+      ctx.fillStyle = 'rgba(253,253,251,0.88)'; ctx.fillRect(tx - tw / 2 - 3, ty - 7, tw + 6, 14);
+      ctx.fillStyle = s.al === false || s.drop || s.cls === 'term' ? '#a3001a' : '#1b1b1b';
+      ctx.textAlign = 'center'; ctx.fillText(label, tx, ty);
+      drawn++;
+    }
+    ladder.dataset.drawn = String(drawn);
+    state.dirty = false;
+  }
+  function requestDraw() {
+    if (state.raf) return;
+    state.raf = requestAnimationFrame(() => { state.raf = 0; drawLadder(); });
+  }
+  ladder.addEventListener('scroll', requestDraw);
+  ladder.addEventListener('click', (e) => {
+    const r = ladder.getBoundingClientRect();
+    const i = Math.floor((e.clientY - r.top + ladder.scrollTop) / ROW);
+    if (i >= 0 && i < V.segs.length) select(i, false);
+    ladder.focus();
+  });
+  window.addEventListener('resize', () => { sizeLadder(); requestDraw(); });
+
+  // ---- selection and keyboard ----------------------------------------
+  function select(i, scroll) {
+    if (!V.segs.length) return;
+    i = Math.max(0, Math.min(V.segs.length - 1, i));
+    state.sel = i; state.span = -1;
+    state.follow = V.live && i === V.segs.length - 1;
+    if (scroll !== false) {
+      const y = i * ROW;
+      if (y < ladder.scrollTop || y + ROW > ladder.scrollTop + ladder.clientHeight) ladder.scrollTop = y - ladder.clientHeight / 2;
+    }
+    const s = V.segs[i];
+    $('sr').textContent = 'segment ' + i + ': ' + (s.o ? 'out ' : 'in ') + s.lb + ', ' + s.len + ' octets' + (marks(s).length ? ', ' + marks(s).join(', ') : '');
+    for (let k = V.steps.length - 1; k >= 0; k--) if (V.steps[k].seg <= i) { markStep(k); break; }
+    renderByteMap(); renderMemory(); requestDraw();
+  }
+  function flagged(s) { return s.al === false || s.rx || s.ooo || s.drop || s.cls === 'term'; }
+  function seek(from, dir, pred) {
+    for (let i = from + dir; i >= 0 && i < V.segs.length; i += dir) if (pred(V.segs[i])) return select(i);
+  }
+  ladder.addEventListener('keydown', (e) => {
+    const page = Math.max(1, Math.floor(ladder.clientHeight / ROW) - 1);
+    const cur = state.sel < 0 ? -1 : state.sel;
+    let handled = true;
+    switch (e.key) {
+      case 'ArrowDown': case 'j': select(cur + 1); break;
+      case 'ArrowUp': case 'k': select(cur - 1); break;
+      case 'PageDown': select(cur + page); break;
+      case 'PageUp': select(cur - page); break;
+      case 'Home': select(0); break;
+      case 'End': select(V.segs.length - 1); break;
+      case 'n': seek(cur, 1, (s) => s.cls !== 'ctl'); break;
+      case 'p': seek(cur, -1, (s) => s.cls !== 'ctl'); break;
+      case 'f': seek(cur, 1, flagged); break;
+      case 'F': seek(cur, -1, flagged); break;
+      case 'Enter': { const r = document.querySelector('#bytemap tbody tr'); if (r) r.focus(); break; }
+      default: handled = false;
+    }
+    if (handled) e.preventDefault();
+  });
+  document.addEventListener('keydown', (e) => {
+    if (e.key === '?') { $('help').classList.toggle('show'); e.preventDefault(); }
+    if (e.key === 'Escape') { $('help').classList.remove('show'); ladder.focus(); }
+  });
+
+  // ---- byte map -------------------------------------------------------
+  function layerOf(sp) { return F[sp[2]].layer; }
+  function spanValue(s, sp) {
+    const f = sp[3] >= 0 ? s.fp[sp[3]] : null, h = f && f.hd;
+    const m = sp[4] >= 0 ? s.mk[sp[4]] : null;
+    switch (F[sp[2]].name) {
+      case 'MPA key': return s.k === 'mpa-reply' ? 'MPA ID Rep Frame' : 'MPA ID Req Frame';
+      case 'flags M C R, Rev': return s.fr || '';
+      case 'PD_Length': return String(s.len - 20 > 0 ? s.map.filter((x) => x[0] >= 20 && x[2] !== sp[2]).reduce((a, x) => a + x[1], 0) : 0);
+      case 'IRD/ORD, P2P RTR': { const mt = /ird (\d+) ord (\d+)/.exec(s.fr || ''); return mt ? 'IRD ' + mt[1] + ' ORD ' + mt[2] + (/p2p/i.test(s.fr) ? ' P2P' : '') : ''; }
+      case 'private data': return sp[1] + ' octets';
+      case 'Marker (FPDUPTR)':
+        if (!m) return 'Marker (its FPDUPTR completes in another segment)';
+        return 'FPDUPTR ' + m.p + ' → FPDU ' + m.f + ': ' + (m.ok ? 'ok' : 'BAD, should be ' + m.w) + '; stream offset ' + m.o + ' = ' + (m.o / 512) + ' × 512';
+      case 'ULPDU_Length': return f ? String(f.u) : '';
+      case 'DDP control T L DV': return h ? 'T=' + (h.t ? 1 : 0) + ' L=' + (h.l ? 1 : 0) + ' DV=1' : '';
+      case 'RDMAP control RV opcode': return h ? 'RV=1 ' + h.op : '';
+      case 'STag': return h ? hex(h.s) : '';
+      case 'Tagged Offset': return h ? hex(h.to) : '';
+      case 'Invalidate STag (reserved)': return h && /Invalidate/.test(h.op) ? '(the STag to invalidate)' : '0 (reserved)';
+      case 'QN': return h ? String(h.qn || 0) : '';
+      case 'MSN': return h ? String(h.msn || 0) : '';
+      case 'MO': return h ? String(h.mo || 0) : '';
+      case 'Read Request sink/source': case 'Terminate control': case 'copied headers': return h ? (h.d || '').trim() : '';
+      case 'payload': return sp[1] + ' octets' + (h ? ' (of ' + h.p + ' in FPDU ' + f.i + ')' : '');
+      case 'pad': return sp[1] + ' octets';
+      case 'CRC32c': return f && f.crc ? (f.crc === 'off' ? 'not negotiated' : f.crc) : '(verdict when the FPDU ends)';
+      default: return s.no || '';
+    }
+  }
+  function spanClass(s, sp) {
+    const name = F[sp[2]].name;
+    let c = 'sp l-' + layerOf(sp);
+    if (name === 'Marker (FPDUPTR)') c += ' f-marker';
+    if (name === 'CRC32c') { c += ' f-crc'; const f = s.fp[sp[3]]; if (f && f.crc === 'bad') c += ' bad'; }
+    if (name === 'pad') c += ' f-pad';
+    if (sp[2] === 0) c += ' f-unk';
+    return c;
+  }
+  function renderByteMap() {
+    const box = $('bmbody');
+    if (state.sel < 0) { box.innerHTML = '<p>Choose a segment in the ladder (click, or focus it and use ↑ ↓).</p>'; return; }
+    const s = detail(V.segs[state.sel]);
+    if (!s.full) { box.innerHTML = '<p>Reading the segments’ details…</p>'; return; }
+    s.fp = s.fp || []; s.mk = s.mk || []; s.map = s.map || [];
+    const mk = marks(s);
+    let html = '<p class="mono" id="seghead">#' + s.n + ' ' + (s.o ? 'out ' : 'in ') + esc(V.addrs[s.a] || '') +
+      ' seq ' + s.seq + ' ack ' + s.ack + ' len ' + s.len + (s.fl ? ' [' + esc(s.fl) + ']' : '') + '<br>' +
+      'sent/received at ' + ms(s.t) + (s.pt >= 0 ? ', at the peer ' + ms(s.pt) : '') + '; checker: ' + esc(s.k) +
+      (s.al !== undefined ? (s.al ? ', FPDU-aligned' : ', <span class="bad">NOT ALIGNED</span>') : '') +
+      (mk.length ? ' <span class="bad">' + esc(mk.join(', ')) + '</span>' : '') + '</p>';
+    if (s.fp.length) {
+      html += '<p>FPDU stream position of its first FPDU octet: <b>' + s.so + '</b>' +
+        (s.mon ? '; Markers sit every 512 octets of that stream (' + link(V.fields[6].rfc, 'RFC 5044 §4.3') + ')' : '; no Markers on this direction') + '.</p>';
+    }
+    if (s.ss) html += '<p class="bad">starts ' + s.ss.before + ' octets into FPDU ' + s.ss.fpdu + '</p>';
+    if (s.se) html += '<p class="bad">ends ' + s.se.before + ' octets into FPDU ' + s.se.fpdu + (s.se.len ? ' of ' + s.se.len : '') + '</p>';
+    if (s.no) html += '<p>note: ' + esc(s.no) + '</p>';
+    html += '<div id="bar" role="group" aria-label="payload octets">';
+    const n = Math.max(1, s.len);
+    s.map.forEach((sp, k) => {
+      const left = 100 * sp[0] / n, width = 100 * sp[1] / n;
+      html += '<div class="' + spanClass(s, sp) + (k === state.span ? ' sel' : '') + '" data-k="' + k + '" style="left:' + left + '%;width:' + width + '%" title="' +
+        esc(F[sp[2]].name + ' [' + sp[0] + ', ' + (sp[0] + sp[1]) + '): ' + spanValue(s, sp)) + '">' + (width > 6 ? esc(F[sp[2]].name) : '') + '</div>';
+    });
+    html += '<svg id="arrows" aria-hidden="true"></svg></div>';
+    html += '<p class="legend"><span class="swatch l-mpa"></span>MPA <span class="swatch l-ddp"></span>DDP <span class="swatch l-rdmap"></span>RDMAP ' +
+      '<span class="swatch l-ulp"></span>payload <span class="swatch f-marker"></span>Marker (arrow: FPDUPTR to its FPDU) <span class="swatch f-crc"></span>CRC <span class="swatch f-unk"></span>not analysed</p>';
+    html += '<table id="bytemap"><thead><tr><th>octets</th><th>field</th><th>value</th><th>FPDU</th><th>defined in</th></tr></thead><tbody>';
+    s.map.forEach((sp, k) => {
+      const fi = F[sp[2]], v = spanValue(s, sp);
+      const f = sp[3] >= 0 ? s.fp[sp[3]] : null;
+      html += '<tr tabindex="-1" data-k="' + k + '" data-field="' + esc(fi.name) + '" data-at="' + sp[0] + '" data-len="' + sp[1] + '" data-value="' + esc(v) + '"' +
+        (f ? ' data-fpdu="' + f.i + '"' : '') + (k === state.span ? ' class="sel"' : '') + '><td class="mono">' + sp[0] + '–' + (sp[0] + sp[1] - 1) + '</td><td>' +
+        esc(fi.name) + '</td><td class="mono' + (/BAD|bad/.test(v) ? ' bad' : '') + '">' + esc(v) + '</td><td>' + (f ? f.i : '') + '</td><td>' + link(fi.rfc, fi.ref) + '</td></tr>';
+    });
+    html += '</tbody></table>';
+    if (s.pl && s.pl.length) {
+      html += '<p>placed: ' + s.pl.map((i) => { const p = V.places[i]; return esc(p.dev + ' ' + p.op + (p.stag ? ' STag ' + hex(p.stag) + ' offset ' + p.off : ' MSN ' + p.msn + ' MO ' + p.mo) + ', ' + p.len + ' octets' + (p.ooo ? ' (out of order)' : '') + (p.again ? ' (again, in order)' : '')); }).join('; ') + '</p>';
+    }
+    box.innerHTML = html;
+    drawMarkerArrows(s);
+    box.querySelectorAll('#bar .sp, #bytemap tbody tr').forEach((el) => el.addEventListener('click', () => { chooseSpan(+el.dataset.k); }));
+  }
+  function chooseSpan(k) {
+    state.span = k;
+    document.querySelectorAll('#bar .sp, #bytemap tbody tr').forEach((el) => el.classList.toggle('sel', +el.dataset.k === k));
+    const r = document.querySelector('#bytemap tbody tr[data-k="' + k + '"]'); if (r) r.focus();
+  }
+  $('bmbody').addEventListener('keydown', (e) => {
+    const rows = document.querySelectorAll('#bytemap tbody tr');
+    if (!rows.length) return;
+    let k = state.span;
+    if (e.key === 'ArrowDown' || e.key === 'ArrowRight') k = Math.min(rows.length - 1, k + 1);
+    else if (e.key === 'ArrowUp' || e.key === 'ArrowLeft') k = Math.max(0, k - 1);
+    else if (e.key === 'Escape' || e.key === 'Backspace') { ladder.focus(); return; }
+    else return;
+    e.preventDefault(); chooseSpan(k);
+  });
+  function drawMarkerArrows(s) {
+    const svg = $('arrows'), bar = $('bar');
+    if (!svg || !bar) return;
+    const W = bar.clientWidth, n = Math.max(1, s.len);
+    let out = '<defs><marker id="ah" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#b36b00"/></marker></defs>';
+    s.map.forEach((sp) => {
+      if (sp[4] < 0) return;
+      const m = s.mk[sp[4]];
+      const x0 = W * (sp[0] + sp[1] / 2) / n;
+      const target = m.a - (m.p & ~3);
+      const x1 = W * Math.max(0, target) / n;
+      const col = m.ok ? '#b36b00' : '#c0162b';
+      out += '<path d="M' + x0 + ',32 C' + x0 + ',4 ' + x1 + ',4 ' + x1 + ',32" fill="none" stroke="' + col + '" stroke-width="2" marker-end="url(#ah)"' + (m.ok ? '' : ' stroke-dasharray="4 2"') + '/>';
+      out += '<text x="' + ((x0 + x1) / 2) + '" y="10" font-size="10" text-anchor="middle" fill="' + col + '">' + (target < 0 ? '← ' : '') + m.p + (m.ok ? '' : ' BAD') + '</text>';
+    });
+    svg.innerHTML = out;
+  }
+
+  // ---- memory ---------------------------------------------------------
+  function union(iv) {
+    iv.sort((a, b) => a[0] - b[0]);
+    let total = 0, end = -1, start = -1;
+    for (const [a, b] of iv) {
+      if (a > end) { if (end > start) total += end - start; start = a; end = b; } else if (b > end) end = b;
+    }
+    if (end > start) total += end - start;
+    return total;
+  }
+  function renderMemory() {
+    const box = $('membody');
+    if (!V.regions.length) { box.innerHTML = '<p>No placement into a registered region yet.</p>'; return; }
+    const upto = state.sel >= 0 && $('upto').checked ? state.sel : Infinity;
+    const byRegion = V.regions.map(() => []);
+    for (const p of V.places) {
+      if (p.region < 0) continue;
+      if (upto !== Infinity && (p.seg < 0 ? p.t > (V.segs[upto].t) : p.seg > upto)) continue;
+      byRegion[p.region].push(p);
+    }
+    let html = '';
+    V.regions.forEach((r, i) => {
+      const ps = byRegion[i];
+      const len = Math.max(1, r.len);
+      const placed = union(ps.map((p) => [p.off, p.off + p.len]));
+      const ooo = ps.filter((p) => p.ooo).length, again = ps.filter((p) => p.again).length;
+      html += '<div class="strip" data-region="' + i + '" data-len="' + r.len + '" data-placed="' + placed + '"><div><b>' + esc(r.dev) + ' STag ' + hex(r.stag) + '</b> bounds ' +
+        hex(r.addr) + '–' + hex(r.addr + r.len) + ' (' + r.len + ' octets' + (r.known ? '' : ', as far as placements reach') + ')' +
+        (r.known ? ', access ' + esc(r.access) + ', PD ' + r.pd : '') + '</div><canvas width="800" height="30" aria-label="placements into STag ' + hex(r.stag) + '"></canvas>' +
+        '<div class="legend">placed ' + placed + ' of ' + r.len + ' octets in ' + ps.length + ' placements: ' + (ps.length - ooo - again) + ' in order (solid), ' + ooo +
+        ' out of order (hatched), ' + again + ' placed again when the gap filled (outlined) — ' + link('https://www.rfc-editor.org/rfc/rfc5041.html#section-5', 'RFC 5041 §5') + '</div></div>';
+    });
+    box.innerHTML = html;
+    const selPlaces = new Set(state.sel >= 0 ? (V.segs[state.sel].pl || []) : []);
+    box.querySelectorAll('.strip').forEach((div) => {
+      const i = +div.dataset.region, r = V.regions[i], c = div.querySelector('canvas');
+      const W = c.width = Math.max(200, c.clientWidth || 800), H = c.height;
+      const g = c.getContext('2d'), len = Math.max(1, r.len);
+      g.fillStyle = '#eeeeee'; g.fillRect(0, 0, W, H);
+      const hatch = g.createPattern(hatchTile(), 'repeat');
+      for (const p of byRegion[i]) {
+        const x = W * p.off / len, w = Math.max(1, W * p.len / len);
+        if (p.again) { g.strokeStyle = '#1b1b1b'; g.lineWidth = 1; g.strokeRect(x + 0.5, 3.5, w - 1, H - 7); continue; }
+        g.fillStyle = p.ooo ? hatch : '#3c9d5a'; g.fillRect(x, 2, w, H - 4);
+        if (selPlaces.has(p.n)) { g.strokeStyle = '#0b57d0'; g.lineWidth = 3; g.strokeRect(x + 1.5, 1.5, w - 3, H - 3); }
+      }
+    });
+  }
+  function hatchTile() {
+    const t = document.createElement('canvas'); t.width = t.height = 8;
+    const g = t.getContext('2d'); g.fillStyle = '#f3b34c'; g.fillRect(0, 0, 8, 8);
+    g.strokeStyle = '#7a4a00'; g.lineWidth = 2; g.beginPath(); g.moveTo(0, 8); g.lineTo(8, 0); g.stroke();
+    return t;
+  }
+  $('upto').addEventListener('change', renderMemory);
+
+  // ---- QPs, negotiation, counters, terminates ---------------------------
+  const QPSTATES = ['RESET', 'INIT', 'RTR', 'RTS', 'ERR'];
+  function renderQPs() {
+    let html = '';
+    for (const q of V.qps) {
+      const seen = new Set((q.history || []).map((h) => h.state));
+      html += '<h3>' + esc(q.dev) + ' QP ' + q.lqpn + ': <span class="pill">' + esc(q.state) + '</span></h3>';
+      html += '<svg id="qpsvg" width="520" height="70" role="img" aria-label="queue pair state ' + esc(q.state) + '">';
+      QPSTATES.forEach((st, k) => {
+        const x = 8 + k * 102, cur = q.state === st;
+        html += '<rect x="' + x + '" y="14" width="84" height="30" rx="6" fill="' + (cur ? '#ffe9a8' : seen.has(st) ? '#e8f0e8' : '#fff') + '" stroke="' + (cur ? '#1b1b1b' : '#999') + '" stroke-width="' + (cur ? 3 : 1) + '"/>';
+        html += '<text x="' + (x + 42) + '" y="33" text-anchor="middle"' + (cur ? ' font-weight="700"' : '') + '>' + st + (cur ? ' ◀' : '') + '</text>';
+        if (k < 4) html += '<line x1="' + (x + 84) + '" y1="29" x2="' + (x + 102) + '" y2="29" stroke="#777" marker-end="url(#qa)"/>';
+      });
+      html += '<defs><marker id="qa" viewBox="0 0 6 6" refX="5" refY="3" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#777"/></marker></defs>';
+      html += '<text x="8" y="62" fill="#555">seen: ' + esc((q.history || []).map((h) => h.state + ' at ' + ms(h.t)).join(', ')) + '</text></svg>';
+      html += '<p>MPA rev ' + q.mpa_rev + ', CRC ' + (q.crc ? 'on' : 'off') + ', markers tx ' + (q.markers_tx ? 'on' : 'off') + ' / rx ' + (q.markers_rx ? 'on' : 'off') +
+        ', IRD ' + q.ird + ' ORD ' + q.ord + ', P2P RTR ' + esc(q.p2p) + ', EMSS ' + q.emss + (q.src ? ', ' + esc(q.src) + ' ↔ ' + esc(q.dst) : '') +
+        ' — ' + link('https://www.rfc-editor.org/rfc/rfc5044.html#section-7.1', 'RFC 5044 §7.1') + ', ' + link('https://www.rfc-editor.org/rfc/rfc6581.html', 'RFC 6581') +
+        ', ' + link('https://www.rfc-editor.org/rfc/rfc5040.html#section-6', 'RFC 5040 §6') + '</p>';
+    }
+    $('qpbody').innerHTML = html || '<p>No queue pair reported.</p>';
+    let neg = '';
+    for (const d of V.conns) {
+      neg += '<tr><td>' + d.conn + '</td><td class="mono">' + esc(d.src) + ' &gt; ' + esc(d.dst) + '</td><td>' + esc(d.role || '-') + '</td><td class="mono">' + esc(d.frame || '-') +
+        '</td><td>CRC ' + (d.crc ? 'on' : 'off') + ', markers ' + (d.markers ? 'on' : 'off') + '</td><td>' + d.aligned + '/' + d.fpdu_segments + '</td><td>' + d.fpdus +
+        (d.crc ? ' (' + d.crc_good + ' good, ' + d.crc_bad + ' bad)' : '') + '</td></tr>';
+    }
+    $('negbody').innerHTML = neg ? '<table><thead><tr><th>conn</th><th>direction</th><th>role</th><th>MPA frame sent</th><th>mode</th><th>aligned</th><th>FPDUs</th></tr></thead><tbody>' + neg + '</tbody></table>' : '<p>No MPA exchange seen.</p>';
+    let cs = '';
+    const all = $('allc').checked;
+    for (const dev of Object.keys(V.stats).sort()) {
+      const st = V.stats[dev];
+      for (const layer of ['tcp', 'mpa', 'ddp', 'rdmap', 'verbs', 'other']) {
+        const list = (st[layer] || []).filter((c) => all || c.value);
+        if (!list.length) continue;
+        cs += '<div><b>' + esc(dev) + ' ' + layer + '</b><br>' + list.map((c) => '<span title="' + esc(c.doc || '') + '">' + esc(c.name) + ' ' + c.value + '</span>').join('<br>') + '</div>';
+      }
+    }
+    $('cntbody').innerHTML = cs ? '<div class="counters">' + cs + '</div>' : '<p>No counters reported.</p>';
+    $('termbody').innerHTML = V.terms.length ? '<ul>' + V.terms.map((t) => '<li><a href="#" data-seg="' + t.seg + '">segment ' + t.seg + '</a> ' + (t.o ? 'sent' : 'received') +
+      ': <span class="mono">' + esc(t.detail) + '</span> — the rule: ' + link(t.rfc, t.rfc.replace(/.*rfc(\d+)\.html#section-([\d.]+)/, 'RFC $1 §$2')) + '</li>').join('') + '</ul>' : '<p>No Terminate.</p>';
+    $('termbody').querySelectorAll('a[data-seg]').forEach((a) => a.addEventListener('click', (e) => { e.preventDefault(); select(+a.dataset.seg); ladder.focus(); }));
+  }
+  $('allc').addEventListener('change', renderQPs);
+
+  // ---- steps ------------------------------------------------------------
+  function renderSteps() {
+    const box = $('steps');
+    if (!V.steps.length) { box.innerHTML = ''; return; }
+    box.innerHTML = '<ul>' + V.steps.map((s, k) => '<li tabindex="0" data-k="' + k + '"><b>' + esc(s.title) + '</b>' + (s.text ? '<div class="text">' + esc(s.text) + '</div>' : '') + '</li>').join('') + '</ul>';
+    box.querySelectorAll('li').forEach((li) => {
+      const go = () => { const st = V.steps[+li.dataset.k]; select(Math.min(st.seg, V.segs.length - 1)); markStep(+li.dataset.k); ladder.focus(); };
+      li.addEventListener('click', go);
+      li.addEventListener('keydown', (e) => { if (e.key === 'Enter') go(); });
+    });
+  }
+  function markStep(k) { document.querySelectorAll('#steps li').forEach((li) => li.classList.toggle('cur', +li.dataset.k === k)); }
+
+  // ---- header -----------------------------------------------------------
+  function renderHead() {
+    $('meta').textContent = V.segs.length + ' segments, ' + V.places.length + ' placements, ' + V.wcs.length + ' completions' +
+      (V.dropped ? ', ' + V.dropped + ' events dropped by the daemon' : '') + (V.live ? ' — live' : '');
+    $('lname').textContent = V.local || 'local';
+    $('rname').textContent = V.peer || 'peer';
+  }
+
+  // ---- live ---------------------------------------------------------------
+  function apply(u) {
+    if (u.seg) { u.seg.full = true; V.segs[u.seg.n] = u.seg; }
+    if (u.place) V.places[u.place.n] = u.place;
+    if (u.region) V.regions[u.region_n || 0] = u.region;
+    if (u.term) V.terms.push(u.term);
+    if (u.wc) V.wcs.push(u.wc);
+    if (u.qps) V.qps = u.qps;
+    if (u.stats) V.stats = u.stats;
+    if (u.conns) V.conns = u.conns;
+    if (u.step) V.steps[u.step.n] = u.step;
+    if (u.dropped) V.dropped = u.dropped;
+    if (u.addr) V.addrs[u.addr_n || 0] = u.addr;
+    V.version = u.v;
+  }
+  let pending = false;
+  function refresh() {
+    pending = false;
+    renderHead(); renderQPs(); renderSteps();
+    if (state.follow && V.segs.length) { select(V.segs.length - 1); } else { renderMemory(); }
+    requestDraw();
+  }
+  if (V.live) {
+    const es = new EventSource('events?from=' + V.version);
+    es.onmessage = (e) => {
+      apply(JSON.parse(e.data));
+      if (!pending) { pending = true; setTimeout(refresh, 100); }
+    };
+    es.addEventListener('reload', () => { es.close(); location.reload(); });
+    es.onerror = () => { $('meta').textContent += ' (stream ended)'; es.close(); };
+  }
+
+  // ---- start -----------------------------------------------------------------
+  sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
+  onDetails = () => { renderByteMap(); };
+  timing.drawn = performance.now();
+  window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, ready: true };
+  document.body.dataset.ready = '1';
+  }
+})();
