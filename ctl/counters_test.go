@@ -7,7 +7,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
@@ -110,18 +110,8 @@ func TestStatsLayers(t *testing.T) {
 // an extra source, land documented in the verbs layer with their values.
 func TestSocketCounters(t *testing.T) {
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
-	st, err := netstack.New(la, netstack.Options{Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng, err := offload.NewDevice(st, offload.DefaultConfig("siwtun0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	vdev := rnic.Open(eng)
-	defer vdev.Close()
+	r := rnictest.New(t, la, netip.MustParsePrefix("198.18.0.1/24"), 1500, "siwtun0", nil)
+	eng, vdev := r.Engine, r.Device
 	srv, err := uverbs.NewServer(vdev, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
@@ -16,16 +16,7 @@ import (
 // invalidated; a Provider without regions answers with an error.
 func TestMRs(t *testing.T) {
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
-	st, err := netstack.New(la, netstack.Options{Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/24")}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	eng, err := offload.NewDevice(st, offload.DefaultConfig("siwtun0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := rnictest.New(t, la, netip.MustParsePrefix("198.18.0.1/24"), 1500, "siwtun0", nil).Engine
 	regs := []struct {
 		pd     uint32
 		n      int

@@ -89,63 +89,101 @@ type irqEntry struct {
 
 // QP is a reliable-connected iWARP queue pair: its work queues, the RDMAP
 // stream state of its connection, and the goroutines that move its data.
+//
+// Once connected, three goroutines run it: the RX goroutine (rxLoop: the
+// MPA receiver and rxState inside the TCP Read), the TX goroutine (txLoop:
+// send requests, Read Responses, the RTR and a Terminate into FPDUs), and
+// supervise, which waits for both and ends the connection. Each field says
+// who owns it: "mu" (read and written under the QP lock), "TX" or "RX"
+// (that goroutine only), "atomic", or "fixed" (set before anyone else can
+// see it: at creation, or by start before the goroutines run).
+//
+// The states (state, under mu), and the flags that say how a QP got into
+// ERR and how far its way out has come:
+//
+//	RESET ──Modify(INIT)──→ INIT ──Modify(RESET)──→ RESET
+//	  │                      │
+//	  └──────────┬───────────┘
+//	             │ Connect, ConnRequest.Accept: claim sets connected, the
+//	             │ state is INIT; a failed set-up clears connected (unclaim)
+//	             ↓ start (MPA done)
+//	            RTR ── a P2P responder, until the peer's RTR arrives
+//	             │     (rtrArrived); every other QP goes straight to RTS
+//	             ↓
+//	            RTS
+//	             │ errorLocked, from any state (inErr follows state), when:
+//	             │  - RX finds an error (fail): term set; TX sends it,
+//	             │    sets termSent, then FIN; RX drains until the peer closes
+//	             │  - the peer's Terminate arrives: termSent set (never answered)
+//	             │  - Disconnect, Modify(ERR), Destroy: closing set (later
+//	             │    errors of the dying stream are not logged); a
+//	             │    Terminate already queued goes out first (termDone)
+//	             │  - the stream ends: FIN, reset, a failed write
+//	             ↓
+//	            ERR ── supervise, once RX and TX have ended: the TCP
+//	             │     connection closed, connected cleared, done closed
+//	             ↓ Modify(RESET), refused while connected: closing, term,
+//	           RESET           termSent and p2pRTR cleared, the queues emptied
 type QP struct {
-	dev    *Device
-	num    uint32
-	pd     uint32
-	sendCQ ibv.CompletionQueue
-	recvCQ ibv.CompletionQueue
-	sigAll bool
+	dev    *Device             // fixed
+	num    uint32              // fixed
+	pd     uint32              // fixed
+	sendCQ ibv.CompletionQueue // fixed
+	recvCQ ibv.CompletionQueue // fixed
+	sigAll bool                // fixed
 
 	mu     sync.Mutex
-	txCond *sync.Cond // signalled when the TX goroutine may have work
+	txCond *sync.Cond // on mu; signalled when the TX goroutine may have work
 	state  ibv.QPState
 
-	// Send queue: [sqHead, sqTail) are posted; [sqHead, sqNext) transmitted
-	// (done or in flight); retired in order from sqHead.
+	// Send queue (mu): [sqHead, sqTail) are posted; [sqHead, sqNext)
+	// transmitted (done or in flight); retired in order from sqHead. A
+	// slot in wqeSending belongs to TX until it marks it done.
 	sq                     []sendWQE
 	sqHead, sqNext, sqTail uint64
-	// Receive queue: [rqHead, rqTail).
+	// Receive queue (mu): [rqHead, rqTail).
 	rq             []recvWQE
 	rqHead, rqTail uint64
-	// Outstanding outbound Reads, in order; bounded by ord.
+	// Outstanding outbound Reads, in order; bounded by ord (mu).
 	orq []orqEntry
-	// Inbound Reads to answer, in order; bounded by ird.
+	// Inbound Reads to answer, in order; bounded by ird (mu).
 	irq      []irqEntry
-	irqBurst int
+	irqBurst int // mu; TX: Read Responses sent in a row (see irqMaxBurst)
 
-	ird, ord  int
-	p2pRTR    mpa.RTR // RTR still to send (initiator) or to receive (responder)
-	term      *rdmap.Terminate
-	termSent  bool
-	termDone  chan struct{} // closed once term is on the wire (or failed to go)
-	closing   bool
-	connected bool
-	conn      *netstack.Conn
-	params    mpa.Params
-	local     netip.AddrPort
-	remote    netip.AddrPort
-	done      chan struct{} // closed when both goroutines have ended
-	running   sync.WaitGroup
+	ird, ord  int                // mu; set by start
+	p2pRTR    mpa.RTR            // mu; RTR still to send (initiator)
+	term      *rdmap.Terminate   // mu; the Terminate RX queued for TX to send
+	termSent  bool               // mu; no (further) Terminate goes out
+	termDone  chan struct{}      // mu; closed by TX once term is on the wire (or failed to go)
+	closing   bool               // mu; the local side ends the connection
+	connected bool               // mu; a connection is set up or runs (claim to supervise)
+	conn      *netstack.Conn     // fixed by start; Close is safe from any goroutine
+	params    mpa.Params         // mu; set by start
+	local     netip.AddrPort     // mu; set by start
+	remote    netip.AddrPort     // mu; set by start
+	done      chan struct{}      // mu; closed by supervise when both goroutines have ended
+	running   sync.WaitGroup     // RX and TX
+	events    chan ibv.Event     // any goroutine (emit never blocks)
+	evDrops   atomic.Uint64      // atomic
+	inErr     atomic.Bool        // atomic, written under mu: state == QPErr, read between FPDUs
+	stats     QPStats            // atomic counters
+	wc        ibv.WorkCompletion // mu; scratch for pushing completions
+	flushErr  ibv.WCStatus       // mu
 
-	events  chan ibv.Event
-	evDrops atomic.Uint64
-	inErr   atomic.Bool // state == QPErr, readable without mu between FPDUs
-	stats   QPStats
 	// alignTx and alignRx classify the connection's data segments by FPDU
-	// alignment (observeSegment, on the packet path).
+	// alignment (observeSegment, on the packet path; each has its own
+	// lock).
 	alignTx, alignRx mpa.Aligner
-	tx               txState
-	rx               rxState
-	sendMSN          uint32 // next MSN on QN 0 (TX)
-	readMSN          uint32 // next MSN on QN 1 (TX)
-	flushErr         ibv.WCStatus
-	wc               ibv.WorkCompletion // scratch for pushing completions, guarded by mu
-	// refill, if set, is asked for receives when a Send finds none (the
-	// verbs socket's daemon moves them from the client's ring).
+	tx               txState // TX
+	rx               rxState // RX
+	sendMSN          uint32  // TX; next MSN on QN 0
+	readMSN          uint32  // TX; next MSN on QN 1
+	// refill (mu), if set, is asked for receives when a Send finds none
+	// (the verbs socket's daemon moves them from the client's ring).
 	refill func()
-	// rxIdle, if set, is called by the receive goroutine after each batch
-	// of incoming data (the verbs socket's daemon watches its rings).
+	// rxIdle (mu; RX reads it once), if set, is called by the receive
+	// goroutine after each batch of incoming data (the verbs socket's
+	// daemon watches its rings).
 	rxIdle func()
 }
 

@@ -3,6 +3,8 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -13,30 +15,121 @@ import (
 // errAborted stops a transfer whose QP entered the error state.
 var errAborted = errors.New("offload: queue pair in error state")
 
+// drainTimeout bounds the orderly close after a Terminate: reading (and
+// discarding) until the peer closes its side too.
+const drainTimeout = 3 * time.Second
+
+// rxLoop is the QP's receive goroutine: it runs the TCP endpoint's Read with
+// the MPA receiver as the writer, so every in-order segment's payload is
+// parsed and placed as it is handed over.
+func (qp *QP) rxLoop() {
+	defer qp.running.Done()
+	if pl := qp.rx.place; pl != nil {
+		defer pl.stop() // before running.Done: no placement once the QP stopped
+	}
+	qp.mu.Lock()
+	idle := qp.rxIdle
+	qp.mu.Unlock()
+	for {
+		_, err := qp.conn.ReadTo(&qp.rx.mpa)
+		if err == nil {
+			if idle != nil {
+				idle()
+			}
+			continue
+		}
+		var te *terminateError
+		var me *mpa.Error
+		switch {
+		case errors.As(err, &te):
+			qp.drain()
+		case errors.Is(err, errTerminated):
+		case errors.As(err, &me):
+			// A framing error found by the MPA layer (bad marker).
+			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
+			qp.drain()
+		case err == io.EOF:
+			qp.mu.Lock()
+			if qp.state != ibv.QPErr {
+				qp.dev.logf("QP %d: peer closed the connection", qp.num)
+			}
+			qp.errorLocked(ibv.WCSuccess)
+			qp.mu.Unlock()
+		default:
+			qp.mu.Lock()
+			if qp.state != ibv.QPErr && !qp.closing {
+				qp.dev.logf("QP %d: receive: %v", qp.num, err)
+			}
+			qp.errorLocked(ibv.WCSuccess)
+			qp.mu.Unlock()
+		}
+		return
+	}
+}
+
+// drain discards incoming bytes until the peer closes or drainTimeout.
+func (qp *QP) drain() {
+	qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
+	for {
+		if _, err := qp.conn.ReadTo(io.Discard); err != nil {
+			return
+		}
+	}
+}
+
+// aborted reports whether the QP entered ERR (checked between FPDUs).
+func (qp *QP) aborted() bool { return qp.inErr.Load() }
+
 // rxHdrMax holds the longest header the receiver needs whole: an untagged
 // DDP header and a Terminate with both copied headers.
 const rxHdrMax = ddp.UntaggedHeaderLen + rdmap.TerminateHeaderLen + 2 + ddp.UntaggedHeaderLen + rdmap.ReadRequestLen
 
+// rxPhase is where the receive engine stands in the current FPDU's ULPDU,
+// as mpa.Receiver's states say where it stands in the FPDU. The header
+// phases collect octets into hdr until have == need; once the header is
+// whole, the opcode's begin (rxOps) picks the payload phase, which says
+// where the rest of the ULPDU goes.
+//
+//	BeginFPDU → rxDDPLen → rxDDPHdr ─┬──────────────┬→ rxPlace   → EndFPDU
+//	                                 └→ rxRDMAPHdr ─┼→ rxScatter
+//	                                                └→ rxDiscard
+type rxPhase uint8
+
+const (
+	rxDDPLen   rxPhase = iota // the first 2 octets: they tell the DDP header's length (tagged or not)
+	rxDDPHdr                  // the rest of the DDP header
+	rxRDMAPHdr                // the RDMAP header after an untagged DDP header (Read Request, Terminate)
+	rxPlace                   // payload into tagged memory, dst: a Write's region or a Read's sink
+	rxScatter                 // payload across the SGEs of the receive the Send message took
+	rxDiscard                 // payload with nowhere to go: none (Read Request, RTR) or a Terminate's tail
+)
+
 // rxState is the receive engine of a QP: the mpa.Handler that the MPA
 // receiver drives from inside the netstack's TCP Read, segment by segment.
 // It collects each DDP segment's header (at most rxHdrMax bytes), checks it,
-// and then copies the payload once, straight into the target region.
+// and then copies the payload once, straight into the target region. It is
+// owned by the QP's RX goroutine (rxLoop); what it shares with the QP's
+// queues it reads and writes under the QP lock.
 type rxState struct {
 	qp  *QP
 	mpa mpa.Receiver
 
 	// Current FPDU.
+	phase    rxPhase
 	hdr      [rxHdrMax]byte
 	have     int // header bytes collected
-	need     int // header bytes needed
+	need     int // header bytes the header phase waits for
 	ulpduLen int
 	h        ddp.Header
 	op       rdmap.Opcode
 	payload  int    // payload bytes of this segment
-	dst      []byte // where the payload goes (tagged, Read Response)
+	dst      []byte // rxPlace: where the payload goes
 	dstOff   int
 
-	// Send message in progress (QN 0): the head of the RQ.
+	// The Send message in progress (QN 0), kept across FPDUs: sendActive
+	// once its first segment took the receive at the RQ head (resolved
+	// into sendBufs), until its last segment completes it; an error in
+	// between completes that receive with the error (fail).
 	sendActive bool
 	sendBufs   [ibv.MaxSGE][]byte
 	sendN      int
@@ -47,7 +140,8 @@ type rxState struct {
 	// Expected MSNs.
 	sendMSN, readMSN, termMSN uint32
 
-	// awaitRTR is the RTR type a P2P responder waits for.
+	// awaitRTR is the RTR type a P2P responder waits for: every FPDU is
+	// checked against it until it arrives (then 0).
 	awaitRTR mpa.RTR
 
 	// place is the connection's out-of-order placer (nil when the stream
@@ -66,7 +160,7 @@ func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR, place *oooPl
 // BeginFPDU implements mpa.Handler.
 func (r *rxState) BeginFPDU(ulpduLen int) error {
 	r.ulpduLen = ulpduLen
-	r.have, r.need = 0, 2
+	r.phase, r.have, r.need = rxDDPLen, 0, 2
 	r.dst, r.dstOff, r.payload = nil, 0, 0
 	if r.place != nil {
 		r.place.begin(r.mpa.FPDUStart())
@@ -81,7 +175,8 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 // placed where the header says.
 func (r *rxState) ULPDU(p []byte) error {
 	for len(p) > 0 {
-		if r.have < r.need {
+		switch r.phase {
+		case rxDDPLen, rxDDPHdr, rxRDMAPHdr:
 			n := copy(r.hdr[r.have:r.need], p)
 			r.have += n
 			p = p[n:]
@@ -91,18 +186,18 @@ func (r *rxState) ULPDU(p []byte) error {
 				}
 			}
 			continue
-		}
-		switch {
-		case r.dst != nil && r.place != nil:
-			r.place.mu.Lock()
-			r.dstOff += copy(r.dst[r.dstOff:], p)
-			r.place.mu.Unlock()
-		case r.dst != nil:
-			r.dstOff += copy(r.dst[r.dstOff:], p)
-		case r.sendActive:
+		case rxPlace:
+			if pl := r.place; pl != nil {
+				pl.mu.Lock()
+				r.dstOff += copy(r.dst[r.dstOff:], p)
+				pl.mu.Unlock()
+			} else {
+				r.dstOff += copy(r.dst[r.dstOff:], p)
+			}
+		case rxScatter:
 			r.scatter(p)
 		}
-		p = nil
+		return nil // rxDiscard drops it
 	}
 	return nil
 }
@@ -119,31 +214,34 @@ func (r *rxState) scatter(p []byte) {
 	}
 }
 
-// headerStep runs each time the header bytes asked for have arrived.
+// headerStep runs each time the header bytes a header phase waits for have
+// arrived.
 func (r *rxState) headerStep() error {
-	if r.have == 2 {
+	switch r.phase {
+	case rxDDPLen:
 		r.need = ddp.HeaderLen(r.hdr[0])
 		if r.ulpduLen < r.need {
 			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes is shorter than its DDP header (%d)", r.ulpduLen, r.need))
 		}
+		r.phase = rxDDPHdr
 		return nil
-	}
-	if r.have == ddp.HeaderLen(r.hdr[0]) { // the DDP header is complete
+	case rxDDPHdr:
 		if _, err := r.h.Unmarshal(r.hdr[:r.have]); err != nil {
 			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
 		}
 		_, r.op = rdmap.ParseCtrl(r.h.ULPCtrl)
-		if !r.h.Tagged && r.h.Version == ddp.Version {
-			switch r.op {
-			case rdmap.OpReadRequest:
-				r.need += rdmap.ReadRequestLen
-			case rdmap.OpTerminate:
-				r.need = min(r.ulpduLen, rxHdrMax)
+		// An RDMAP header follows only where the DDP header is one we
+		// read (a bad version is reported by headerDone).
+		if o := &rxOps[r.op]; o.hdr > 0 && !r.h.Tagged && r.h.Version == ddp.Version {
+			r.need += o.hdr
+			if o.varHdr {
+				r.need = min(r.need, r.ulpduLen)
 			}
 			if r.need > r.have {
 				if r.ulpduLen < r.need {
 					return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("%v ULPDU of %d bytes is shorter than its header (%d)", r.op, r.ulpduLen, r.need))
 				}
+				r.phase = rxRDMAPHdr
 				return nil
 			}
 		}
@@ -151,108 +249,41 @@ func (r *rxState) headerStep() error {
 	return r.headerDone()
 }
 
-// headerDone checks a complete header and sets the payload's target.
+// headerDone checks a complete header, then the opcode's begin checks the
+// rest and picks the payload phase.
 func (r *rxState) headerDone() error {
-	qp := r.qp
 	h := &r.h
 	r.payload = r.ulpduLen - r.need
+	r.phase = rxDiscard
 	op, code, err := checkHeader(h)
 	if err != nil {
 		return r.fail(code, 0, err)
 	}
-	if r.awaitRTR != 0 {
-		ok := false
-		switch r.awaitRTR {
-		case mpa.RTRWrite:
-			ok = op == rdmap.OpWrite && r.payload == 0
-		case mpa.RTRRead:
-			ok = op == rdmap.OpReadRequest
-		case mpa.RTRSend:
-			ok = op == rdmap.OpSend && r.payload == 0
-		}
-		if !ok {
-			return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
-		}
+	if r.awaitRTR != 0 && !r.isRTR(op) {
+		return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
 	}
-	if !h.Tagged {
-		if h.QN != op.QN() {
-			return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))
-		}
+	if !h.Tagged && h.QN != op.QN() {
+		return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))
 	}
-	switch op {
-	case rdmap.OpWrite:
-		if r.payload == 0 {
-			return nil // a zero-length Write references no memory (and is the RTR)
-		}
-		dst, code, err := qp.writeSink(h, r.payload)
-		if err != nil {
-			return r.fail(code, 0, err)
-		}
-		r.dst = dst
-		return nil
-
-	case rdmap.OpReadResponse:
-		qp.mu.Lock()
-		if len(qp.orq) == 0 {
-			qp.mu.Unlock()
-			return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
-		}
-		e := &qp.orq[0]
-		placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
-		qp.mu.Unlock()
-		if size == 0 && r.payload == 0 {
-			return nil
-		}
-		off, code, err := readResponseSink(h, r.payload, stag, to, size)
-		if err == nil && off != uint64(placed) {
-			code, err = rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response at TO 0x%x, expected 0x%x (%d of the Read's %d bytes placed)", h.TO, to+uint64(placed), placed, size)
-		}
-		if err != nil {
-			return r.fail(code, ibv.WCLocQPOpErr, err)
-		}
-		r.dst = dst[placed : placed+uint32(r.payload)]
-		return nil
-
-	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
-		if h.MSN != r.sendMSN {
-			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Send MSN %d, expected %d", h.MSN, r.sendMSN))
-		}
-		if r.awaitRTR != 0 {
-			return nil // the zero-length Send RTR consumes no receive
-		}
-		if !r.sendActive {
-			if h.MO != 0 {
-				return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Send MSN %d starts at MO %d", h.MSN, h.MO))
-			}
-			if err := r.startSend(); err != nil {
-				return err
-			}
-		} else if uint64(h.MO) != r.sendPlaced {
-			return r.fail(rdmap.TermDDPInvalidMO, ibv.WCLocQPOpErr, fmt.Errorf("Send MSN %d segment at MO %d, expected %d", h.MSN, h.MO, r.sendPlaced))
-		}
-		if r.sendPlaced+uint64(r.payload) > r.sendCap {
-			qp.stats.RecvTooLong.Add(1)
-			return r.fail(rdmap.TermDDPTooLong, ibv.WCLocLenErr, fmt.Errorf("Send MSN %d longer than the %d-byte receive buffer", h.MSN, r.sendCap))
-		}
-		return nil
-
-	case rdmap.OpReadRequest:
-		if h.MSN != r.readMSN {
-			return r.fail(rdmap.TermDDPInvalidMSN, 0, fmt.Errorf("Read Request MSN %d, expected %d", h.MSN, r.readMSN))
-		}
-		if h.MO != 0 || !h.Last {
-			return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
-		}
-		return nil
-
-	case rdmap.OpTerminate:
-		if h.MSN != r.termMSN || h.MO != 0 {
-			// Still a Terminate: act on it, the stream ends either way.
-			qp.dev.logf("QP %d: Terminate with MSN %d MO %d", qp.num, h.MSN, h.MO)
-		}
-		return nil
+	if begin := rxOps[op].begin; begin != nil {
+		return begin(r)
 	}
 	return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, fmt.Errorf("opcode %v", op))
+}
+
+// isRTR reports whether a segment with opcode op is the RTR a P2P
+// responder waits for (RFC 6581: a zero-length Write or Send, or a Read
+// Request).
+func (r *rxState) isRTR(op rdmap.Opcode) bool {
+	switch r.awaitRTR {
+	case mpa.RTRWrite:
+		return op == rdmap.OpWrite && r.payload == 0
+	case mpa.RTRRead:
+		return op == rdmap.OpReadRequest
+	case mpa.RTRSend:
+		return op == rdmap.OpSend && r.payload == 0
+	}
+	return false
 }
 
 // checkHeader checks the versions and opcode of a DDP/RDMAP header and
@@ -272,91 +303,8 @@ func checkHeader(h *ddp.Header) (rdmap.Opcode, rdmap.Code, error) {
 	return op, 0, nil
 }
 
-// writeSink checks an RDMA Write of n payload octets (n > 0) against the
-// region its STag names — valid, same protection domain, REMOTE_WRITE,
-// inside its bounds — and returns the memory the payload goes to, or the
-// Terminate code and the reason. The in-order and the out-of-order paths
-// both place through it.
-func (qp *QP) writeSink(h *ddp.Header, n int) ([]byte, rdmap.Code, error) {
-	reg, ok := qp.dev.regions.Lookup(h.STag)
-	switch {
-	case !ok:
-		return nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
-	case reg.pd != qp.pd:
-		return nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
-	case reg.access&ibv.AccessRemoteWrite == 0:
-		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
-	}
-	dst, ok := reg.slice(h.TO, uint64(n))
-	if !ok {
-		return nil, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", n, h.TO, h.STag, reg.addr, len(reg.buf))
-	}
-	return dst, 0, nil
-}
-
-// readResponseSink checks a Read Response of n payload octets against the
-// sink of an outstanding Read (STag stag, TO to, size octets) and returns
-// the offset in the sink where the payload goes, or the Terminate code and
-// the reason.
-func readResponseSink(h *ddp.Header, n int, stag uint32, to uint64, size uint32) (uint64, rdmap.Code, error) {
-	if h.STag != stag {
-		return 0, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("Read Response to STag 0x%08x, the Read's sink is 0x%08x", h.STag, stag)
-	}
-	off := h.TO - to
-	if h.TO < to || off > uint64(size) || uint64(n) > uint64(size)-off {
-		return 0, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("Read Response of %d bytes at TO 0x%x outside the Read's sink [0x%x, +%d)", n, h.TO, to, size)
-	}
-	return off, 0, nil
-}
-
-// startSend takes the head of the receive queue for a new Send message and
-// resolves its SGEs to region memory.
-func (r *rxState) startSend() error {
-	qp := r.qp
-	qp.mu.Lock()
-	if qp.rqHead == qp.rqTail && qp.refill != nil {
-		refill := qp.refill
-		qp.mu.Unlock()
-		refill()
-		qp.mu.Lock()
-	}
-	if qp.state == ibv.QPErr {
-		qp.mu.Unlock()
-		return errAborted // the receives were flushed: not the peer's error
-	}
-	if qp.rqHead == qp.rqTail {
-		qp.mu.Unlock()
-		qp.stats.RecvNoBuffer.Add(1)
-		return r.fail(rdmap.TermDDPNoBuffer, 0, fmt.Errorf("Send MSN %d with no receive posted", r.h.MSN))
-	}
-	wqe := qp.rq[qp.rqHead%uint64(len(qp.rq))]
-	qp.mu.Unlock()
-	r.sendN, r.sendCap, r.sendPlaced, r.sgi, r.sgo = 0, 0, 0, 0, 0
-	r.sendActive = true
-	for _, s := range wqe.sgl[:wqe.nsge] {
-		if s.Length == 0 {
-			continue
-		}
-		reg, ok := qp.dev.regions.Lookup(s.LKey)
-		if !ok || reg.pd != qp.pd {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
-		}
-		if reg.access&ibv.AccessLocalWrite == 0 {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocAccessErr, fmt.Errorf("receive WR %d: lkey 0x%08x lacks LOCAL_WRITE", wqe.id, s.LKey))
-		}
-		b, ok := reg.slice(s.Addr, uint64(s.Length))
-		if !ok {
-			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: SGE outside lkey 0x%08x", wqe.id, s.LKey))
-		}
-		r.sendBufs[r.sendN] = b
-		r.sendN++
-		r.sendCap += uint64(s.Length)
-	}
-	return nil
-}
-
-// EndFPDU implements mpa.Handler: the FPDU's CRC is known; finish the
-// segment and, on its last segment, the message.
+// EndFPDU implements mpa.Handler: the FPDU's CRC is known; the opcode's end
+// finishes the segment and, on its last segment, the message.
 func (r *rxState) EndFPDU(crcOK bool) error {
 	qp := r.qp
 	if !crcOK {
@@ -365,181 +313,11 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
-	h := &r.h
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
 	}
 	r.tapPlace()
-	switch r.op {
-	case rdmap.OpWrite:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		if h.Last {
-			qp.stats.WritesRx.Add(1)
-		}
-	case rdmap.OpReadResponse:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		qp.mu.Lock()
-		if len(qp.orq) == 0 || qp.state == ibv.QPErr {
-			qp.mu.Unlock()
-			return errAborted
-		}
-		e := &qp.orq[0]
-		e.placed += uint32(r.payload)
-		if h.Last {
-			if e.placed != e.size {
-				qp.mu.Unlock()
-				return r.fail(rdmap.TermDDPTaggedBaseBounds, ibv.WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
-			}
-			if e.sq != rtrSlot {
-				w := &qp.sq[e.sq%uint64(len(qp.sq))]
-				w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, e.size
-			}
-			copy(qp.orq, qp.orq[1:])
-			qp.orq = qp.orq[:len(qp.orq)-1]
-			qp.stats.ReadsCompleted.Add(1)
-			qp.retireLocked()
-			qp.txCond.Signal() // an ORD slot is free
-		}
-		qp.mu.Unlock()
-	case rdmap.OpSend, rdmap.OpSendInv, rdmap.OpSendSE, rdmap.OpSendSEInv:
-		qp.stats.PlacedBytes.Add(uint64(r.payload))
-		r.sendPlaced += uint64(r.payload)
-		if !h.Last {
-			return nil
-		}
-		r.sendMSN++
-		r.sendActive = false
-		var inv uint32
-		if r.op.Invalidates() {
-			if err := r.invalidate(h.ULPData); err != nil {
-				r.sendActive = true // the receive completes with the error
-				return r.fail(rdmap.TermRDMAPCannotInvalidate, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
-			}
-			inv = h.ULPData
-			qp.stats.Invalidations.Add(1)
-		}
-		qp.stats.SendsRx.Add(1)
-		qp.mu.Lock()
-		if qp.state == ibv.QPErr {
-			qp.mu.Unlock()
-			return errAborted
-		}
-		qp.completeRecvLocked(ibv.WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
-		qp.mu.Unlock()
-	case rdmap.OpReadRequest:
-		return r.readRequest()
-	case rdmap.OpTerminate:
-		return r.terminateArrived()
-	}
-	return nil
-}
-
-// invalidate invalidates stag for a Send with Invalidate, under the
-// placement lock: no out-of-order placement into it lands after this.
-func (r *rxState) invalidate(stag uint32) error {
-	if pl := r.place; pl != nil {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-	}
-	return r.qp.dev.regions.Invalidate(stag, r.qp.pd)
-}
-
-// readRequest validates an inbound RDMA Read and queues its response.
-func (r *rxState) readRequest() error {
-	qp := r.qp
-	var rr rdmap.ReadRequest
-	if err := rr.Unmarshal(r.hdr[ddp.UntaggedHeaderLen:r.need]); err != nil {
-		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
-	}
-	r.readMSN++
-	var src []byte
-	if rr.Size > 0 {
-		reg, ok := qp.dev.regions.Lookup(rr.SrcSTag)
-		switch {
-		case !ok:
-			return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("RDMA Read of invalid STag 0x%08x", rr.SrcSTag))
-		case reg.pd != qp.pd:
-			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of STag 0x%08x of another protection domain", rr.SrcSTag))
-		case reg.access&ibv.AccessRemoteRead == 0:
-			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Read of STag 0x%08x without REMOTE_READ (%v)", rr.SrcSTag, reg.access))
-		}
-		var ok2 bool
-		src, ok2 = reg.slice(rr.SrcTO, uint64(rr.Size))
-		if !ok2 {
-			return r.fail(rdmap.TermRDMAPBaseBounds, 0, fmt.Errorf("RDMA Read of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", rr.Size, rr.SrcTO, rr.SrcSTag, reg.addr, len(reg.buf)))
-		}
-	}
-	qp.mu.Lock()
-	if len(qp.irq) >= qp.ird {
-		ird := qp.ird
-		qp.mu.Unlock()
-		qp.stats.IRDOverflows.Add(1)
-		return r.fail(rdmap.TermRDMAPCatastrophicStream, 0, fmt.Errorf("RDMA Read beyond IRD %d", ird))
-	}
-	qp.irq = append(qp.irq, irqEntry{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src})
-	qp.stats.ReadsRx.Add(1)
-	qp.txCond.Signal()
-	qp.mu.Unlock()
-	return nil
-}
-
-// rtrArrived completes a P2P responder's connection set-up.
-func (r *rxState) rtrArrived() error {
-	qp := r.qp
-	rtr := r.awaitRTR
-	r.awaitRTR = 0
-	switch rtr {
-	case mpa.RTRSend:
-		r.sendMSN++
-	case mpa.RTRRead:
-		if err := r.readRequest(); err != nil {
-			return err
-		}
-	}
-	qp.mu.Lock()
-	if qp.state == ibv.QPRTR {
-		qp.state = ibv.QPRTS
-		qp.txCond.Broadcast()
-	}
-	qp.mu.Unlock()
-	qp.emit(ibv.Event{Type: ibv.EventEstablished})
-	return nil
-}
-
-// terminateArrived handles the peer's Terminate: the stream is over.
-func (r *rxState) terminateArrived() error {
-	qp := r.qp
-	var t rdmap.Terminate
-	body := r.hdr[ddp.UntaggedHeaderLen:r.need]
-	if err := t.Unmarshal(body); err != nil {
-		qp.dev.logf("QP %d: malformed Terminate: %v", qp.num, err)
-	}
-	qp.stats.TerminatesRx.Add(1)
-	qp.dev.logf("QP %d: peer terminated the stream: %v", qp.num, t.Code)
-	qp.mu.Lock()
-	qp.errorLocked(statusForTerminate(t.Code))
-	qp.termSent = true // never answer a Terminate with one
-	qp.mu.Unlock()
-	qp.emit(ibv.Event{Type: ibv.EventTerminateReceived, Code: t.Code})
-	return errTerminated
-}
-
-// errTerminated ends the receive loop after the peer's Terminate.
-var errTerminated = errors.New("offload: stream terminated by the peer")
-
-// statusForTerminate maps a received Terminate to the completion status of
-// the request it ended.
-func statusForTerminate(c rdmap.Code) ibv.WCStatus {
-	switch {
-	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPInvalidSTag.EType(),
-		c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPTaggedInvalidSTag.EType():
-		return ibv.WCRemAccessErr
-	case c.Layer() == rdmap.LayerDDP && c.EType() == rdmap.TermDDPNoBuffer.EType():
-		return ibv.WCRemInvReqErr
-	case c.Layer() == rdmap.LayerRDMAP && c.EType() == rdmap.TermRDMAPUnexpectedOp.EType():
-		return ibv.WCRemOpErr
-	}
-	return ibv.WCRemAbortErr
+	return rxOps[r.op].end(r)
 }
 
 // fail reports an error found in the receive path: the QP enters ERR, the

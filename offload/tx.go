@@ -137,55 +137,66 @@ func (qp *QP) txLoop() {
 				return
 			}
 		case jobSQ:
-			qp.irqBurst = 0
-			pos := qp.sqNext
-			qp.sqNext++
-			if w.op == ibv.WRRead {
-				if st := qp.prepareReadLocked(w, pos); st != ibv.WCSuccess {
-					w.state, w.status = wqeDone, st
-					qp.retireLocked()
-					qp.localErrorLocked(st, fmt.Errorf("RDMA Read WR %d: bad local sink (%v)", w.id, st))
-					qp.mu.Unlock()
-					return
-				}
-			}
-			if w.op != ibv.WRRead {
-				// Ours to complete from now on, even if the QP enters ERR
-				// meanwhile (flushLocked leaves it alone).
-				w.state = wqeSending
-			}
-			qp.mu.Unlock()
-			st, err := qp.sendWQE(w)
-			qp.mu.Lock()
-			if w.op != ibv.WRRead {
-				// A request completes when all of it is with TCP, as in
-				// siw; one cut short by the QP's error state is flushed.
-				w.state, w.status = wqeDone, ibv.WCSuccess
-				switch {
-				case err != nil:
-					w.status = ibv.WCFlushErr
-				case st != ibv.WCSuccess:
-					w.status = st
-				default:
-					w.byteLen = uint32(w.length())
-				}
-			}
-			qp.retireLocked()
-			if err == nil && st != ibv.WCSuccess && qp.state != ibv.QPErr {
-				qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
-			}
-			qp.mu.Unlock()
-			switch {
-			case errors.Is(err, errAborted):
-				// The QP entered ERR: the loop sends its Terminate, if any.
-			case err != nil:
-				qp.txFailed(err)
-				return
-			case st != ibv.WCSuccess:
+			if !qp.sendSQ(w) {
 				return
 			}
 		}
 	}
+}
+
+// sendSQ transmits the send request w, the next of the send queue, and
+// completes it. It is called with qp.mu held and returns with it released;
+// false ends the TX goroutine (the stream failed, or a local error in the
+// request moved the QP to ERR).
+func (qp *QP) sendSQ(w *sendWQE) bool {
+	qp.irqBurst = 0
+	pos := qp.sqNext
+	qp.sqNext++
+	if w.op == ibv.WRRead {
+		if st := qp.prepareReadLocked(w, pos); st != ibv.WCSuccess {
+			w.state, w.status = wqeDone, st
+			qp.retireLocked()
+			qp.localErrorLocked(st, fmt.Errorf("RDMA Read WR %d: bad local sink (%v)", w.id, st))
+			qp.mu.Unlock()
+			return false
+		}
+	}
+	if w.op != ibv.WRRead {
+		// Ours to complete from now on, even if the QP enters ERR meanwhile
+		// (flushLocked leaves it alone).
+		w.state = wqeSending
+	}
+	qp.mu.Unlock()
+	st, err := qp.sendWQE(w)
+	qp.mu.Lock()
+	if w.op != ibv.WRRead {
+		// A request completes when all of it is with TCP, as in siw; one
+		// cut short by the QP's error state is flushed.
+		w.state, w.status = wqeDone, ibv.WCSuccess
+		switch {
+		case err != nil:
+			w.status = ibv.WCFlushErr
+		case st != ibv.WCSuccess:
+			w.status = st
+		default:
+			w.byteLen = uint32(w.length())
+		}
+	}
+	qp.retireLocked()
+	if err == nil && st != ibv.WCSuccess && qp.state != ibv.QPErr {
+		qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
+	}
+	qp.mu.Unlock()
+	switch {
+	case errors.Is(err, errAborted):
+		// The QP entered ERR: the loop sends its Terminate, if any.
+	case err != nil:
+		qp.txFailed(err)
+		return false
+	case st != ibv.WCSuccess:
+		return false
+	}
+	return true
 }
 
 // txFailed handles a failed TCP write: the stream is gone.

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"net/netip"
-
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
@@ -61,13 +59,10 @@ func TestSegmentAlignment(t *testing.T) {
 			t.Run(fmt.Sprintf("mtu%d/perwrite%d", mtu, perWrite), func(t *testing.T) {
 				ac := &alignCounter{}
 				la, lb := netstack.Pipe(mtu, netstack.Impairments{})
-				cs, err := netstack.New(la, netstack.Options{Addrs: []netip.Prefix{cliAddr}, MTU: mtu, Hook: ac})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { cs.Close() })
-				cli := newSide(t, cs, "siwtun0", func(c *offload.Config) { c.FPDUsPerWrite = max(perWrite, 1) }, 64)
-				srv := newSide(t, newStack(t, lb, srvAddr, mtu), "siwtun1", func(c *offload.Config) { c.Markers = markers }, 64)
+				cliAt := on(la, cliAddr, mtu)
+				cliAt.opts.Hook = ac
+				cli := newSide(t, cliAt, "siwtun0", func(c *offload.Config) { c.FPDUsPerWrite = max(perWrite, 1) }, 64)
+				srv := newSide(t, on(lb, srvAddr, mtu), "siwtun1", func(c *offload.Config) { c.Markers = markers }, 64)
 				connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 				const size = 1 << 20
 				src := cli.region(size, verbs.AccessLocalWrite)

@@ -40,7 +40,7 @@ func TestConnectBadReply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			la, lb := netstack.Pipe(1500, netstack.Impairments{})
-			cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.P2P = mpa.RTRWrite }, 8)
+			cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.P2P = mpa.RTRWrite }, 8)
 			ss := newStack(t, lb, srvAddr, 1500)
 			l, err := ss.Listen(netipPort(srvPort))
 			if err != nil {
@@ -106,9 +106,8 @@ func TestConnectBadReply(t *testing.T) {
 // connection; the listener then accepts a real QP.
 func TestListenerSurvivesHostilePeers(t *testing.T) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
-	cs := newStack(t, la, cliAddr, 1500)
-	cli := newSide(t, cs, "siwtun0", nil, 8)
-	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) { c.AcceptTimeout = 200 * time.Millisecond }, 8)
+	cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", nil, 8)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) { c.AcceptTimeout = 200 * time.Millisecond }, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	l, err := srv.dev.Listen(netipPort(srvPort), 4)
@@ -117,7 +116,7 @@ func TestListenerSurvivesHostilePeers(t *testing.T) {
 	}
 	defer l.Close()
 	for _, send := range [][]byte{nil, []byte("MPA ID Req Fr"), []byte("GET / HTTP/1.0\r\n\r\n"), {}} {
-		c, err := cs.Dial(ctx, netip.Addr{}, netipPort(srvPort))
+		c, err := cli.stack.Dial(ctx, netip.Addr{}, netipPort(srvPort))
 		if err != nil {
 			t.Fatal(err)
 		}

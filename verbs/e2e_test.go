@@ -172,8 +172,8 @@ func TestImpairedLink(t *testing.T) {
 
 func TestPrivateDataAndReject(t *testing.T) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
-	cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", nil, 8)
-	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", nil, 8)
+	cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", nil, 8)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", nil, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	l, err := srv.dev.Listen(netipPort(srvPort), 4)

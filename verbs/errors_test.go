@@ -343,7 +343,7 @@ func TestProtocolErrors(t *testing.T) {
 			t.Parallel()
 			la, lb := netstack.Pipe(1500, netstack.Impairments{})
 			cs := newStack(t, la, cliAddr, 1500)
-			srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
+			srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
 				if tt.ird != 0 {
 					c.IRD = tt.ird
 				}

@@ -20,7 +20,7 @@ import (
 func TestFirstFPDUDelay(t *testing.T) {
 	const delay = 150 * time.Millisecond
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
-	cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.FirstFPDUDelay = delay }, 8)
+	cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.FirstFPDUDelay = delay }, 8)
 	ss := newStack(t, lb, srvAddr, 1500)
 	l, err := ss.Listen(netipPort(srvPort))
 	if err != nil {

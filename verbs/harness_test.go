@@ -57,18 +57,32 @@ func newStack(t testing.TB, link *netstack.Link, addr netip.Prefix, mtu int) *ne
 	return s
 }
 
-func newSide(t testing.TB, s *netstack.Stack, name string, mod func(*offload.Config), depth int) *side {
+// at is where a side's RNIC sits: its end of the link and its stack's
+// options.
+type at struct {
+	link *netstack.Link
+	opts netstack.Options
+}
+
+// on places an RNIC on link with address addr and MTU mtu.
+func on(link *netstack.Link, addr netip.Prefix, mtu int) at {
+	return at{link: link, opts: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: mtu}}
+}
+
+// newSide builds an RNIC at where, its engine configured by mod, with one
+// QP of depth entries per queue.
+func newSide(t testing.TB, where at, name string, mod func(*offload.Config), depth int) *side {
 	t.Helper()
 	cfg := offload.DefaultConfig(name)
 	if mod != nil {
 		mod(&cfg)
 	}
-	eng, err := offload.NewDevice(s, cfg)
+	r, err := rnic.New(where.link, rnic.Config{Stack: where.opts, Engine: cfg})
 	if err != nil {
-		t.Fatalf("NewDevice: %v", err)
+		t.Fatalf("rnic.New: %v", err)
 	}
-	dev := rnic.Open(eng)
-	t.Cleanup(func() { dev.Close(); eng.Close() })
+	t.Cleanup(func() { r.Close() })
+	dev := r.Device
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +99,7 @@ func newSide(t testing.TB, s *netstack.Stack, name string, mod func(*offload.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &side{t: t, stack: s, eng: eng, dev: dev, pd: pd, scq: scq, rcq: rcq, qp: qp}
+	return &side{t: t, stack: r.Stack, eng: r.Engine, dev: dev, pd: pd, scq: scq, rcq: rcq, qp: qp, link: where.link}
 }
 
 // newPair builds two stacks on an in-memory link and connects a QP on each.
@@ -99,9 +113,8 @@ func newPair(t testing.TB, o pairOpts) (cli, srv *side) {
 		o.depth = 64
 	}
 	la, lb := netstack.Pipe(o.mtu, o.imp)
-	cli = newSide(t, newStack(t, la, cliAddr, o.mtu), "siwtun0", o.cli, o.depth)
-	srv = newSide(t, newStack(t, lb, srvAddr, o.mtu), "siwtun1", o.srv, o.depth)
-	cli.link, srv.link = la, lb
+	cli = newSide(t, on(la, cliAddr, o.mtu), "siwtun0", o.cli, o.depth)
+	srv = newSide(t, on(lb, srvAddr, o.mtu), "siwtun1", o.srv, o.depth)
 	connect(t, cli, srv, o.cliParam, o.srvParam)
 	return cli, srv
 }

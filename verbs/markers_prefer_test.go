@@ -83,7 +83,7 @@ func TestMarkersRejectedByPeer(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			la, lb := netstack.Pipe(1500, netstack.Impairments{})
-			cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", func(c *offload.Config) {
+			cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) {
 				c.Markers, c.MarkersPrefer = true, prefer
 			}, 8)
 			ss := newStack(t, lb, srvAddr, 1500)

@@ -17,7 +17,7 @@ import (
 func TestMPARequestRevisionTooHigh(t *testing.T) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	cs := newStack(t, la, cliAddr, 1500)
-	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", nil, 8)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", nil, 8)
 	l, err := srv.dev.Listen(netipPort(srvPort), 4)
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,8 @@ func newGatedPair(t *testing.T, m oooMode) (cli, srv *side, gate *netstack.Gate)
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	lb, gate = netstack.NewGate(lb)
-	cli = newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.CRC = m.crc }, 64)
-	srv = newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
+	cli = newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.CRC = m.crc }, 64)
+	srv = newSide(t, on(lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
 		c.CRC = m.crc
 		c.Markers = m.markers
 	}, 64)
@@ -285,8 +285,8 @@ func TestOOOPlacementReorder(t *testing.T) {
 	for _, m := range oooModes {
 		t.Run(m.name, func(t *testing.T) {
 			la, lb := netstack.Pipe(1500, netstack.Impairments{Seed: 5, Reorder: 0.05})
-			cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.CRC = m.crc }, 64)
-			srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
+			cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.CRC = m.crc }, 64)
+			srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) {
 				c.CRC = m.crc
 				c.Markers = m.markers
 			}, 64)

@@ -22,7 +22,7 @@ import (
 func loneSide(t testing.TB, depth int) *side {
 	t.Helper()
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
-	return newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", nil, depth)
+	return newSide(t, on(la, cliAddr, 1500), "siwtun0", nil, depth)
 }
 
 // unconnectedPair is newPair without the connection, so a test can replace
@@ -36,8 +36,8 @@ func unconnectedPair(t testing.TB, o pairOpts) (cli, srv *side) {
 		o.depth = 64
 	}
 	la, lb := netstack.Pipe(o.mtu, o.imp)
-	cli = newSide(t, newStack(t, la, cliAddr, o.mtu), "siwtun0", o.cli, o.depth)
-	srv = newSide(t, newStack(t, lb, srvAddr, o.mtu), "siwtun1", o.srv, o.depth)
+	cli = newSide(t, on(la, cliAddr, o.mtu), "siwtun0", o.cli, o.depth)
+	srv = newSide(t, on(lb, srvAddr, o.mtu), "siwtun1", o.srv, o.depth)
 	return cli, srv
 }
 
@@ -96,7 +96,7 @@ func rawSide(t testing.TB, depth int, ird uint16) (*side, *rawPeer) {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	cs := newStack(t, la, cliAddr, 1500)
-	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", nil, depth)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", nil, depth)
 	p := dialRaw(t, cs, srv, mpa.Config{Rev: 2, CRC: true, IRD: ird, ORD: 1})
 	return srv, p
 }

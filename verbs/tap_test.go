@@ -21,8 +21,8 @@ func TestWatchMarkersCRC(t *testing.T) {
 	const size = 20000
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	markers := func(c *offload.Config) { c.Markers = true }
-	cli := newSide(t, newStack(t, la, cliAddr, 1500), "siwtun0", markers, 64)
-	srv := newSide(t, newStack(t, lb, srvAddr, 1500), "siwtun1", markers, 64)
+	cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", markers, 64)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", markers, 64)
 	w := cli.eng.Watch(1 << 16)
 	connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
 	exercise(t, cli, srv, size, 3)

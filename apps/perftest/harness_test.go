@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/uverbs"
 )
@@ -29,22 +28,7 @@ var (
 // newDevice is one in-process RNIC on link.
 func newDevice(t testing.TB, link *netstack.Link, addr netip.Prefix, name string, mtu int) *verbs.Device {
 	t.Helper()
-	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: mtu})
-	if err != nil {
-		t.Fatalf("netstack.New: %v", err)
-	}
-	eng, err := offload.NewDevice(st, offload.DefaultConfig(name))
-	if err != nil {
-		st.Close()
-		t.Fatalf("offload.NewDevice: %v", err)
-	}
-	dev := rnic.Open(eng)
-	t.Cleanup(func() {
-		dev.Close()
-		eng.Close()
-		st.Close()
-	})
-	return dev
+	return rnictest.New(t, link, addr, mtu, name, nil).Device
 }
 
 // devicePair is two in-process RNICs joined by an in-memory link.

@@ -8,22 +8,14 @@ import (
 
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 )
 
 // engineServer is a control socket over an engine on its own stack.
 func engineServer(t *testing.T, link *netstack.Link, addr string) *ctl.Server {
 	t.Helper()
-	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng, err := offload.NewDevice(st, offload.DefaultConfig("siwtun0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
+	r := rnictest.New(t, link, netip.MustParsePrefix(addr), 1500, "siwtun0", nil)
+	st, eng := r.Stack, r.Engine
 	s, err := ctl.Listen(filepath.Join(t.TempDir(), "ctl.sock"), ctl.NewProvider("", eng, nil), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -42,37 +41,6 @@ func newWatchedPair(t *testing.T) *watchedPair {
 	go s.Serve()
 	t.Cleanup(func() { s.Close() })
 	return p
-}
-
-// newRNICConfig is newRNIC with a configuration change.
-func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Prefix, mod func(*offload.Config)) *testRNIC {
-	t.Helper()
-	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg := offload.DefaultConfig(name)
-	mod(&cfg)
-	eng, err := offload.NewDevice(st, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := rnic.Open(eng)
-	t.Cleanup(func() { dev.Close(); eng.Close() })
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := dev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testRNIC{eng: eng, dev: dev, pd: pd, cq: cq, qp: qp}
 }
 
 // waitWatching waits until the client device has an open Watch.

@@ -16,7 +16,7 @@ import (
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -53,19 +53,16 @@ type testRNIC struct {
 	qp  *verbs.QP
 }
 
+// newRNIC is one in-process device on link with one queue pair.
 func newRNIC(t *testing.T, link *netstack.Link, name string, addr netip.Prefix) *testRNIC {
+	return newRNICConfig(t, link, name, addr, nil)
+}
+
+// newRNICConfig is newRNIC with a configuration change.
+func newRNICConfig(t *testing.T, link *netstack.Link, name string, addr netip.Prefix, mod func(*offload.Config)) *testRNIC {
 	t.Helper()
-	st, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng, err := offload.NewDevice(st, offload.DefaultConfig(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := rnic.Open(eng)
-	t.Cleanup(func() { dev.Close(); eng.Close() })
+	r := rnictest.New(t, link, addr, 1500, name, mod)
+	eng, dev := r.Engine, r.Device
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)

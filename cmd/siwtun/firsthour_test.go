@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +8,7 @@ import (
 
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 )
 
 // TestCaptureNoDevice: capturing a device that is not there fails and
@@ -54,16 +53,7 @@ func TestWatchStartLine(t *testing.T) {
 // of printing nothing (issue 18).
 func TestCtlQPNone(t *testing.T) {
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
-	st, err := netstack.New(la, netstack.Options{Addrs: []netip.Prefix{cliPrefix}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng, err := offload.NewDevice(st, offload.DefaultConfig("siwtun0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
+	eng := rnictest.New(t, la, cliPrefix, 1500, "siwtun0", nil).Engine
 	dir := t.TempDir()
 	s, err := ctl.Listen(ctl.SocketPath(dir, "siwtun0"), ctl.NewProvider("", eng, nil), nil)
 	if err != nil {

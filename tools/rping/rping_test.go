@@ -13,8 +13,7 @@ import (
 
 	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/tools/rping"
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -41,17 +40,7 @@ func newPair(t testing.TB, mtu int) *pair {
 
 func newDevice(t testing.TB, link *netstack.Link, addr netip.Prefix, mtu int, name string) *verbs.Device {
 	t.Helper()
-	s, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: mtu})
-	if err != nil {
-		t.Fatalf("netstack.New: %v", err)
-	}
-	eng, err := offload.NewDevice(s, offload.DefaultConfig(name))
-	if err != nil {
-		t.Fatalf("offload.NewDevice: %v", err)
-	}
-	dev := rnic.Open(eng)
-	t.Cleanup(func() { dev.Close(); eng.Close(); s.Close() })
-	return dev
+	return rnictest.New(t, link, addr, mtu, name, nil).Device
 }
 
 // run is one side's result and output.

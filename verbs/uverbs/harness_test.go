@@ -11,7 +11,7 @@ import (
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/rnic"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -36,35 +36,13 @@ type rig struct {
 	serveCh chan error
 }
 
-func newStack(t testing.TB, link *netstack.Link, addr netip.Prefix) *netstack.Stack {
-	t.Helper()
-	s, err := netstack.New(link, netstack.Options{Addrs: []netip.Prefix{addr}, MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func newEngine(t testing.TB, s *netstack.Stack, name string) *offload.Device {
-	t.Helper()
-	eng, err := offload.NewDevice(s, offload.DefaultConfig(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
-}
-
 func newRig(t testing.TB) *rig {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	r := &rig{t: t, serveCh: make(chan error, 1)}
-	r.daemon = newEngine(t, newStack(t, la, daemonAddr), "siwtun0")
-	r.peerEng = newEngine(t, newStack(t, lb, peerAddr), "siwtun1")
-	r.local = rnic.Open(r.daemon)
-	r.peer = rnic.Open(r.peerEng)
-	t.Cleanup(func() { r.peer.Close() })
+	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", nil)
+	r.daemon, r.local = daemon.Engine, daemon.Device
+	r.peerEng, r.peer = peer.Engine, peer.Device
 	var log *slog.Logger
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

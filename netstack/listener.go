@@ -1,0 +1,77 @@
+package netstack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Listener accepts TCP connections.
+type Listener struct {
+	s      *Stack
+	ep     tcpip.Endpoint
+	wq     *waiter.Queue
+	addr   netip.AddrPort
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Addr returns the address the listener is bound to (the port is the real
+// one when 0 was asked for; the address stays unspecified for a wildcard
+// listener).
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for the next connection. It returns an error wrapping
+// net.ErrClosed once the listener (or its stack) is closed, and ctx.Err() if
+// ctx ends first.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	entry, notify := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
+	l.wq.EventRegister(&entry)
+	defer l.wq.EventUnregister(&entry)
+	for {
+		select {
+		case <-l.closed:
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), net.ErrClosed)
+		default:
+		}
+		ep, wq, terr := l.ep.Accept(nil)
+		if terr == nil {
+			c, err := newConn(l.s, ep, wq)
+			if err != nil {
+				return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), err)
+			}
+			return c, nil
+		}
+		if _, ok := terr.(*tcpip.ErrWouldBlock); !ok {
+			select {
+			case <-l.closed:
+				return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), net.ErrClosed)
+			default:
+			}
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), convertError(terr))
+		}
+		select {
+		case <-notify:
+		case <-l.closed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), ctx.Err())
+		}
+	}
+}
+
+// Close stops listening; pending and future Accept calls return an error
+// wrapping net.ErrClosed. Connections not yet accepted are reset. It is
+// idempotent and returns nil.
+func (l *Listener) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		l.ep.Close()
+		l.s.removeListener(l)
+	})
+	return nil
+}

@@ -1,0 +1,91 @@
+package offload
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/verbs/ibv"
+)
+
+// Config holds a device's iWARP defaults and limits.
+type Config struct {
+	// Name is the device name (siwtun0).
+	Name string
+	// MPARev is the MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581).
+	MPARev uint8
+	// CRC requests MPA CRC32c (it is used when either side asks).
+	CRC bool
+	// Markers asks the peer to insert MPA markers towards us.
+	Markers bool
+	// MarkersPrefer (with Markers) makes markers a preference rather than a
+	// demand, for peers without markers such as Linux siw: an initiator
+	// whose Request the peer rejects for its M flag (a Reply with R set and
+	// M clear) connects again without asking for markers, and a responder
+	// asks for them only when the initiator asked for markers too.
+	MarkersPrefer bool
+	// P2P is the set of RTR types offered as initiator and accepted as
+	// responder (0: no peer-to-peer mode as initiator; as responder any
+	// type a peer offers is accepted).
+	P2P mpa.RTR
+	// IRD and ORD are the default inbound and outbound RDMA Read depths
+	// when a connection does not set them.
+	IRD, ORD uint16
+	// MaxFPDU caps the FPDU size below the effective MSS: large FPDUs on
+	// jumbo links risk window-edge splits (netstack-probe.md §1e).
+	MaxFPDU int
+	// FPDUsPerWrite caps how many whole FPDUs one TCP write carries (see
+	// QP.sendMessage); 0 means as many as fit in 64 KiB, 1 is one FPDU per
+	// write. Either way each segment starts with an FPDU.
+	FPDUsPerWrite int
+	// MaxQP and MaxMR bound the device's objects.
+	MaxQP, MaxMR int
+	// FirstFPDUDelay is how long an initiator waits after the MPA Reply
+	// before it lets its first FPDU (or RTR) go. Linux siw sends its
+	// Reply before it hands the socket to its receive path (or, in
+	// peer-to-peer mode, to its RTR handler); an FPDU arriving in that gap
+	// sits unread in siw's socket until more data comes, which a
+	// request/response protocol (rping) never sends: the connection
+	// stalls. 0 sends at once.
+	FirstFPDUDelay time.Duration
+	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
+	// AcceptTimeout the wait for the MPA Request after TCP accept (5 s).
+	ConnectTimeout, AcceptTimeout time.Duration
+	// Logger receives the engine's log lines (nil: discarded).
+	Logger *slog.Logger
+}
+
+// DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
+const DefaultFirstFPDUDelay = 20 * time.Millisecond
+
+// DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
+// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, the first FPDU of
+// an initiator DefaultFirstFPDUDelay after the MPA Reply.
+func DefaultConfig(name string) Config {
+	return Config{
+		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
+		MaxFPDU: 16384, FPDUsPerWrite: 1, MaxQP: 4096, MaxMR: 65536,
+		FirstFPDUDelay: DefaultFirstFPDUDelay,
+		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
+	}
+}
+
+func (c *Config) validate() error {
+	if c.MPARev != 1 && c.MPARev != 2 {
+		return fmt.Errorf("MPA revision %d: want 1 or 2", c.MPARev)
+	}
+	if c.IRD > ibv.MaxIRDORD || c.ORD > ibv.MaxIRDORD {
+		return fmt.Errorf("IRD %d / ORD %d: at most %d", c.IRD, c.ORD, ibv.MaxIRDORD)
+	}
+	if c.MaxFPDU < 128 {
+		return fmt.Errorf("MaxFPDU %d: at least 128", c.MaxFPDU)
+	}
+	if c.FirstFPDUDelay < 0 {
+		return fmt.Errorf("FirstFPDUDelay %v: must not be negative", c.FirstFPDUDelay)
+	}
+	if c.MaxQP <= 0 || c.MaxMR <= 0 {
+		return fmt.Errorf("MaxQP %d / MaxMR %d must be positive", c.MaxQP, c.MaxMR)
+	}
+	return nil
+}
