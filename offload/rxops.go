@@ -192,6 +192,12 @@ func (r *rxState) beginReadRequest() error {
 	if h.MO != 0 || !h.Last {
 		return r.fail(rdmap.TermDDPInvalidMO, 0, fmt.Errorf("Read Request with MO %d, last=%v", h.MO, h.Last))
 	}
+	// A Read Request is exactly its header: a longer DDP message does not
+	// fit the Read Request queue's entry (RFC 5041 §7.2: untagged buffer,
+	// DDP message too long for available buffer), and is never served.
+	if r.payload != 0 {
+		return r.fail(rdmap.TermDDPTooLong, 0, fmt.Errorf("Read Request of %d octets, %d past its %d-octet header", rdmap.ReadRequestLen+r.payload, r.payload, rdmap.ReadRequestLen))
+	}
 	return nil
 }
 

@@ -327,6 +327,18 @@ func TestProtocolErrors(t *testing.T) {
 		{name: "invalid-mo", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.OpSend, 0, 1, 0, false, []byte("abcd")), untagged(rdmap.OpSend, 0, 1, 8, true, []byte("x"))}
 		}, code: rdmap.TermDDPInvalidMO, copied: true, recv: verbs.WCLocQPOpErr},
+		{name: "read-request-extra-bytes", frames: func(dst *guarded) [][]byte {
+			rr := rdmap.ReadRequest{SinkSTag: 9, Size: 64, SrcSTag: dst.mr.RKey(), SrcTO: dst.mr.Addr()}
+			body := make([]byte, rdmap.ReadRequestLen+4)
+			rr.Marshal(body)
+			return [][]byte{untagged(rdmap.OpReadRequest, 1, 1, 0, true, body)}
+		}, code: rdmap.TermDDPTooLong, copied: true, recv: verbs.WCFlushErr},
+		{name: "read-request-short", frames: func(dst *guarded) [][]byte {
+			rr := rdmap.ReadRequest{SinkSTag: 9, Size: 64, SrcSTag: dst.mr.RKey(), SrcTO: dst.mr.Addr()}
+			body := make([]byte, rdmap.ReadRequestLen)
+			rr.Marshal(body)
+			return [][]byte{untagged(rdmap.OpReadRequest, 1, 1, 0, true, body[:20])}
+		}, code: rdmap.TermDDPLocalCatastrophic, copied: true, recv: verbs.WCFlushErr},
 		{name: "ird-exceeded", ird: 1, frames: func(dst *guarded) [][]byte {
 			var out [][]byte
 			for i := uint32(1); i <= 8; i++ {
