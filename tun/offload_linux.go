@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,21 +50,9 @@ var _ Device = (*offloadTun)(nil)
 // aligned to segments stay aligned on the wire. It uses x/sys directly
 // (water has no virtio-net header support).
 func CreateOffload(name string, mtu int) (Device, error) {
-	if err := validName(name); err != nil {
-		return nil, fmt.Errorf("tun: create %q: %w", name, err)
-	}
-	if mtu < MinMTU || mtu > MaxMTU {
-		return nil, fmt.Errorf("tun: create %q: MTU %d out of range [%d,%d]", name, mtu, MinMTU, MaxMTU)
-	}
-	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	nl, err := prepare(name, mtu)
 	if err != nil {
-		return nil, fmt.Errorf("tun: create %q: open netlink socket: %w", name, err)
-	}
-	if name != "" {
-		if err := checkFree(nl, name); err != nil {
-			nl.Close()
-			return nil, createError(name, err)
-		}
+		return nil, err
 	}
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -95,17 +82,9 @@ func CreateOffload(name string, mtu int) (Device, error) {
 		return nil, fmt.Errorf("tun: create %q: %w", name, err)
 	}
 	file := os.NewFile(uintptr(fd), "/dev/net/tun")
-	t := &nativeTun{
-		file:   file,
-		name:   ifr.Name(),
-		events: make(chan Event, eventQueueLen),
-		nl:     nl,
-		done:   make(chan struct{}),
-	}
-	if err := t.init(mtu); err != nil {
-		_ = file.Close()
-		nl.Close()
-		return nil, fmt.Errorf("tun: create %q: %w", t.name, err)
+	t, err := newNativeTun(file, ifr.Name(), nl, mtu)
+	if err != nil {
+		return nil, err
 	}
 	return &offloadTun{nativeTun: t, rbuf: make([]byte, virtioHdrLen+maxSuper), iov: make([][]byte, 0, OffloadBatch+2)}, nil
 }

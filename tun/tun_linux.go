@@ -52,24 +52,9 @@ var _ Device = (*nativeTun)(nil)
 // ("needs CAP_NET_ADMIN: run as root"), and a name held by another process
 // (EBUSY: "device %q is in use (is another siwtun up running?)").
 func Create(name string, mtu int) (Device, error) {
-	if err := validName(name); err != nil {
-		return nil, fmt.Errorf("tun: create %q: %w", name, err)
-	}
-	if mtu < MinMTU || mtu > MaxMTU {
-		return nil, fmt.Errorf("tun: create %q: MTU %d out of range [%d,%d]", name, mtu, MinMTU, MaxMTU)
-	}
-	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	nl, err := prepare(name, mtu)
 	if err != nil {
-		return nil, fmt.Errorf("tun: create %q: open netlink socket: %w", name, err)
-	}
-	if name != "" {
-		// water leaks its /dev/net/tun descriptor when TUNSETIFF fails, so
-		// refuse the usual failures (a live TUN or another kind of link of
-		// that name) before opening.
-		if err := checkFree(nl, name); err != nil {
-			nl.Close()
-			return nil, createError(name, err)
-		}
+		return nil, err
 	}
 	ifce, err := water.New(water.Config{
 		DeviceType:             water.TUN,
@@ -85,17 +70,48 @@ func Create(name string, mtu int) (Device, error) {
 		nl.Close()
 		return nil, fmt.Errorf("tun: create %q: water returned a %T, not an *os.File", name, ifce.ReadWriteCloser)
 	}
+	return newNativeTun(file, ifce.Name(), nl, mtu)
+}
+
+// prepare checks Create's arguments and opens the route socket the device
+// keeps. A named link must be free: water leaks its /dev/net/tun
+// descriptor when TUNSETIFF fails, so the usual failures (a live TUN or
+// another kind of link of that name) are refused before opening.
+func prepare(name string, mtu int) (*netlink.Handle, error) {
+	if err := validName(name); err != nil {
+		return nil, fmt.Errorf("tun: create %q: %w", name, err)
+	}
+	if mtu < MinMTU || mtu > MaxMTU {
+		return nil, fmt.Errorf("tun: create %q: MTU %d out of range [%d,%d]", name, mtu, MinMTU, MaxMTU)
+	}
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("tun: create %q: open netlink socket: %w", name, err)
+	}
+	if name != "" {
+		if err := checkFree(nl, name); err != nil {
+			nl.Close()
+			return nil, createError(name, err)
+		}
+	}
+	return nl, nil
+}
+
+// newNativeTun wraps an open TUN descriptor: it sets the MTU and starts
+// the link watcher. On failure it closes file (which removes the link) and
+// nl.
+func newNativeTun(file *os.File, name string, nl *netlink.Handle, mtu int) (*nativeTun, error) {
 	t := &nativeTun{
 		file:   file,
-		name:   ifce.Name(),
+		name:   name,
 		events: make(chan Event, eventQueueLen),
 		nl:     nl,
 		done:   make(chan struct{}),
 	}
 	if err := t.init(mtu); err != nil {
-		_ = file.Close() // removes the link
+		_ = file.Close()
 		nl.Close()
-		return nil, fmt.Errorf("tun: create %q: %w", t.name, err)
+		return nil, fmt.Errorf("tun: create %q: %w", name, err)
 	}
 	return t, nil
 }
