@@ -40,6 +40,9 @@ type demoOptions struct {
 	lesson  *lesson // the lesson being run (lesson.go), or nil
 	config  func(*offload.Config)
 	app     func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error)
+	// gate, if set, sees every TCP segment siwtun1 receives and may damage
+	// it (a lesson's fault: netstack.Gate).
+	gate netstack.GateRule
 }
 
 func newDemoCmd() *cobra.Command {
@@ -196,6 +199,11 @@ func runDemo(w io.Writer, o demoOptions) error {
 		log.pcap = p
 	}
 	la, lb := netstack.Pipe(o.mtu, imp)
+	if o.gate != nil {
+		var g *netstack.Gate
+		lb, g = netstack.NewGate(lb)
+		g.SetRule(o.gate)
+	}
 	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
 		cfg := offload.DefaultConfig(name)
 		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
@@ -236,7 +244,11 @@ func runDemo(w io.Writer, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "5. disconnect\n")
+	if o.app == nil {
+		fmt.Fprintf(w, "5. disconnect\n")
+	} else {
+		fmt.Fprintf(w, "then disconnect\n")
+	}
 	c.Disconnect()
 	log.mu.Lock()
 	log.on = false

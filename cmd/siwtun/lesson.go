@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs"
@@ -58,9 +59,12 @@ var lessons = []lesson{
 		},
 	},
 	{
-		name: "terminate", summary: "an RDMA Write to an STag that names no region: the Terminate and the rule it reports",
-		intro: "The client writes to STag 0xdead00, which the server never registered. The server's DDP layer finds no region for it (RFC 5041 §7.2: DDP tagged buffer error, invalid STag), sends a Terminate that copies the offending DDP header, and closes; both queue pairs go to ERR and outstanding work is flushed. Choose the Terminate arrow: its byte map shows the Terminate control field and the copied header, and the Terminates section names the rule. Other faults to try: --impair corrupt=1% (bad CRC: LLP error), a Write beyond the region's bounds (DDP tagged 0x01).",
-		set:   func(o *demoOptions) { o.app = faultApp("bad-stag") },
+		name: "terminate", summary: "three broken rules, three Terminates: an STag that names no region, a Write beyond a region, a bad CRC",
+		intro: "Three connections, each ended by the server's Terminate (RFC 5040 §7) with the rule it broke. First the client writes to STag 0xdead00, which the server never registered: DDP tagged buffer error, invalid STag (RFC 5041 §7.2). Then it writes 128 octets into a 64-octet region: DDP tagged buffer error, base or bounds violation. Last, a Send whose FPDU the link damages on the way (the TCP checksum still good, as when a link's error slips past TCP): the MPA CRC catches it (RFC 5044 §8, LLP error, CRC error). Each Terminate copies the offending header where the rule asks for it; both queue pairs go to ERR and outstanding work is flushed. Choose a Terminate arrow: its byte map shows the Terminate control field and the copied header, and the Terminates section names the rule.",
+		set: func(o *demoOptions) {
+			o.app = faultApp("bad-stag", "out-of-bounds", "bad-crc")
+			o.gate = corruptNth(faultPort(2), 2) // the third connection's first FPDU after the MPA Request
+		},
 	},
 	{
 		name: "credits", summary: "a Send with no receive posted: RDMAP has no flow control of its own",
@@ -111,91 +115,152 @@ func runLesson(w io.Writer, o demoOptions, name string) error {
 	return fmt.Errorf("no lesson %q (lessons: %s)", name, strings.Join(names, ", "))
 }
 
-// faultApp returns a demo application that connects a queue pair and then
-// breaks a rule: "bad-stag" writes to an STag the server never
-// registered, "no-receive" sends with no receive posted. It waits for the
-// client's queue pair to leave RTS and tells what it saw.
-func faultApp(fault string) func(io.Writer, *verbs.Device, *verbs.Device, netip.Addr, int) (*verbs.QP, error) {
-	return func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		type end struct {
-			pd *verbs.PD
-			cq *verbs.CQ
-			qp *verbs.QP
+// faultPort is the server port of a fault application's i-th connection.
+func faultPort(i int) uint16 { return 7174 + uint16(i) }
+
+// corruptNth returns a Gate rule that damages the n-th TCP segment with a
+// payload sent to port (the first is the MPA Request), once.
+func corruptNth(port uint16, n int) netstack.GateRule {
+	seen := 0
+	return func(s *netstack.Segment) netstack.GateVerdict {
+		if s.Dst.Port() != port || s.Len == 0 {
+			return netstack.GatePass
 		}
-		mk := func(d *verbs.Device) (*end, error) {
-			pd, err := d.AllocPD()
-			if err != nil {
-				return nil, err
-			}
-			cq, err := d.CreateCQ(64)
-			if err != nil {
-				return nil, err
-			}
-			qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
-			if err != nil {
-				return nil, err
-			}
-			return &end{pd, cq, qp}, qp.Modify(verbs.QPInit)
+		seen++
+		if seen == n {
+			return netstack.GateCorrupt
 		}
-		c, err := mk(cdev)
-		if err != nil {
-			return nil, err
-		}
-		s, err := mk(sdev)
-		if err != nil {
-			return nil, err
-		}
-		l, err := sdev.Listen(netip.AddrPortFrom(srv, 7174), 1)
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		acc := make(chan error, 1)
-		go func() {
-			req, err := l.Accept(ctx)
-			if err != nil {
-				acc <- err
-				return
-			}
-			acc <- req.Accept(s.qp, verbs.ConnParam{})
-		}()
-		fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srv)
-		if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, 7174), verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-			return nil, err
-		}
-		if err := <-acc; err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(w, "   established\n\n")
-		buf, err := cdev.AllocBuffer(64)
-		if err != nil {
-			return nil, err
-		}
-		mr, err := c.pd.RegMR(buf[:64], verbs.AccessLocalWrite)
-		if err != nil {
-			return nil, err
-		}
-		var wr verbs.SendWR
-		switch fault {
-		case "bad-stag":
-			fmt.Fprintf(w, "2. RDMA Write 64 bytes to rkey 0x00dead00, which names no region at siwtun1\n")
-			wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xdead00}
-		default:
-			fmt.Fprintf(w, "2. Send 64 bytes; siwtun1 has posted no receive\n")
-			wr = verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}}
-		}
-		if _, err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-			return nil, err
-		}
-		for c.qp.State() != verbs.QPErr {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%s: the queue pair stayed in %v", fault, c.qp.State())
-			}
-			time.Sleep(time.Millisecond)
-		}
-		fmt.Fprintf(w, "   siwtun1 terminated the stream: siwtun0's queue pair is in %v\n\n", c.qp.State())
-		return c.qp, nil
+		return netstack.GatePass
 	}
+}
+
+// faultApp returns a demo application that, for each fault, connects a
+// queue pair (the i-th on port faultPort(i)) and breaks a rule: "bad-stag"
+// writes to an STag the server never registered, "out-of-bounds" writes
+// past the end of a region, "bad-crc" sends a message whose FPDU the link
+// damages (the lesson's Gate), "no-receive" sends with no receive posted.
+// It waits for each client queue pair to leave RTS, tells what it saw, and
+// returns the last one.
+func faultApp(faults ...string) func(io.Writer, *verbs.Device, *verbs.Device, netip.Addr, int) (*verbs.QP, error) {
+	return func(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
+		var last *verbs.QP
+		for i, fault := range faults {
+			qp, err := runFault(w, cdev, sdev, srv, faultPort(i), fault, 2*i+1)
+			if err != nil {
+				return nil, err
+			}
+			last = qp
+		}
+		return last, nil
+	}
+}
+
+// runFault connects one queue pair on port, breaks the rule fault and
+// waits for the Terminate to end it; step numbers its output.
+func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16, fault string, step int) (*verbs.QP, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type end struct {
+		pd *verbs.PD
+		cq *verbs.CQ
+		qp *verbs.QP
+	}
+	mk := func(d *verbs.Device) (*end, error) {
+		pd, err := d.AllocPD()
+		if err != nil {
+			return nil, err
+		}
+		cq, err := d.CreateCQ(64)
+		if err != nil {
+			return nil, err
+		}
+		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
+		if err != nil {
+			return nil, err
+		}
+		return &end{pd, cq, qp}, qp.Modify(verbs.QPInit)
+	}
+	c, err := mk(cdev)
+	if err != nil {
+		return nil, err
+	}
+	s, err := mk(sdev)
+	if err != nil {
+		return nil, err
+	}
+	l, err := sdev.Listen(netip.AddrPortFrom(srv, port), 1)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	acc := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			acc <- err
+			return
+		}
+		acc <- req.Accept(s.qp, verbs.ConnParam{})
+	}()
+	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, srv, port)
+	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, port), verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}); err != nil {
+		return nil, err
+	}
+	if err := <-acc; err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "   established\n\n")
+	buf, err := cdev.AllocBuffer(128)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := c.pd.RegMR(buf[:128], verbs.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	var wr verbs.SendWR
+	switch fault {
+	case "bad-stag":
+		fmt.Fprintf(w, "%d. RDMA Write 64 bytes to rkey 0x00dead00, which names no region at siwtun1\n", step+1)
+		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xdead00}
+	case "out-of-bounds":
+		sbuf, err := sdev.AllocBuffer(64)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := s.pd.RegMR(sbuf[:64], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "%d. RDMA Write 128 bytes into siwtun1's 64-byte region (rkey 0x%08x)\n", step+1, dst.RKey())
+		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 128)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+	case "bad-crc":
+		rbuf, err := sdev.AllocBuffer(64)
+		if err != nil {
+			return nil, err
+		}
+		rmr, err := s.pd.RegMR(rbuf[:64], verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{rmr.SGE(0, 64)}}}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "%d. Send 64 bytes; the link damages its FPDU on the way (TCP's checksum fixed up)\n", step+1)
+		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}}
+	default:
+		fmt.Fprintf(w, "%d. Send 64 bytes; siwtun1 has posted no receive\n", step+1)
+		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}}
+	}
+	if _, err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		return nil, err
+	}
+	for c.qp.State() != verbs.QPErr {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: the queue pair stayed in %v", fault, c.qp.State())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Fprintf(w, "   siwtun1 terminated the stream: siwtun0's queue pair is in %v\n\n", c.qp.State())
+	return c.qp, nil
 }

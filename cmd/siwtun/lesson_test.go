@@ -71,8 +71,16 @@ func TestLessons(t *testing.T) {
 			return fmt.Errorf("no out-of-order placement")
 		}, `s.ooo && (s.pl || []).length > 0`, "mem"},
 		"terminate": {func(v *web.View) error {
-			if len(v.Terminates) != 1 || !strings.Contains(v.Terminates[0].Detail, "invalid STag") {
-				return fmt.Errorf("terminates %+v", v.Terminates)
+			// One Terminate per broken rule, in order: invalid STag, base or
+			// bounds, MPA CRC.
+			want := []string{"invalid STag", "bounds", "CRC"}
+			if len(v.Terminates) != len(want) {
+				return fmt.Errorf("%d terminates, want %d: %+v", len(v.Terminates), len(want), v.Terminates)
+			}
+			for i, w := range want {
+				if !strings.Contains(v.Terminates[i].Detail, w) {
+					return fmt.Errorf("terminate %d: %q, want %q in it", i, v.Terminates[i].Detail, w)
+				}
 			}
 			return nil
 		}, `s.cls === 'term'`, "bm"},
