@@ -3,9 +3,14 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build lib test test-short vet fmt-check fuzz bench gobench demo interop clean
+.PHONY: all setup build lib test test-short vet fmt-check fuzz bench gobench demo interop clean
 
 all: build
+
+# The Debian packages the tests use (tshark, tcpdump, ethtool, chromium,
+# rdma-core's headers and tools, ...), those that are missing; as root.
+setup:
+	bash tools/setup/debian.sh
 
 build: lib
 	$(GO) build -o bin/siwtun ./cmd/siwtun
@@ -19,7 +24,7 @@ lib:
 # then the integration tests (root; real TUN devices and daemons, run on
 # their own so the machine is not starved under them), and a short run of
 # every fuzz target.
-test: fmt-check vet build
+test: setup fmt-check vet build
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test$$ -e /test/capps$$)
 	# The allocation checks skip under -race (its sync.Pool drops items).
 	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
