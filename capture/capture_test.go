@@ -228,7 +228,7 @@ func writeFile(t testing.TB, path string, pkts []Packet) {
 func TestTsharkDecodesSynthetic(t *testing.T) {
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
-		t.Skip("tshark is not installed (apt-get install tshark); the integration test in test/ installs it")
+		t.Skip("tshark is not installed (apt-get install tshark; make setup, which make test runs first, installs it)")
 	}
 	pkts := synthetic(t)
 	pkts = pkts[:len(pkts)-4] // the aligned part
