@@ -263,6 +263,38 @@ func runDemo(w io.Writer, o demoOptions) error {
 	return view.close(w, o)
 }
 
+// demoEnd is one side of a demo application's connection: a PD, a send
+// and a receive CQ and a QP in INIT.
+type demoEnd struct {
+	pd       *verbs.PD
+	scq, rcq *verbs.CQ
+	qp       *verbs.QP
+}
+
+// newDemoEnd creates a demoEnd on d.
+func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
+	pd, err := d.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	scq, err := d.CreateCQ(64)
+	if err != nil {
+		return nil, err
+	}
+	rcq, err := d.CreateCQ(64)
+	if err != nil {
+		return nil, err
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 16, MaxRecvWR: 16})
+	if err != nil {
+		return nil, err
+	}
+	if err := qp.Modify(verbs.QPInit); err != nil {
+		return nil, err
+	}
+	return &demoEnd{pd, scq, rcq, qp}, nil
+}
+
 // runApp is the demo's verbs application: it connects a QP on cdev to one
 // accepted on sdev at srv:7174 and does a Send, an RDMA Write and an RDMA
 // Read with every byte verified, telling what it does. It returns the
@@ -270,38 +302,11 @@ func runDemo(w io.Writer, o demoOptions) error {
 func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type end struct {
-		pd       *verbs.PD
-		scq, rcq *verbs.CQ
-		qp       *verbs.QP
-	}
-	mk := func(d *verbs.Device) (*end, error) {
-		pd, err := d.AllocPD()
-		if err != nil {
-			return nil, err
-		}
-		scq, err := d.CreateCQ(64)
-		if err != nil {
-			return nil, err
-		}
-		rcq, err := d.CreateCQ(64)
-		if err != nil {
-			return nil, err
-		}
-		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 16, MaxRecvWR: 16})
-		if err != nil {
-			return nil, err
-		}
-		if err := qp.Modify(verbs.QPInit); err != nil {
-			return nil, err
-		}
-		return &end{pd, scq, rcq, qp}, nil
-	}
-	c, err := mk(cdev)
+	c, err := newDemoEnd(cdev)
 	if err != nil {
 		return nil, err
 	}
-	s, err := mk(sdev)
+	s, err := newDemoEnd(sdev)
 	if err != nil {
 		return nil, err
 	}

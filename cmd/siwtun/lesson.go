@@ -160,31 +160,11 @@ func faultApp(faults ...string) func(io.Writer, *verbs.Device, *verbs.Device, ne
 func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16, fault string, step int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type end struct {
-		pd *verbs.PD
-		cq *verbs.CQ
-		qp *verbs.QP
-	}
-	mk := func(d *verbs.Device) (*end, error) {
-		pd, err := d.AllocPD()
-		if err != nil {
-			return nil, err
-		}
-		cq, err := d.CreateCQ(64)
-		if err != nil {
-			return nil, err
-		}
-		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: 16})
-		if err != nil {
-			return nil, err
-		}
-		return &end{pd, cq, qp}, qp.Modify(verbs.QPInit)
-	}
-	c, err := mk(cdev)
+	c, err := newDemoEnd(cdev)
 	if err != nil {
 		return nil, err
 	}
-	s, err := mk(sdev)
+	s, err := newDemoEnd(sdev)
 	if err != nil {
 		return nil, err
 	}
