@@ -63,22 +63,30 @@ func TestSetTap(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond) // the last ACKs
 	segs := tap.take()
+	// Each direction's payload, laid out by sequence number from the
+	// SYN's: a retransmission under load overlays its first copy.
 	var out, in []byte
+	var issOut, issIn uint32
 	var syn, synAck bool
 	for _, s := range segs {
 		switch {
 		case s.Flags&FlagSYN != 0 && s.Flags&FlagACK == 0:
 			syn = s.Dir == Outbound && s.MSS != 0
+			issOut = s.Seq
 		case s.Flags&FlagSYN != 0:
 			synAck = s.Dir == Inbound && s.MSS != 0
+			issIn = s.Seq
 		}
 		if s.Len != len(s.Payload) {
 			t.Fatalf("segment Len %d with %d payload octets", s.Len, len(s.Payload))
 		}
+		if s.Len == 0 {
+			continue
+		}
 		if s.Dir == Outbound {
-			out = append(out, s.Payload...)
+			out = overlay(out, int(s.Seq-issOut-1), s.Payload)
 		} else {
-			in = append(in, s.Payload...)
+			in = overlay(in, int(s.Seq-issIn-1), s.Payload)
 		}
 	}
 	if !syn || !synAck {
@@ -117,4 +125,13 @@ func readFull(c *Conn, p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// overlay writes p into buf at off, growing buf as needed.
+func overlay(buf []byte, off int, p []byte) []byte {
+	if end := off + len(p); end > len(buf) {
+		buf = append(buf, make([]byte, end-len(buf))...)
+	}
+	copy(buf[off:], p)
+	return buf
 }

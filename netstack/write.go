@@ -447,3 +447,46 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 	}
 	return done, nil
 }
+
+// WaitAcked blocks until the peer has acknowledged every byte written so
+// far, the connection closes or fails, or timeout passes, and reports
+// whether every byte was acknowledged. A close that follows it cannot
+// discard those bytes: close(2) with unread received data resets the
+// connection, and a reset drops whatever the send queue still holds (the
+// engine waits here before closing behind a Terminate, RFC 5040 §7).
+func (c *Conn) WaitAcked(timeout time.Duration) bool {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	registered := false
+	defer func() {
+		c.flow.waiting.Store(false)
+		if registered {
+			c.wq.EventUnregister(&c.wEntry)
+		}
+	}()
+	for {
+		// Announce the wait before the check, so an ACK seen after it
+		// signals ackAdvCh.
+		c.flow.waiting.Store(true)
+		if c.inFlight() == 0 {
+			return true
+		}
+		if c.isClosed() || c.ep.Readiness(waiter.EventHUp|waiter.EventErr) != 0 {
+			return false
+		}
+		if !registered {
+			drain(c.wNotify)
+			c.wq.EventRegister(&c.wEntry)
+			registered = true
+		}
+		select {
+		case <-c.flow.ackAdvCh:
+		case <-c.wNotify:
+		case <-c.closed:
+		case <-t.C:
+			return false
+		}
+	}
+}

@@ -445,8 +445,28 @@ func (qp *QP) errorLocked(firstStatus ibv.WCStatus) {
 }
 
 // termFlushTimeout bounds how long Disconnect waits for a queued Terminate
-// to reach TCP (the peer's window may stay shut).
+// to reach TCP and then the peer (the peer's window may stay shut).
 const termFlushTimeout = 2 * time.Second
+
+// awaitTerminate waits, within termFlushTimeout, until the TX goroutine has
+// written the queued Terminate (termDone) and the peer has acknowledged it.
+// Only then may the connection close: closing with unread received data
+// (the peer still sending into an errored stream) resets the connection,
+// and the reset would drop a Terminate still in the send queue.
+func (qp *QP) awaitTerminate(termDone <-chan struct{}, conn *netstack.Conn) {
+	deadline := time.Now().Add(termFlushTimeout)
+	t := time.NewTimer(termFlushTimeout)
+	defer t.Stop()
+	select {
+	case <-termDone:
+	case <-t.C:
+		qp.dev.logf("QP %d: Terminate not sent within %v; closing", qp.num, termFlushTimeout)
+		return
+	}
+	if conn != nil && !conn.WaitAcked(time.Until(deadline)) {
+		qp.dev.logf("QP %d: Terminate not acknowledged within %v; closing", qp.num, termFlushTimeout)
+	}
+}
 
 // Disconnect ends the connection as rdma_disconnect does on iWARP: the QP
 // enters ERR, outstanding work is flushed, and the TCP connection is closed
@@ -465,13 +485,7 @@ func (qp *QP) Disconnect() {
 	qp.txCond.Broadcast()
 	qp.mu.Unlock()
 	if termDone != nil {
-		t := time.NewTimer(termFlushTimeout)
-		select {
-		case <-termDone:
-		case <-t.C:
-			qp.dev.logf("QP %d: Terminate not sent within %v; closing", qp.num, termFlushTimeout)
-		}
-		t.Stop()
+		qp.awaitTerminate(termDone, conn)
 	}
 	if conn != nil {
 		conn.Close()

@@ -122,6 +122,7 @@ type rxState struct {
 	ulpduLen int
 	h        ddp.Header
 	op       rdmap.Opcode
+	aborted  bool   // the FPDU arrived in ERR: dropped (headerDone)
 	payload  int    // payload bytes of this segment
 	dst      []byte // rxPlace: where the payload goes
 	dstOff   int
@@ -259,6 +260,12 @@ func (r *rxState) headerDone() error {
 	if err != nil {
 		return r.fail(code, 0, err)
 	}
+	if r.qp.aborted() && op != rdmap.OpTerminate {
+		// In ERR (after a failed transmit) only a Terminate still
+		// counts: the rest is dropped.
+		r.aborted = true
+		return nil
+	}
 	if r.awaitRTR != 0 && !r.isRTR(op) {
 		return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
 	}
@@ -313,6 +320,10 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
+	if r.aborted {
+		r.aborted = false
+		return nil
+	}
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
 	}

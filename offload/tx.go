@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -207,7 +208,11 @@ func (qp *QP) txFailed(err error) {
 	}
 	qp.errorLocked(ibv.WCSuccess)
 	qp.mu.Unlock()
-	qp.conn.Close()
+	// The RX goroutine still reads what arrived before the failure (a
+	// reset leaves it readable): a Terminate there says why the stream
+	// ended. It stops at the end of the stream or the deadline, and
+	// supervise closes the connection.
+	qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
 }
 
 // localErrorLocked moves the QP to ERR after a local error on a work request
