@@ -28,8 +28,9 @@ func TestLessonList(t *testing.T) {
 }
 
 // TestLessons runs every lesson, checks what its view must show, and loads
-// it in a headless Chromium (no console errors) with the segment the
-// lesson is about chosen, saving a screenshot of each as a test artefact.
+// it in a headless Chromium (no console errors, the figures' RFC links,
+// arrows told apart without colour) with the segment the lesson is about
+// chosen, saving a screenshot of each as a test artefact.
 func TestLessons(t *testing.T) {
 	checks := map[string]struct {
 		check func(v *web.View) error
@@ -174,6 +175,8 @@ func TestLessons(t *testing.T) {
 		if c.page != nil {
 			c.page(t, br)
 		}
+		checkFigureLinks(t, br)
+		checkArrowCues(t, br)
 		if errs := br.Errors(); len(errs) > 0 {
 			t.Errorf("lesson %s: console errors: %q", l.name, errs)
 		}
