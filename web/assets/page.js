@@ -437,7 +437,18 @@
       li.addEventListener('keydown', (e) => { if (e.key === 'Enter') go(); });
     });
   }
-  function markStep(k) { document.querySelectorAll('#steps li').forEach((li) => li.classList.toggle('cur', +li.dataset.k === k)); }
+  // markStep marks step k as the current one and scrolls the steps' list
+  // (only it) to show it.
+  function markStep(k) {
+    const box = $('steps'), b = box.getBoundingClientRect();
+    box.querySelectorAll('li').forEach((li) => {
+      li.classList.toggle('cur', +li.dataset.k === k);
+      if (+li.dataset.k !== k) return;
+      const r = li.getBoundingClientRect();
+      if (r.top < b.top) box.scrollTop += r.top - b.top;
+      else if (r.bottom > b.bottom) box.scrollTop += Math.min(r.bottom - b.bottom, r.top - b.top);
+    });
+  }
 
   // ---- header -----------------------------------------------------------
   function renderHead() {
