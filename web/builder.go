@@ -266,6 +266,17 @@ func (b *Builder) SetState(t time.Time, dev string, qps []ctl.QP, st *ctl.Stats)
 	b.emit(Update{QPs: append([]QP(nil), b.v.QPs...), Stats: copyStats(b.v.Stats), Conns: b.v.Conns})
 }
 
+// NewDevices tells the Builder that the watched devices were replaced by
+// new ones of the same names (the next part of a lesson, on RNICs set up
+// anew): their queue pairs and regions are new ones, kept apart from the
+// earlier ones even where queue pair numbers and STags repeat.
+func (b *Builder) NewDevices() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.qps = make(map[qpKey]int)
+	b.regions = make(map[regionKey]int)
+}
+
 func copyStats(m map[string]*ctl.Stats) map[string]*ctl.Stats {
 	out := make(map[string]*ctl.Stats, len(m))
 	for k, v := range m {

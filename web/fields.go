@@ -51,8 +51,9 @@ const (
 	rfcBase = "https://www.rfc-editor.org/rfc/"
 	// RFCMPAFrame is the MPA Request/Reply frame format.
 	RFCMPAFrame = rfcBase + "rfc5044.html#section-7.1"
-	// RFCEnhancedMPA is RFC 6581 (enhanced MPA: IRD/ORD, peer-to-peer RTR).
-	RFCEnhancedMPA = rfcBase + "rfc6581.html"
+	// RFCEnhancedMPA is RFC 6581's data format of enhanced MPA (the
+	// IRD/ORD block, peer-to-peer mode and its RTR types).
+	RFCEnhancedMPA = rfcBase + "rfc6581.html#section-9"
 	// RFCFPDU is the FPDU format (ULPDU_Length, pad, CRC).
 	RFCFPDU = rfcBase + "rfc5044.html#section-4.1"
 	// RFCMarkers is the Marker format and placement.
@@ -77,17 +78,17 @@ const (
 	RFCRDMAPErrors = rfcBase + "rfc5040.html#section-7.1"
 	// RFCStream is RDMAP stream initialisation and teardown (the QP's life).
 	RFCStream = rfcBase + "rfc5040.html#section-6"
-	// RFCTCP is TCP (the segments themselves).
-	RFCTCP = rfcBase + "rfc9293.html"
+	// RFCTCP is TCP's segment format (the segments themselves).
+	RFCTCP = rfcBase + "rfc9293.html#section-3.1"
 )
 
 // Fields lists every Field's description, indexed by Field.
 var Fields = [numFields]FieldInfo{
-	FieldUnknown:     {"not analysed", "tcp", RFCTCP, "RFC 9293"},
+	FieldUnknown:     {"not analysed", "tcp", RFCTCP, "RFC 9293 §3.1"},
 	FieldFrameKey:    {"MPA key", "mpa", RFCMPAFrame, "RFC 5044 §7.1"},
 	FieldFrameFlags:  {"flags M C R, Rev", "mpa", RFCMPAFrame, "RFC 5044 §7.1"},
 	FieldFramePDLen:  {"PD_Length", "mpa", RFCMPAFrame, "RFC 5044 §7.1"},
-	FieldFrameIRDORD: {"IRD/ORD, P2P RTR", "mpa", RFCEnhancedMPA, "RFC 6581"},
+	FieldFrameIRDORD: {"IRD/ORD, P2P RTR", "mpa", RFCEnhancedMPA, "RFC 6581 §9"},
 	FieldFramePD:     {"private data", "ulp", RFCMPAFrame, "RFC 5044 §7.1"},
 	FieldMarker:      {"Marker (FPDUPTR)", "mpa", RFCMarkers, "RFC 5044 §4.3"},
 	FieldULPDULen:    {"ULPDU_Length", "mpa", RFCFPDU, "RFC 5044 §4.1"},
@@ -106,7 +107,7 @@ var Fields = [numFields]FieldInfo{
 	FieldCRC:         {"CRC32c", "mpa", RFCCRC, "RFC 5044 §4.4"},
 	FieldULPDU:       {"ULPDU (header not yet seen)", "ddp", RFCFPDU, "RFC 5044 §4.1"},
 	FieldFPDU:        {"FPDU (length not yet seen)", "mpa", RFCFPDU, "RFC 5044 §4.1"},
-	FieldOther:       {"not iWARP", "tcp", RFCTCP, "RFC 9293"},
+	FieldOther:       {"not iWARP", "tcp", RFCTCP, "RFC 9293 §3.1"},
 	FieldInvSTag:     {"Invalidate STag (reserved)", "rdmap", RFCRDMAPHeader, "RFC 5040 §4"},
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/internal/browsertest"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
@@ -201,3 +202,30 @@ func TestPageNoNetwork(t *testing.T) {
 }
 
 func navigate(url string) chromedp.Action[chromedp.Void] { return chromedp.Navigate(url) }
+
+// TestNewDevices checks that queue pairs and regions of new devices of
+// the same names (a lesson's next part) are kept apart from the earlier
+// ones, though their numbers and STags repeat, and that the same devices'
+// records are updated in place.
+func TestNewDevices(t *testing.T) {
+	lookup := func(dev string, stag uint32) (Region, bool) { return Region{Len: 64}, true }
+	b := NewBuilder("parts", "siwtun0", "siwtun1", lookup)
+	now := time.Now()
+	place := func() {
+		b.Event(false, ctl.WatchEvent{Time: now, Place: &ctl.WatchPlace{QP: 1, Op: "RDMA Write", STag: 0x100, TO: 0x1000, Len: 64}})
+	}
+	b.SetState(now, "siwtun0", []ctl.QP{{LQPN: 1, State: "RTS", MPARev: 1}}, nil)
+	place()
+	b.SetState(now, "siwtun0", []ctl.QP{{LQPN: 1, State: "ERR", MPARev: 1}}, nil)
+	place()
+	b.NewDevices()
+	b.SetState(now, "siwtun0", []ctl.QP{{LQPN: 1, State: "RTS", MPARev: 2}}, nil)
+	place()
+	v := b.Snapshot()
+	if len(v.QPs) != 2 || v.QPs[0].MPARev != 1 || v.QPs[0].State != "ERR" || len(v.QPs[0].History) != 2 || v.QPs[1].MPARev != 2 {
+		t.Errorf("queue pairs %+v: want the first QP 1 (rev 1, RTS then ERR) and the new one (rev 2)", v.QPs)
+	}
+	if len(v.Regions) != 2 || len(v.Places) != 3 || v.Places[1].Region != 0 || v.Places[2].Region != 1 {
+		t.Errorf("regions %+v, placements %+v: want the first two placements in the first region, the third in a new one", v.Regions, v.Places)
+	}
+}

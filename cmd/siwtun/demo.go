@@ -182,22 +182,56 @@ func describe(p []byte, markers bool) []string {
 	return out
 }
 
+// runDemo runs the in-process demo, or a lesson: each of the lesson's
+// parts (one part for the demo) on two RNICs of their own, one after the
+// other, into one view.
 func runDemo(w io.Writer, o demoOptions) error {
-	imp, err := netstack.ParseImpairments(o.imp)
-	if err != nil {
-		return err
-	}
-	cliAddr := netip.MustParsePrefix("198.18.0.1/24")
-	srvAddr := netip.MustParsePrefix("198.18.0.2/24")
-	log := &wireLog{w: w, markers: o.markers, names: map[netip.Addr]string{cliAddr.Addr(): "siwtun0", srvAddr.Addr(): "siwtun1"}, on: o.wire, an: inspect.New()}
+	var r demoRun
 	if o.pcap != "" {
 		p, err := newDemoPcap(o.pcap)
 		if err != nil {
 			return err
 		}
 		defer p.close(w)
-		log.pcap = p
+		r.pcap = p
 	}
+	parts := []lessonPart{{}}
+	if o.lesson != nil && len(o.lesson.parts) > 0 {
+		parts = o.lesson.parts
+	}
+	for i, p := range parts {
+		po := o
+		if p.set != nil {
+			p.set(&po) // the part's link and RNIC settings (lesson.go)
+		}
+		if err := r.part(w, po, i, p); err != nil {
+			return err
+		}
+	}
+	return r.view.close(w, o)
+}
+
+// demoRun is what the parts of one demo run share: the pcapng file (-w)
+// and the view (nil without --html or --serve), with the writer the
+// application tells its steps to.
+type demoRun struct {
+	pcap *demoPcap
+	view *demoView
+	appW io.Writer
+}
+
+// part runs part i of the demo: two RNICs joined by an in-memory link
+// (siwtun0 at 198.18.0.1 and siwtun1 at .2 in the first part, .3 and .4
+// in the second, and so on: the view tells the parts' connections apart),
+// the application, and the disconnect.
+func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
+	imp, err := netstack.ParseImpairments(o.imp)
+	if err != nil {
+		return err
+	}
+	cliAddr := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(2*i + 1)}), 24)
+	srvAddr := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(2*i + 2)}), 24)
+	log := &wireLog{w: w, markers: o.markers, names: map[netip.Addr]string{cliAddr.Addr(): "siwtun0", srvAddr.Addr(): "siwtun1"}, on: o.wire, an: inspect.New(), pcap: r.pcap}
 	la, lb := netstack.Pipe(o.mtu, imp)
 	if o.gate != nil {
 		var g *netstack.Gate
@@ -224,6 +258,12 @@ func runDemo(w io.Writer, o demoOptions) error {
 	defer srv.Close()
 	cdev, sdev := cli.Device, srv.Device
 
+	if p.title != "" {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s\n", p.title)
+	}
 	fmt.Fprintf(w, "siwtun demo: two RNICs in one process, joined by an in-memory link (MTU %d", o.mtu)
 	if o.imp != "" {
 		fmt.Fprintf(w, ", impairments %v", imp)
@@ -231,16 +271,24 @@ func runDemo(w io.Writer, o demoOptions) error {
 	fmt.Fprintf(w, ")\n  siwtun0 %v   <->   siwtun1 %v\n\n", cliAddr.Addr(), srvAddr.Addr())
 
 	log.start = time.Now()
-	appW, view, err := startDemoViewFor(w, o, cli.Engine, srv.Engine)
-	if err != nil {
-		return err
+	engs := [2]*offload.Device{cli.Engine, srv.Engine}
+	if i == 0 {
+		r.appW, r.view, err = startDemoViewFor(w, o, engs)
+		if err != nil {
+			return err
+		}
+	} else {
+		r.view.attach(engs)
 	}
-	defer view.stop() // before the engines close
+	defer r.view.detach() // before the engines close
+	if p.title != "" {
+		r.view.step(p.title, p.text)
+	}
 	app := runApp
 	if o.app != nil {
 		app = o.app // a lesson's application (lesson.go)
 	}
-	c, err := app(appW, cdev, sdev, srvAddr.Addr(), o.size)
+	c, err := app(r.appW, cdev, sdev, srvAddr.Addr(), o.size)
 	if err != nil {
 		return err
 	}
@@ -260,7 +308,7 @@ func runDemo(w io.Writer, o demoOptions) error {
 	if o.app == nil {
 		fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
 	}
-	return view.close(w, o)
+	return nil
 }
 
 // demoEnd is one side of a demo application's connection: a PD, a send

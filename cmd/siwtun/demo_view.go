@@ -22,22 +22,32 @@ import (
 
 // demoView feeds the watch streams of the in-process demo's two engines
 // into a web.Builder: siwtun0 is the ladder's left side, siwtun1 its
-// right; the demo's numbered lines become the view's steps.
+// right; the demo's numbered lines become the view's steps. A lesson in
+// parts runs each part on engines of its own: the view watches one pair
+// after the other (attach, detach).
 type demoView struct {
-	b       *web.Builder
-	names   [2]string
-	provs   [2]ctl.Provider
-	watches [2]*offload.Watch
-	wg      sync.WaitGroup
-	srv     *web.Server
-	stopped bool
-	notes   map[string]string // a lesson's notes per step
+	b        *web.Builder
+	names    [2]string
+	mu       sync.Mutex
+	engs     [2]*offload.Device // the engines watched now (for the regions' lookup)
+	provs    [2]ctl.Provider
+	watches  [2]*offload.Watch
+	wg       sync.WaitGroup
+	srv      *web.Server
+	attached bool // watching engs
+	parts    int  // pairs of engines attached so far
+	stopped  bool
+	notes    map[string]string // a lesson's notes per step
 }
 
 // startDemoView starts watching both engines. With serve set it also
 // serves the view live there.
 func startDemoView(title string, names [2]string, engs [2]*offload.Device, serve string) (*demoView, error) {
+	v := &demoView{names: names}
 	lookup := func(dev string, stag uint32) (web.Region, bool) {
+		v.mu.Lock()
+		engs := v.engs
+		v.mu.Unlock()
 		for i, n := range names {
 			if n != dev {
 				continue
@@ -50,7 +60,7 @@ func startDemoView(title string, names [2]string, engs [2]*offload.Device, serve
 		}
 		return web.Region{}, false
 	}
-	v := &demoView{b: web.NewBuilder(title, names[0], names[1], lookup), names: names}
+	v.b = web.NewBuilder(title, names[0], names[1], lookup)
 	if serve != "" {
 		v.b.SetLive()
 		srv, err := web.Serve(serve, v.b)
@@ -59,8 +69,27 @@ func startDemoView(title string, names [2]string, engs [2]*offload.Device, serve
 		}
 		v.srv = srv
 	}
+	v.attach(engs)
+	return v, nil
+}
+
+// attach starts watching engs: the first pair of engines, or the next
+// part's, whose queue pairs and regions the view keeps apart from the
+// earlier ones' (the numbers start again). Nothing for a nil view.
+func (v *demoView) attach(engs [2]*offload.Device) {
+	if v == nil {
+		return
+	}
+	if v.parts > 0 {
+		v.b.NewDevices()
+	}
+	v.parts++
+	v.attached = true
+	v.mu.Lock()
+	v.engs = engs
+	v.mu.Unlock()
 	for i, e := range engs {
-		v.provs[i] = ctl.NewProvider(names[i], e, nil)
+		v.provs[i] = ctl.NewProvider(v.names[i], e, nil)
 		v.watches[i] = e.Watch(1 << 16)
 		v.wg.Add(1)
 		go func(local bool, w *offload.Watch) {
@@ -71,7 +100,6 @@ func startDemoView(title string, names [2]string, engs [2]*offload.Device, serve
 		}(i == 0, v.watches[i])
 	}
 	v.snapshot()
-	return v, nil
 }
 
 // snapshot records both devices' queue pairs and counters.
@@ -83,12 +111,23 @@ func (v *demoView) snapshot() {
 	}
 }
 
-// stop ends the watches (before the engines close) and completes the view.
-func (v *demoView) stop() {
-	if v == nil || v.stopped {
+// step begins a step of the view titled title with text (a lesson's
+// part), with a snapshot of the queue pairs. Nothing for a nil view.
+func (v *demoView) step(title, text string) {
+	if v == nil {
 		return
 	}
-	v.stopped = true
+	v.snapshot()
+	v.b.Step(time.Now(), title, text)
+}
+
+// detach ends the watches of the engines (before they close). Nothing
+// for a nil view or one not watching.
+func (v *demoView) detach() {
+	if v == nil || !v.attached {
+		return
+	}
+	v.attached = false
 	v.snapshot()
 	// Let the last events reach the watch queues before closing them.
 	time.Sleep(20 * time.Millisecond)
@@ -96,6 +135,15 @@ func (v *demoView) stop() {
 		w.Close()
 	}
 	v.wg.Wait()
+}
+
+// stop ends the watches (before the engines close) and completes the view.
+func (v *demoView) stop() {
+	if v == nil || v.stopped {
+		return
+	}
+	v.stopped = true
+	v.detach()
 	v.b.Finish()
 }
 
@@ -168,7 +216,7 @@ func addDemoViewFlags(cmd interface{ Flags() *pflag.FlagSet }, o *demoOptions) {
 // startDemoViewFor starts the view when --html or --serve asks for it and
 // returns the writer the demo application prints its steps to. The view
 // is nil otherwise.
-func startDemoViewFor(w io.Writer, o demoOptions, c, s *offload.Device) (io.Writer, *demoView, error) {
+func startDemoViewFor(w io.Writer, o demoOptions, engs [2]*offload.Device) (io.Writer, *demoView, error) {
 	if o.html == "" && o.serve == "" {
 		return w, nil, nil
 	}
@@ -176,7 +224,7 @@ func startDemoViewFor(w io.Writer, o demoOptions, c, s *offload.Device) (io.Writ
 	if o.lesson != nil {
 		title = "siwtun lesson: " + o.lesson.summary
 	}
-	v, err := startDemoView(title, [2]string{"siwtun0", "siwtun1"}, [2]*offload.Device{c, s}, o.serve)
+	v, err := startDemoView(title, [2]string{"siwtun0", "siwtun1"}, engs, o.serve)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -25,25 +25,66 @@ type lesson struct {
 	// title starts with the key ("3." for the third).
 	intro string
 	notes map[string]string
-	// set changes the demo's options (MTU, markers, impairments, the
-	// application, the engines' configuration).
+	// set, if not nil, changes the demo's options (MTU, markers,
+	// impairments, the application, the engines' configuration).
 	set func(o *demoOptions)
+	// parts, when set, run the application once per part, each on two
+	// RNICs of its own set up as the part says, one after the other into
+	// the same view: the way to compare settings that a running RNIC
+	// cannot change (its MPA revision and CRC, its link's MTU).
+	parts []lessonPart
+}
+
+// lessonPart is one part of a lesson: a step of the view titled title
+// with text, before the part's application runs with set's options.
+type lessonPart struct {
+	title, text string
+	set         func(o *demoOptions)
 }
 
 // lessons are the lessons of `siwtun demo --lesson`, in teaching order.
 var lessons = []lesson{
 	{
-		name: "negotiation", summary: "MPA Request/Reply: revision 2, CRC, markers, IRD/ORD, peer-to-peer RTR",
-		intro: "Choose the MPA Req arrow, then the MPA Rep: the byte map shows the key, the flags byte (M markers, C CRC, R reject), the revision, PD_Length and RFC 6581's IRD/ORD block with the P2P bit. The negotiation table below sums up what each side sent and what was agreed; the queue pair's card shows the result (rev, CRC, markers each way, IRD/ORD, the RTR type). With peer-to-peer mode the first FPDU after the Reply is the zero-length RTR (here an RDMA Write RTR). Run it again with --mpa-rev 1 to see a revision 1 Request: no IRD/ORD block.",
+		name: "negotiation", summary: "MPA Request/Reply: revision 1 vs 2, CRC off and on, IRD/ORD, peer-to-peer RTR",
+		intro: "Two connections between the same two RNICs, set up differently: the first at MPA revision 1 (RFC 5044) without CRC, the second at revision 2 (RFC 6581) with CRC and peer-to-peer mode. Choose each MPA Req arrow, then its MPA Rep: the byte map shows the key, the flags byte (M markers, C CRC, R reject), the revision, PD_Length and, at revision 2 only, RFC 6581's IRD/ORD block with the P2P bit and the RTR types. The negotiation table below sums up what each side sent and what was agreed; the queue pairs' cards show the result (rev, CRC, markers each way, IRD/ORD, the RTR type).",
 		notes: map[string]string{"1.": "The TCP handshake, then the MPA Request (initiator) and Reply (responder): RFC 5044 §7.1, RFC 6581."},
-		set: func(o *demoOptions) {
-			o.config = func(c *offload.Config) { c.P2P = mpa.RTRWrite }
+		parts: []lessonPart{
+			{
+				title: "Revision 1, CRC off: an RFC 5044 Request and Reply",
+				text:  "Both RNICs speak MPA revision 1 and ask for no CRC. The Request and Reply say Rev 1 with C clear and carry no IRD/ORD block: PD_Length counts the application's private data alone, each side keeps its configured IRD and ORD without telling the other, and there is no peer-to-peer mode, so the initiator's first FPDU is its Send. Without CRC every FPDU still ends in the 4-octet CRC field, which the receiver does not check (the byte map says not negotiated).",
+				set: func(o *demoOptions) {
+					o.rev, o.crc = 1, false
+				},
+			},
+			{
+				title: "Revision 2, CRC on, peer-to-peer RTR: an RFC 6581 Request and Reply",
+				text:  "The RNICs are set up again (new addresses) at MPA revision 2 with CRC and peer-to-peer mode. The Request's private data begins with RFC 6581's IRD/ORD block: the initiator's IRD and ORD, the P2P bit and the RTR types it offers; the Reply answers with its own IRD/ORD and picks one RTR type. C is set, so every FPDU now ends in a CRC32c the receiver checks (the byte map says good). The initiator's first FPDU after the Reply is the zero-length RTR, here an RDMA Write of no octets: the responder waits for it before it sends anything.",
+				set: func(o *demoOptions) {
+					o.rev, o.crc = 2, true
+					o.config = func(c *offload.Config) { c.P2P = mpa.RTRWrite }
+				},
+			},
 		},
 	},
 	{
-		name: "markers", summary: "MPA markers every 512 octets of the stream and their FPDUPTR (MTU 1500)",
-		intro: "Both sides asked for markers (M set in Request and Reply). Choose an RDMA Write segment: every 512 octets of the FPDU stream (counted from the first FPDU octet after the MPA frames) sits a 4-octet Marker whose FPDUPTR points back to the header of the FPDU it is in; the arrows above the byte map draw those pointers. The stream position line tells where the segment starts in that stream, which is why its markers fall where they do. Try --mtu 9000 for FPDUs with 17 markers each.",
-		set:   func(o *demoOptions) { o.markers = true },
+		name: "markers", summary: "MPA markers every 512 octets of the stream and their FPDUPTR, at MTU 1500 and 9000",
+		intro: "Both sides asked for markers (M set in Request and Reply). Choose an RDMA Write segment: every 512 octets of the FPDU stream (counted from the first FPDU octet after the MPA frames) sits a 4-octet Marker whose FPDUPTR points back to the header of the FPDU it is in; the arrows above the byte map draw those pointers. The stream position line tells where the segment starts in that stream, which is why its markers fall where they do. The same transfer runs twice: over a link of MTU 1500, then of MTU 9000.",
+		set: func(o *demoOptions) {
+			o.markers = true
+			o.size = 16384
+		},
+		parts: []lessonPart{
+			{
+				title: "MTU 1500: two or three Markers per FPDU",
+				text:  "At MTU 1500 an FPDU fills one TCP segment of about 1,400 octets (the queue pair's EMSS), so each holds two or three Markers, and an FPDUPTR is never more than that back from its Marker.",
+				set:   func(o *demoOptions) { o.mtu = 1500 },
+			},
+			{
+				title: "MTU 9000: 17 or 18 Markers per FPDU",
+				text:  "The RNICs are set up again (new addresses) on a link of MTU 9000: an FPDU now fills a segment of 8,920 octets and carries 17 or 18 Markers, one every 512 octets of the stream, their FPDUPTRs pointing back as far as nearly 9,000 octets to the same FPDU header. The Markers cost the same 4 octets per 512 either way.",
+				set:   func(o *demoOptions) { o.mtu = 9000 },
+			},
+		},
 	},
 	{
 		name: "placement", summary: "RDMA Write and Read: payload placed straight into registered memory (zero copy)",
@@ -104,7 +145,9 @@ func runLesson(w io.Writer, o demoOptions, name string) error {
 		if o.html == "" && o.serve == "" {
 			o.html = "siwtun-lesson-" + l.name + ".html"
 		}
-		l.set(&o)
+		if l.set != nil {
+			l.set(&o)
+		}
 		fmt.Fprintf(w, "lesson %s: %s\n\n", l.name, l.summary)
 		return runDemo(w, o)
 	}

@@ -28,8 +28,9 @@ func TestLessonList(t *testing.T) {
 }
 
 // TestLessons runs every lesson, checks what its view must show, and loads
-// it in a headless Chromium (no console errors) with the segment the
-// lesson is about chosen, saving a screenshot of each as a test artefact.
+// it in a headless Chromium (no console errors, the figures' RFC links,
+// arrows told apart without colour) with the segment the lesson is about
+// chosen, saving a screenshot of each as a test artefact.
 func TestLessons(t *testing.T) {
 	checks := map[string]struct {
 		check func(v *web.View) error
@@ -37,23 +38,67 @@ func TestLessons(t *testing.T) {
 		choose string
 		// show is the section of the page the screenshot shows.
 		show string
+		// page, if not nil, checks the loaded page further.
+		page func(t *testing.T, br *browsertest.Browser)
 	}{
 		"negotiation": {func(v *web.View) error {
+			// Two connections: revision 1 without CRC nor P2P, revision 2
+			// with CRC and a Write RTR; both ends of each.
+			var rev1, rev2 int
 			for _, q := range v.QPs {
-				if q.P2P != "write" || q.MPARev != 2 || !q.CRC {
+				switch {
+				case q.MPARev == 1 && !q.CRC && q.P2P == "none":
+					rev1++
+				case q.MPARev == 2 && q.CRC && q.P2P == "write":
+					rev2++
+				default:
 					return fmt.Errorf("queue pair %s/%d: p2p %s rev %d crc %v", q.Dev, q.LQPN, q.P2P, q.MPARev, q.CRC)
 				}
 			}
-			return nil
-		}, `s.cls === 'mpa-req'`, "bm"},
-		"markers": {func(v *web.View) error {
-			for _, s := range v.Segments {
-				if len(s.Markers) > 0 {
-					return nil
+			if rev1 != 2 || rev2 != 2 {
+				return fmt.Errorf("%d queue pairs at rev 1 without CRC, %d at rev 2 with CRC and P2P: want 2 and 2", rev1, rev2)
+			}
+			// What the checker saw each side send.
+			want := [][2]string{{"mpa req rev 1 pd", ""}, {"mpa rep rev 1 pd", ""}, {"mpa req rev 2 C enhanced ird 4 ord 4", "p2p rtr=write pd"}, {"mpa rep rev 2 C enhanced", "p2p rtr=write pd"}}
+			for _, w := range want {
+				n := 0
+				for _, c := range v.Conns {
+					if strings.HasPrefix(c.Frame, w[0]) && strings.Contains(c.Frame, w[1]) {
+						n++
+					}
+				}
+				if n != 1 {
+					return fmt.Errorf("%d directions sent %q ... %q: %+v", n, w[0], w[1], v.Conns)
 				}
 			}
-			return fmt.Errorf("no marker")
-		}, `s.cls === 'write' && (s.mk || []).length > 1`, "bm"},
+			return nil
+		}, `s.cls === 'mpa-req' && /rev 2/.test(s.fr)`, "bm", checkNegotiationPage},
+		"markers": {func(v *web.View) error {
+			// Markers in RDMA Write segments at both MTUs: FPDUs of at
+			// most 1460 octets with 2 or 3 Markers, and of more than 8000
+			// with 17 or 18.
+			var small, jumbo int
+			for _, s := range v.Segments {
+				if s.Class != "write" || len(s.Markers) == 0 {
+					continue
+				}
+				for _, m := range s.Markers {
+					if !m.OK {
+						return fmt.Errorf("segment %d: marker %+v not ok", s.N, m)
+					}
+				}
+				switch {
+				case s.Len <= 1460 && (len(s.Markers) == 2 || len(s.Markers) == 3):
+					small++
+				case s.Len > 8000 && len(s.Markers) >= 17:
+					jumbo++
+				}
+			}
+			if small == 0 || jumbo == 0 {
+				return fmt.Errorf("%d Write segments with markers at MTU 1500, %d at MTU 9000: want some of both", small, jumbo)
+			}
+			return nil
+		}, `s.cls === 'write' && (s.mk || []).length > 1`, "bm", checkMarkersPage},
 		"placement": {func(v *web.View) error {
 			for _, r := range v.Regions {
 				if r.Len != 16384 {
@@ -61,7 +106,7 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return nil
-		}, `s.cls === 'write' && (s.fp || []).some(f => f.hd && f.hd.l)`, "mem"},
+		}, `s.cls === 'write' && (s.fp || []).some(f => f.hd && f.hd.l)`, "mem", nil},
 		"out-of-order": {func(v *web.View) error {
 			for _, p := range v.Places {
 				if p.OOO {
@@ -69,7 +114,7 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return fmt.Errorf("no out-of-order placement")
-		}, `s.ooo && (s.pl || []).length > 0`, "mem"},
+		}, `s.ooo && (s.pl || []).length > 0`, "mem", nil},
 		"terminate": {func(v *web.View) error {
 			// One Terminate per broken rule, in order: invalid STag, base or
 			// bounds, MPA CRC.
@@ -83,13 +128,13 @@ func TestLessons(t *testing.T) {
 				}
 			}
 			return nil
-		}, `s.cls === 'term'`, "bm"},
+		}, `s.cls === 'term'`, "bm", nil},
 		"credits": {func(v *web.View) error {
 			if len(v.Terminates) != 1 || !strings.Contains(v.Terminates[0].Detail, "no buffer") {
 				return fmt.Errorf("terminates %+v", v.Terminates)
 			}
 			return nil
-		}, `s.cls === 'term'`, "bm"},
+		}, `s.cls === 'term'`, "bm", nil},
 	}
 	br := browsertest.New(t)
 	dir := t.TempDir()
@@ -127,6 +172,11 @@ func TestLessons(t *testing.T) {
 		}
 		browsertest.Eval[bool](t, br, `(document.getElementById('`+c.show+`').scrollIntoView(), true)`)
 		br.Do(t, 10*time.Second, chromedp.Sleep(100*time.Millisecond))
+		if c.page != nil {
+			c.page(t, br)
+		}
+		checkFigureLinks(t, br)
+		checkArrowCues(t, br)
 		if errs := br.Errors(); len(errs) > 0 {
 			t.Errorf("lesson %s: console errors: %q", l.name, errs)
 		}
@@ -146,4 +196,87 @@ func TestLessons(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkNegotiationPage checks what the negotiation lesson's page shows of
+// its two connections: the queue pairs' cards and the negotiation table
+// name both revisions, and the byte map of the revision 2 Request has the
+// RFC 6581 IRD/ORD block the revision 1 Request has not.
+func checkNegotiationPage(t *testing.T, br *browsertest.Browser) {
+	t.Helper()
+	qps := browsertest.Eval[string](t, br, `document.getElementById('qpbody').textContent`)
+	for _, w := range []string{"MPA rev 1, CRC off", "P2P RTR none", "MPA rev 2, CRC on", "P2P RTR write"} {
+		if !strings.Contains(qps, w) {
+			t.Errorf("negotiation: the queue pairs' cards do not say %q: %s", w, qps)
+		}
+	}
+	neg := browsertest.Eval[string](t, br, `document.getElementById('negbody').textContent`)
+	for _, w := range []string{"mpa req rev 1 pd", "mpa rep rev 1 pd", "mpa req rev 2 C enhanced", "mpa rep rev 2 C enhanced"} {
+		if !strings.Contains(neg, w) {
+			t.Errorf("negotiation: the negotiation table does not show %q: %s", w, neg)
+		}
+	}
+	// The byte map of each Request: the IRD/ORD row at revision 2 only.
+	const reqJS = `siwtunView.view.segs.filter(s => s.cls === 'mpa-req').map(s => s.n)`
+	reqs := browsertest.Eval[[]int](t, br, reqJS)
+	if len(reqs) != 2 {
+		t.Fatalf("negotiation: %d MPA Requests on the page, want 2", len(reqs))
+	}
+	for k, n := range reqs {
+		sel := browsertest.Eval[string](t, br, fmt.Sprintf(`(siwtunView.select(%d), document.getElementById('bytemap').querySelector('tr[data-field="flags M C R, Rev"]').dataset.value)`, n))
+		irdord := browsertest.Eval[string](t, br, `(document.querySelector('#bytemap tr[data-field="IRD/ORD, P2P RTR"]') || {dataset: {value: ''}}).dataset.value`)
+		switch k {
+		case 0:
+			if !strings.HasPrefix(sel, "mpa req rev 1 pd") || irdord != "" {
+				t.Errorf("negotiation: the first Request's flags say %q, its IRD/ORD row %q: want rev 1 and no IRD/ORD block", sel, irdord)
+			}
+		case 1:
+			if !strings.HasPrefix(sel, "mpa req rev 2 C enhanced") || irdord != "IRD 4 ORD 4 P2P" {
+				t.Errorf("negotiation: the second Request's flags say %q, its IRD/ORD row %q: want rev 2 with CRC and IRD 4 ORD 4 P2P", sel, irdord)
+			}
+		}
+	}
+	// Back to the segment the screenshot shows.
+	browsertest.Eval[bool](t, br, fmt.Sprintf(`(siwtunView.select(%d), true)`, reqs[1]))
+}
+
+// checkMarkersPage checks the markers lesson's page at both MTUs: the
+// byte map of an RDMA Write segment of each shows its Markers, each with
+// its FPDUPTR back to the FPDU's header found good, as many as the segment
+// holds 512-octet stretches of the stream.
+func checkMarkersPage(t *testing.T, br *browsertest.Browser) {
+	t.Helper()
+	type seg struct {
+		N     int `json:"n"`
+		Len   int `json:"len"`
+		Marks int `json:"marks"`
+	}
+	segs := browsertest.Eval[[]seg](t, br, `siwtunView.view.segs.filter(s => s.cls === 'write').map(s => ({n: s.n, len: s.len, marks: (siwtunView.detail(s).mk || []).length}))`)
+	chosen := browsertest.Eval[int](t, br, `siwtunView.state.sel`)
+	var small, jumbo *seg
+	for i := range segs {
+		s := &segs[i]
+		if small == nil && s.Len <= 1460 && s.Marks >= 2 {
+			small = s
+		}
+		if jumbo == nil && s.Len > 8000 {
+			jumbo = s
+		}
+	}
+	if small == nil || jumbo == nil {
+		t.Fatalf("markers: Write segments with markers at MTU 1500 %+v and 9000 %+v: want both", small, jumbo)
+	}
+	for _, s := range []*seg{small, jumbo} {
+		rows := browsertest.Eval[[]bmRow](t, br, fmt.Sprintf(`(siwtunView.select(%d), %s)`, s.N, bmRowsJS))
+		ok := 0
+		for _, r := range rows {
+			if r.Field == "Marker (FPDUPTR)" && r.Len == 4 && strings.Contains(r.Value, ": ok;") {
+				ok++
+			}
+		}
+		if ok != s.Marks || ok < s.Len/512-1 {
+			t.Errorf("markers: segment %d (%d octets) shows %d good Markers in its byte map, the view has %d", s.N, s.Len, ok, s.Marks)
+		}
+	}
+	browsertest.Eval[bool](t, br, fmt.Sprintf(`(siwtunView.select(%d), true)`, chosen))
 }

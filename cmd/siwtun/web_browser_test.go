@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,112 @@ func checkByteMap(t *testing.T, rows []bmRow, r *inspect.Report) {
 				t.Errorf("FPDU %d: CRC row %+v, check says %s", f.Index, row, f.CRC)
 			}
 		}
+	}
+}
+
+// figureRFCs are the page's figures, each by the CSS selector of the
+// links next to its title, with the RFCs those must name.
+var figureRFCs = []struct {
+	name, links string
+	rfcs        []string
+}{
+	{"ladder", "#ladderhead a, #ladlegend a", []string{"5040", "5044", "9293"}},
+	{"byte map", "#bm h2 a", []string{"5040", "5041", "5044"}},
+	{"memory strip", "#mem h2 a", []string{"5041"}},
+	{"QP state machine", "#qp h2 a", []string{"5040"}},
+	{"negotiation", "#neg h2 a", []string{"5044", "6581"}},
+	{"counters", "#cnt h2 a", []string{"5040", "5041", "5044", "9293"}},
+	{"Terminates", "#term h2 a", []string{"5040"}},
+}
+
+// rfcSectionRE matches a link to a section of an RFC on rfc-editor.org.
+var rfcSectionRE = regexp.MustCompile(`^https://www\.rfc-editor\.org/rfc/rfc(\d+)\.html#section-\d+(\.\d+)*$`)
+
+// checkFigureLinks checks that every figure of the loaded page links to
+// the sections of the RFCs that define it, on rfc-editor.org, and that
+// every other link there (byte map rows, cards, strips) names a section.
+func checkFigureLinks(t *testing.T, br *browsertest.Browser) {
+	t.Helper()
+	for _, f := range figureRFCs {
+		hrefs := browsertest.Eval[[]string](t, br, `[...document.querySelectorAll('`+f.links+`')].map(a => a.href)`)
+		got := map[string]bool{}
+		for _, h := range hrefs {
+			m := rfcSectionRE.FindStringSubmatch(h)
+			if m == nil {
+				t.Errorf("%s: link %q is not an RFC section on rfc-editor.org", f.name, h)
+				continue
+			}
+			got[m[1]] = true
+		}
+		var names []string
+		for n := range got {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		if strings.Join(names, " ") != strings.Join(f.rfcs, " ") {
+			t.Errorf("%s: links to RFCs %v (%q), want %v", f.name, names, hrefs, f.rfcs)
+		}
+	}
+	all := browsertest.Eval[[]string](t, br, `[...document.querySelectorAll('a[href*="rfc-editor.org"]')].map(a => a.href)`)
+	for _, h := range all {
+		if !rfcSectionRE.MatchString(h) {
+			t.Errorf("link %q names no RFC section", h)
+		}
+	}
+	if len(all) < 20 {
+		t.Errorf("only %d RFC links on the page", len(all))
+	}
+}
+
+// arrowClasses are the classes of the ladder's arrows (web.Segment.Class).
+var arrowClasses = []string{"ctl", "fpdu", "mpa-rep", "mpa-req", "other", "rreq", "rresp", "send", "term", "write"}
+
+// checkArrowCues checks that the ladder's arrows are told apart without
+// colour: the legend gives every class a name and a line pattern (dashes
+// and width) of its own, and every arrow on the page has a label that no
+// arrow of another class has.
+func checkArrowCues(t *testing.T, br *browsertest.Browser) {
+	t.Helper()
+	type key struct {
+		Cls   string  `json:"cls"`
+		Name  string  `json:"name"`
+		Dash  string  `json:"dash"`
+		Width float64 `json:"width"`
+	}
+	keys := browsertest.Eval[[]key](t, br, `[...document.querySelectorAll('#ladlegend [data-cls]')].map(e => ({cls: e.dataset.cls, name: e.textContent.trim(), dash: e.dataset.dash, width: +e.dataset.width}))`)
+	var classes []string
+	names, patterns := map[string]string{}, map[string]string{}
+	for _, k := range keys {
+		classes = append(classes, k.Cls)
+		pattern := fmt.Sprintf("dashes [%s] width %v", k.Dash, k.Width)
+		if k.Name == "" {
+			t.Errorf("legend: class %s has no name", k.Cls)
+		} else if c := names[k.Name]; c != "" {
+			t.Errorf("legend: classes %s and %s are both named %q", c, k.Cls, k.Name)
+		}
+		if c := patterns[pattern]; c != "" {
+			t.Errorf("legend: classes %s and %s are both drawn with %s", c, k.Cls, pattern)
+		}
+		names[k.Name], patterns[pattern] = k.Cls, k.Cls
+	}
+	sort.Strings(classes)
+	if strings.Join(classes, " ") != strings.Join(arrowClasses, " ") {
+		t.Errorf("legend: classes %v, want %v", classes, arrowClasses)
+	}
+	type arrow struct {
+		Cls   string `json:"cls"`
+		Label string `json:"lb"`
+	}
+	arrows := browsertest.Eval[[]arrow](t, br, `siwtunView.view.segs.map(s => ({cls: s.cls, lb: s.lb}))`)
+	classOf := map[string]string{}
+	for i, a := range arrows {
+		if a.Label == "" {
+			t.Errorf("arrow %d (%s) has no label", i, a.Cls)
+		}
+		if c, ok := classOf[a.Label]; ok && c != a.Cls {
+			t.Errorf("arrow %d: label %q is drawn on arrows of classes %s and %s", i, a.Label, c, a.Cls)
+		}
+		classOf[a.Label] = a.Cls
 	}
 }
 
@@ -292,7 +399,9 @@ func TestWebLiveAndTraceHTML(t *testing.T) {
 // TestDemoHTML writes `siwtun demo --html` with markers and checks the page
 // in a headless Chromium: no console errors, the memory strip of the RDMA
 // Write's target region shows every byte placed (and so does the Read's
-// sink), and the byte map of every segment with FPDUs matches the checker.
+// sink), the byte map of every segment with FPDUs matches the checker,
+// every figure links to its RFC sections, and the arrows' classes differ
+// in more than colour.
 func TestDemoHTML(t *testing.T) {
 	br := browsertest.New(t)
 	dir := t.TempDir()
@@ -362,4 +471,8 @@ func TestDemoHTML(t *testing.T) {
 	if checked < 6 {
 		t.Errorf("only %d segments with FPDUs", checked)
 	}
+	// Every figure links to the RFC sections that define it, and the
+	// arrows are told apart without colour.
+	checkFigureLinks(t, br)
+	checkArrowCues(t, br)
 }

@@ -61,10 +61,14 @@
   const ROW = 22;
   const COLORS = { write: '#1f5fbf', send: '#1b7f3b', rreq: '#7b3fa0', rresp: '#0f7c86', term: '#c0162b',
     'mpa-req': '#8a5a00', 'mpa-rep': '#8a5a00', ctl: '#8c8c8c', fpdu: '#4a4a4a', other: '#6d4c41' };
-  // Line patterns: colour is never the only cue (labels are drawn too).
+  // Line patterns and widths: colour is never the only cue. Each class
+  // has a pattern and width of its own, and a label is drawn on every
+  // arrow; the legend (#ladlegend) shows them with the class's name.
   const DASH = { write: [], send: [10, 3], rreq: [2, 3], rresp: [], term: [6, 2, 2, 2], 'mpa-req': [1, 2],
-    'mpa-rep': [1, 2], ctl: [2, 4], fpdu: [8, 4], other: [4, 4] };
+    'mpa-rep': [4, 2], ctl: [2, 4], fpdu: [8, 4], other: [4, 4] };
   const WIDTH = { write: 2, send: 2, rreq: 2, rresp: 3, term: 3, 'mpa-req': 3, 'mpa-rep': 3, ctl: 1, fpdu: 1.5, other: 1 };
+  const NAMES = { 'mpa-req': 'MPA Req', 'mpa-rep': 'MPA Rep', send: 'Send', write: 'Write', rreq: 'RdReq', rresp: 'RdResp',
+    term: 'Terminate', fpdu: 'FPDU part', ctl: 'TCP control', other: 'not iWARP' };
   const state = { sel: -1, span: -1, follow: !!V.live, dirty: true };
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
@@ -139,6 +143,12 @@
     }
     ladder.dataset.drawn = String(drawn);
     state.dirty = false;
+  }
+  function renderLegend() {
+    $('ladlegend').innerHTML = Object.keys(NAMES).map((c) => '<span class="key" data-cls="' + c + '" data-dash="' + DASH[c].join(' ') + '" data-width="' + WIDTH[c] + '">' +
+      '<svg width="30" height="8" aria-hidden="true"><line x1="1" y1="4" x2="29" y2="4" stroke="' + COLORS[c] + '" stroke-width="' + WIDTH[c] + '" stroke-dasharray="' + (DASH[c].join(' ') || 'none') + '"/></svg>' +
+      esc(NAMES[c]) + '</span>').join(' ') + ' <span class="key">' + link('https://www.rfc-editor.org/rfc/rfc5044.html#section-7.1', 'RFC 5044 §7.1 MPA frames') + ' ' +
+      link('https://www.rfc-editor.org/rfc/rfc5044.html#section-4.1', '§4.1 FPDU') + ' ' + link('https://www.rfc-editor.org/rfc/rfc5040.html#section-4', 'RFC 5040 §4 messages') + '</span>';
   }
   function requestDraw() {
     if (state.raf) return;
@@ -388,7 +398,7 @@
       html += '<text x="8" y="62" fill="#555">seen: ' + esc((q.history || []).map((h) => h.state + ' at ' + ms(h.t)).join(', ')) + '</text></svg>';
       html += '<p>MPA rev ' + q.mpa_rev + ', CRC ' + (q.crc ? 'on' : 'off') + ', markers tx ' + (q.markers_tx ? 'on' : 'off') + ' / rx ' + (q.markers_rx ? 'on' : 'off') +
         ', IRD ' + q.ird + ' ORD ' + q.ord + ', P2P RTR ' + esc(q.p2p) + ', EMSS ' + q.emss + (q.src ? ', ' + esc(q.src) + ' ↔ ' + esc(q.dst) : '') +
-        ' — ' + link('https://www.rfc-editor.org/rfc/rfc5044.html#section-7.1', 'RFC 5044 §7.1') + ', ' + link('https://www.rfc-editor.org/rfc/rfc6581.html', 'RFC 6581') +
+        ' — ' + link('https://www.rfc-editor.org/rfc/rfc5044.html#section-7.1', 'RFC 5044 §7.1') + ', ' + link('https://www.rfc-editor.org/rfc/rfc6581.html#section-9', 'RFC 6581 §9') +
         ', ' + link('https://www.rfc-editor.org/rfc/rfc5040.html#section-6', 'RFC 5040 §6') + '</p>';
     }
     $('qpbody').innerHTML = html || '<p>No queue pair reported.</p>';
@@ -427,7 +437,18 @@
       li.addEventListener('keydown', (e) => { if (e.key === 'Enter') go(); });
     });
   }
-  function markStep(k) { document.querySelectorAll('#steps li').forEach((li) => li.classList.toggle('cur', +li.dataset.k === k)); }
+  // markStep marks step k as the current one and scrolls the steps' list
+  // (only it) to show it.
+  function markStep(k) {
+    const box = $('steps'), b = box.getBoundingClientRect();
+    box.querySelectorAll('li').forEach((li) => {
+      li.classList.toggle('cur', +li.dataset.k === k);
+      if (+li.dataset.k !== k) return;
+      const r = li.getBoundingClientRect();
+      if (r.top < b.top) box.scrollTop += r.top - b.top;
+      else if (r.bottom > b.bottom) box.scrollTop += Math.min(r.bottom - b.bottom, r.top - b.top);
+    });
+  }
 
   // ---- header -----------------------------------------------------------
   function renderHead() {
@@ -470,7 +491,7 @@
   }
 
   // ---- start -----------------------------------------------------------------
-  sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
+  renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
   onDetails = () => { renderByteMap(); };
   timing.drawn = performance.now();
   window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, ready: true };
