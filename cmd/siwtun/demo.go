@@ -295,6 +295,30 @@ func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
 	return &demoEnd{pd, scq, rcq, qp}, nil
 }
 
+// connectDemo connects c's queue pair with cp to addr, where l listens,
+// and accepts the request there into s's queue pair with sp, telling it
+// as step. It returns how long the connection took from the Connect call.
+func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, addr netip.AddrPort, c, s *demoEnd, cp, sp verbs.ConnParam) (time.Duration, error) {
+	acc := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			acc <- err
+			return
+		}
+		acc <- req.Accept(s.qp, sp)
+	}()
+	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, addr.Addr(), addr.Port())
+	t0 := time.Now()
+	if err := c.qp.Connect(ctx, addr, cp); err != nil {
+		return 0, err
+	}
+	if err := <-acc; err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
 // runApp is the demo's verbs application: it connects a QP on cdev to one
 // accepted on sdev at srv:7174 and does a Send, an RDMA Write and an RDMA
 // Read with every byte verified, telling what it does. It returns the
@@ -332,32 +356,21 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
 		return nil, err
 	}
-	l, err := sdev.Listen(netip.AddrPortFrom(srv, 7174), 1)
+	at := netip.AddrPortFrom(srv, 7174)
+	l, err := sdev.Listen(at, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	acc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			acc <- err
-			return
-		}
-		acc <- req.Accept(s.qp, verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
-	}()
-
-	fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srv)
-	t0 := time.Now()
-	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, 7174), verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-		return nil, err
-	}
-	if err := <-acc; err != nil {
+	took, err := connectDemo(ctx, w, 1, l, at, c, s,
+		verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4},
+		verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
+	if err != nil {
 		return nil, err
 	}
 	p := c.qp.Info()
 	fmt.Fprintf(w, "   established in %v: MPA rev %d, CRC %v, markers tx/rx %v/%v, IRD %d ORD %d, EMSS %d\n\n",
-		time.Since(t0).Round(time.Microsecond), p.Params.Rev, onOff(p.Params.CRC), onOff(p.Params.MarkersTx), onOff(p.Params.MarkersRx), p.IRD, p.ORD, p.EMSS)
+		took.Round(time.Microsecond), p.Params.Rev, onOff(p.Params.CRC), onOff(p.Params.MarkersTx), onOff(p.Params.MarkersRx), p.IRD, p.ORD, p.EMSS)
 
 	wcs := make([]verbs.WorkCompletion, 4)
 	wait := func(cq *verbs.CQ, what string) (verbs.WorkCompletion, error) {
@@ -389,7 +402,7 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	binary.BigEndian.PutUint32(msg[8:], cmr.RKey())
 	binary.BigEndian.PutUint32(msg[12:], uint32(size))
 	fmt.Fprintf(w, "2. Send 16 bytes (address 0x%x, rkey 0x%08x, size %d)\n", cmr.Addr(), cmr.RKey(), size)
-	t0 = time.Now()
+	t0 := time.Now()
 	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 10, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: msg}}); err != nil {
 		return nil, err
 	}

@@ -168,25 +168,13 @@ func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16
 	if err != nil {
 		return nil, err
 	}
-	l, err := sdev.Listen(netip.AddrPortFrom(srv, port), 1)
+	at := netip.AddrPortFrom(srv, port)
+	l, err := sdev.Listen(at, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	acc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			acc <- err
-			return
-		}
-		acc <- req.Accept(s.qp, verbs.ConnParam{})
-	}()
-	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, srv, port)
-	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, port), verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-		return nil, err
-	}
-	if err := <-acc; err != nil {
+	if _, err := connectDemo(ctx, w, step, l, at, c, s, verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}, verbs.ConnParam{}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "   established\n\n")
