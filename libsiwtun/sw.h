@@ -19,6 +19,16 @@
 #define SW_MAX_ADDRS 4
 #define SW_VENDOR_ID 0x736977 /* "siw", as the Go device reports */
 
+/* Removes node from the singly linked list (by ->next) at *head. */
+#define SW_UNLINK(head, node)                                                   \
+	do {                                                                    \
+		for (__typeof__(node) *pp_ = (head); *pp_; pp_ = &(*pp_)->next) \
+			if (*pp_ == (node)) {                                   \
+				*pp_ = (node)->next;                            \
+				break;                                          \
+			}                                                       \
+	} while (0)
+
 /* ---- messages (msg.c) ---- */
 
 struct sw_enc {
