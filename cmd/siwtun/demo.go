@@ -295,10 +295,21 @@ func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
 	return &demoEnd{pd, scq, rcq, qp}, nil
 }
 
-// connectDemo connects c's queue pair with cp to addr, where l listens,
-// and accepts the request there into s's queue pair with sp, telling it
-// as step. It returns how long the connection took from the Connect call.
-func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, addr netip.AddrPort, c, s *demoEnd, cp, sp verbs.ConnParam) (time.Duration, error) {
+// newDemoEnds creates the client's demoEnd on cdev and the server's on
+// sdev.
+func newDemoEnds(cdev, sdev *verbs.Device) (c, s *demoEnd, err error) {
+	if c, err = newDemoEnd(cdev); err != nil {
+		return nil, nil, err
+	}
+	if s, err = newDemoEnd(sdev); err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// acceptOne accepts the first connection request on l into qp with p, in
+// a goroutine; the channel gives the result.
+func acceptOne(ctx context.Context, l *verbs.Listener, qp *verbs.QP, p verbs.ConnParam) <-chan error {
 	acc := make(chan error, 1)
 	go func() {
 		req, err := l.Accept(ctx)
@@ -306,8 +317,16 @@ func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, 
 			acc <- err
 			return
 		}
-		acc <- req.Accept(s.qp, sp)
+		acc <- req.Accept(qp, p)
 	}()
+	return acc
+}
+
+// connectDemo connects c's queue pair with cp to addr, where l listens,
+// and accepts the request there into s's queue pair with sp, telling it
+// as step. It returns how long the connection took from the Connect call.
+func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, addr netip.AddrPort, c, s *demoEnd, cp, sp verbs.ConnParam) (time.Duration, error) {
+	acc := acceptOne(ctx, l, s.qp, sp)
 	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, addr.Addr(), addr.Port())
 	t0 := time.Now()
 	if err := c.qp.Connect(ctx, addr, cp); err != nil {
@@ -326,11 +345,7 @@ func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, 
 func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := newDemoEnd(cdev)
-	if err != nil {
-		return nil, err
-	}
-	s, err := newDemoEnd(sdev)
+	c, s, err := newDemoEnds(cdev, sdev)
 	if err != nil {
 		return nil, err
 	}

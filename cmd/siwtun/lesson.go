@@ -160,11 +160,7 @@ func faultApp(faults ...string) func(io.Writer, *verbs.Device, *verbs.Device, ne
 func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16, fault string, step int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := newDemoEnd(cdev)
-	if err != nil {
-		return nil, err
-	}
-	s, err := newDemoEnd(sdev)
+	c, s, err := newDemoEnds(cdev, sdev)
 	if err != nil {
 		return nil, err
 	}
