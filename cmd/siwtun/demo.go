@@ -263,9 +263,10 @@ func runDemo(w io.Writer, o demoOptions) error {
 	return view.close(w, o)
 }
 
-// demoEnd is one side of a demo application's connection: a PD, a send
-// and a receive CQ and a QP in INIT.
+// demoEnd is one side of a demo application's connection: on dev a PD, a
+// send and a receive CQ and a QP in INIT.
 type demoEnd struct {
+	dev      *verbs.Device
 	pd       *verbs.PD
 	scq, rcq *verbs.CQ
 	qp       *verbs.QP
@@ -292,7 +293,22 @@ func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
 	if err := qp.Modify(verbs.QPInit); err != nil {
 		return nil, err
 	}
-	return &demoEnd{pd, scq, rcq, qp}, nil
+	return &demoEnd{d, pd, scq, rcq, qp}, nil
+}
+
+// region allocates n bytes on the end's device and registers them with
+// access.
+func (e *demoEnd) region(n int, access verbs.Access) ([]byte, *verbs.MR, error) {
+	buf, err := e.dev.AllocBuffer(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf = buf[:n]
+	mr, err := e.pd.RegMR(buf, access)
+	if err != nil {
+		return nil, nil, err
+	}
+	return buf, mr, nil
 }
 
 // newDemoEnds creates the client's demoEnd on cdev and the server's on
@@ -359,12 +375,7 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	if err != nil {
 		return nil, err
 	}
-	target, err := sdev.AllocBuffer(size)
-	if err != nil {
-		return nil, err
-	}
-	target = target[:size]
-	targetMR, err := s.pd.RegMR(target, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	target, targetMR, err := s.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return nil, err
 	}
@@ -400,17 +411,12 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	}
 
 	// 2. Send: the client tells the server where its buffer is, rping-style.
-	cbuf, err := cdev.AllocBuffer(size)
+	cbuf, cmr, err := c.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return nil, err
 	}
-	cbuf = cbuf[:size]
 	for i := range cbuf {
 		cbuf[i] = byte('A' + i%58)
-	}
-	cmr, err := c.pd.RegMR(cbuf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		return nil, err
 	}
 	msg := make([]byte, 16)
 	binary.BigEndian.PutUint64(msg, cmr.Addr())
@@ -460,12 +466,7 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	for i := range target {
 		target[i] = byte('z' - i%26)
 	}
-	sink, err := cdev.AllocBuffer(size)
-	if err != nil {
-		return nil, err
-	}
-	sink = sink[:size]
-	smr, err := c.pd.RegMR(sink, verbs.AccessLocalWrite)
+	sink, smr, err := c.region(size, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}

@@ -174,11 +174,7 @@ func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16
 		return nil, err
 	}
 	fmt.Fprintf(w, "   established\n\n")
-	buf, err := cdev.AllocBuffer(128)
-	if err != nil {
-		return nil, err
-	}
-	mr, err := c.pd.RegMR(buf[:128], verbs.AccessLocalWrite)
+	_, mr, err := c.region(128, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -188,22 +184,14 @@ func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16
 		fmt.Fprintf(w, "%d. RDMA Write 64 bytes to rkey 0x00dead00, which names no region at siwtun1\n", step+1)
 		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xdead00}
 	case "out-of-bounds":
-		sbuf, err := sdev.AllocBuffer(64)
-		if err != nil {
-			return nil, err
-		}
-		dst, err := s.pd.RegMR(sbuf[:64], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		_, dst, err := s.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(w, "%d. RDMA Write 128 bytes into siwtun1's 64-byte region (rkey 0x%08x)\n", step+1, dst.RKey())
 		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 128)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	case "bad-crc":
-		rbuf, err := sdev.AllocBuffer(64)
-		if err != nil {
-			return nil, err
-		}
-		rmr, err := s.pd.RegMR(rbuf[:64], verbs.AccessLocalWrite)
+		_, rmr, err := s.region(64, verbs.AccessLocalWrite)
 		if err != nil {
 			return nil, err
 		}
