@@ -315,11 +315,7 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 /* Frees an id no async call holds any more (cm_mu held). */
 static void unlink_free(struct sw_cm_id *sid)
 {
-	for (struct sw_cm_id **pp = &ids; *pp; pp = &(*pp)->next)
-		if (*pp == sid) {
-			*pp = sid->next;
-			break;
-		}
+	SW_UNLINK(&ids, sid);
 	free(sid);
 }
 

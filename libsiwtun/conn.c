@@ -51,15 +51,8 @@ static void fill_reply(struct sw_reply *r, const uint8_t *body, size_t n, int *f
 	struct sw_dec d = {body, n, 0};
 	r->st = sw_dec_u32(&d);
 	r->msg[0] = 0;
-	if (r->st != SW_ST_OK) {
-		size_t ml;
-		const uint8_t *m = sw_dec_bytes(&d, &ml);
-		if (ml >= sizeof(r->msg))
-			ml = sizeof(r->msg) - 1;
-		if (m)
-			memcpy(r->msg, m, ml);
-		r->msg[ml] = 0;
-	}
+	if (r->st != SW_ST_OK)
+		sw_dec_str(&d, r->msg, sizeof(r->msg));
 	if (d.err) {
 		r->st = SW_ST_BAD_MESSAGE;
 		d.n = 0;

@@ -73,12 +73,7 @@ static int hello(struct sw_conn *c, struct sw_device *d)
 	sw_dec_u32(&dd);
 	size_t n;
 	sw_dec_bytes(&dd, &n); /* name */
-	const uint8_t *fw = sw_dec_bytes(&dd, &n);
-	if (n >= sizeof(d->fw))
-		n = sizeof(d->fw) - 1;
-	if (fw)
-		memcpy(d->fw, fw, n);
-	d->fw[n] = 0;
+	sw_dec_str(&dd, d->fw, sizeof(d->fw));
 	d->guid = sw_dec_u64(&dd);
 	for (int i = 0; i < 14; i++)
 		d->attr[i] = sw_dec_u32(&dd);

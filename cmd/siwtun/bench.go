@@ -96,15 +96,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 			return err
 		}
 		path := filepath.Join(o.out, res.Started.Format("20060102-150405")+".json")
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := res.WriteJSON(f); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := createFile(path, res.WriteJSON); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "results: %s\n", path)

@@ -149,14 +149,7 @@ func TestLessons(t *testing.T) {
 		if err != nil {
 			t.Fatalf("lesson %s: %v\n%s", l.name, err, out)
 		}
-		data, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := web.ReadPage(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := readView(t, page)
 		if err := c.check(&v); err != nil {
 			t.Errorf("lesson %s: %v", l.name, err)
 		}
