@@ -498,6 +498,103 @@ func lastLines(s string, n int) string {
 // t_stdev, percentiles.
 var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+([\d.]+))?`)
 
+// perfCase is one perftest test: the program (ib_write_bw ...), siwtun
+// perf's verb for it, the message size and whether it measures latency.
+type perfCase struct {
+	prog, verb, size string
+	lat              bool
+}
+
+var perfCases = []perfCase{
+	{"ib_write_bw", "write", "65536", false}, {"ib_read_bw", "read", "65536", false}, {"ib_send_bw", "send", "65536", false},
+	{"ib_write_lat", "write", "2", true}, {"ib_read_lat", "read", "2", true}, {"ib_send_lat", "send", "2", true},
+}
+
+// iters is a fixed count, not a duration: each side would time its own
+// seconds, and a server that ends first flushes the client.
+func (c perfCase) iters() string {
+	if c.lat {
+		return "300"
+	}
+	return "1000"
+}
+
+// perfFigures is one side's parsed report row.
+type perfFigures struct {
+	row, size, iters string
+	// Bandwidth: peak, average (MiB/s), message rate (Mpps), 0.
+	// Latency: t_min, t_max, t_typical, t_avg (µs).
+	v [4]float64
+}
+
+func parsePerf(out string) *perfFigures {
+	m := perfReport.FindStringSubmatch(out)
+	if m == nil {
+		return nil
+	}
+	f := &perfFigures{row: strings.Join(strings.Fields(m[0][strings.LastIndex(m[0], "\n")+1:]), " "), size: m[1], iters: m[2]}
+	for i := range f.v {
+		f.v[i], _ = strconv.ParseFloat(m[3+i], 64)
+	}
+	return f
+}
+
+// checkPerf checks the reports of a perftest run, cout the client's output
+// and sout the server's, and returns the client's figure (bandwidth average
+// in MiB/s, or t_avg in µs). Both sides must report the size and count
+// asked for, with sane figures: bandwidth average and message rate above
+// zero; latency 0 < t_min <= t_typical, t_avg <= t_max, under a second.
+// The two reports must agree: bandwidth averages within 20 % (Write and
+// Read: the server prints the client's row, which perftest sends it; Send:
+// each side measures its own), latency t_avg within a factor of 2 (each
+// side times the same ping-pong). Read latency is timed by the client
+// alone: perftest's server prints no report.
+func checkPerf(t *testing.T, c perfCase, cout, sout string) float64 {
+	t.Helper()
+	cf, sf := parsePerf(cout), parsePerf(sout)
+	serverReports := !(c.lat && c.verb == "read")
+	if cf == nil || (sf != nil) != serverReports {
+		t.Fatalf("reports: client's %v, server's %v (want one: %v):\nclient:\n%s\nserver:\n%s",
+			cf != nil, sf != nil, serverReports, cout, sout)
+	}
+	check := func(side string, f *perfFigures) float64 {
+		if f.size != c.size || f.iters != c.iters() {
+			t.Fatalf("%s report %q: want %s bytes, %s iterations", side, f.row, c.size, c.iters())
+		}
+		if !c.lat {
+			peak, avg, rate := f.v[0], f.v[1], f.v[2]
+			if avg <= 0 || rate <= 0 || peak < 0 {
+				t.Fatalf("%s report %q: bandwidth or message rate not above zero", side, f.row)
+			}
+			return avg
+		}
+		tMin, tMax, tTyp, tAvg := f.v[0], f.v[1], f.v[2], f.v[3]
+		if !(tMin > 0 && tMin <= tTyp && tTyp <= tMax && tMin <= tAvg && tAvg <= tMax && tMax < 1e6) {
+			t.Fatalf("%s report %q: want 0 < t_min <= t_typical, t_avg <= t_max < 1 s", side, f.row)
+		}
+		return tAvg
+	}
+	cv := check("client", cf)
+	if sf != nil {
+		sv := check("server", sf)
+		tol := 1.2
+		if c.lat {
+			tol = 2
+		}
+		if cv/sv > tol || sv/cv > tol {
+			t.Errorf("client and server disagree (more than %gx):\n%s\n%s", tol, cf.row, sf.row)
+		}
+	}
+	return cv
+}
+
+func (c perfCase) unit() string {
+	if c.lat {
+		return "µs t_avg"
+	}
+	return "MiB/s average"
+}
+
 // TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
 // perf (Go, over the verbs socket), each as server and as client: RDMA
 // WRITE bandwidth 64 KiB and latency 2 B.
@@ -576,54 +673,34 @@ func TestPerftestVsSiwtunPerf(t *testing.T) {
 	}
 }
 
+// serverRow is the server's report row, or a note that it printed none.
+func serverRow(out string) string {
+	if f := parsePerf(out); f != nil {
+		return f.row
+	}
+	return "printed no report (perftest's read latency server does not)"
+}
+
 func TestPerftest(t *testing.T) {
 	e := newEnv(t)
 	type dir struct{ srvDev, cliDev, srvAddr string }
 	dirs := []dir{{"siwtun1", "siwtun0", "198.18.2.2"}, {"siwtun0", "siwtun1", "198.18.1.2"}}
 	port := 18515
-	for _, tc := range []struct {
-		prog, size string
-		bw         bool
-	}{{"ib_write_bw", "65536", true}, {"ib_read_bw", "65536", true}, {"ib_send_bw", "65536", true}, {"ib_write_lat", "2", false}} {
+	for _, c := range perfCases {
 		for _, d := range dirs {
 			port++
-			name := fmt.Sprintf("%s/%s-to-%s", tc.prog, d.cliDev, d.srvDev)
+			name := fmt.Sprintf("%s/%s-to-%s", c.prog, d.cliDev, d.srvDev)
 			t.Run(name, func(t *testing.T) {
-				iters := "1000"
-				if !tc.bw {
-					iters = "300"
-				}
-				args := []string{"-R", "-s", tc.size, "-n", iters, "-p", strconv.Itoa(port)}
-				srv := e.start(d.srvDev, nil, append([]string{tc.prog, "-d", d.srvDev}, args...)...)
+				args := []string{"-R", "-s", c.size, "-n", c.iters(), "-p", strconv.Itoa(port)}
+				srv := e.start(d.srvDev, nil, append([]string{c.prog, "-d", d.srvDev}, args...)...)
 				time.Sleep(time.Second) // the server's listener
-				cout, cerr := e.start(d.cliDev, nil, append([]string{tc.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
+				cout, cerr := e.start(d.cliDev, nil, append([]string{c.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
 				sout, serr := srv.wait(t, time.Minute)
 				if cerr != nil || serr != nil {
 					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
 				}
-				cm, sm := perfReport.FindStringSubmatch(cout), perfReport.FindStringSubmatch(sout)
-				if cm == nil || sm == nil {
-					t.Fatalf("no report:\nclient:\n%s\nserver:\n%s", cout, sout)
-				}
-				col := 4 // BW average[MB/sec]
-				if !tc.bw {
-					col = 6 // t_avg[usec]
-				}
-				v, _ := strconv.ParseFloat(cm[col], 64)
-				if v <= 0 || cm[1] != tc.size {
-					t.Fatalf("client report %q", cm[0])
-				}
-				// Write and Read: the server prints the client's figures;
-				// Send: each side measures its own, within 20%.
-				sv, _ := strconv.ParseFloat(sm[col], 64)
-				if tc.bw && (sv <= 0 || v/sv > 1.2 || sv/v > 1.2) {
-					t.Errorf("client and server disagree:\n%s\n%s", cm[0], sm[0])
-				}
-				unit := "MB/s average"
-				if !tc.bw {
-					unit = "µs t_avg"
-				}
-				t.Logf("%s -R -s %s: %s iterations, %s %s", tc.prog, tc.size, cm[2], cm[col], unit)
+				v := checkPerf(t, c, cout, sout)
+				t.Logf("%s -R -s %s: %s iterations, client %.2f %s; server %s", c.prog, c.size, c.iters(), v, c.unit(), serverRow(sout))
 			})
 		}
 	}
