@@ -597,37 +597,30 @@ func (c perfCase) unit() string {
 
 // TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
 // perf (Go, over the verbs socket), each as server and as client: RDMA
-// WRITE bandwidth 64 KiB and latency 2 B.
+// WRITE, RDMA READ and Send bandwidth at 64 KiB and latency at 2 B, both
+// sides' reports checked.
 func TestPerftestVsSiwtunPerf(t *testing.T) {
 	e := newEnv(t)
 	port := 18600
-	for _, lat := range []bool{false, true} {
-		prog, size, col := "ib_write_bw", "65536", 4 // BW average[MB/sec]
+	for _, c := range perfCases {
 		var goArgs []string
-		if lat {
-			prog, size, col = "ib_write_lat", "2", 6 // t_avg[usec]
+		if c.lat {
 			goArgs = []string{"--lat"}
 		}
 		for _, cServer := range []bool{true, false} {
 			port++
-			name := prog + "/siwtun-perf-client-perftest-server"
+			name := c.prog + "/siwtun-perf-client-perftest-server"
 			if !cServer {
-				name = prog + "/perftest-client-siwtun-perf-server"
+				name = c.prog + "/perftest-client-siwtun-perf-server"
 			}
 			t.Run(name, func(t *testing.T) {
-				// A fixed count, not a duration: each side would time its own
-				// second, and a server that ends first flushes the client.
-				iters := "1000"
-				if lat {
-					iters = "300"
-				}
-				args := []string{"-s", size, "-n", iters, "-p", strconv.Itoa(port)}
+				args := []string{"-s", c.size, "-n", c.iters(), "-p", strconv.Itoa(port)}
 				goCmd := func(dev string, extra ...string) []string {
-					return append(append(append([]string{e.bin, "perf", "write", "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
+					return append(append(append([]string{e.bin, "perf", c.verb, "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
 				}
 				var srv *app
 				if cServer {
-					srv = e.start("siwtun1", nil, append([]string{prog, "-R", "-d", "siwtun1"}, args...)...)
+					srv = e.start("siwtun1", nil, append([]string{c.prog, "-R", "-d", "siwtun1"}, args...)...)
 				} else {
 					srv = &app{done: make(chan struct{})}
 					srv.cmd = e.command(goCmd("siwtun1")...)
@@ -653,21 +646,15 @@ func TestPerftestVsSiwtunPerf(t *testing.T) {
 					b, err := c.CombinedOutput()
 					cout, cerr = string(b), err
 				} else {
-					cout, cerr = e.start("siwtun0", nil, append(append([]string{prog, "-R", "-d", "siwtun0"}, args...), "198.18.2.2")...).wait(t, time.Minute)
+					cout, cerr = e.start("siwtun0", nil, append(append([]string{c.prog, "-R", "-d", "siwtun0"}, args...), "198.18.2.2")...).wait(t, time.Minute)
 				}
 				sout, serr := srv.wait(t, time.Minute)
 				if cerr != nil || serr != nil {
 					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
 				}
-				cm := perfReport.FindStringSubmatch(cout)
-				if cm == nil {
-					t.Fatalf("no report from the client:\n%s", cout)
-				}
-				v, _ := strconv.ParseFloat(cm[col], 64)
-				if v <= 0 || cm[1] != size {
-					t.Fatalf("client report %q", cm[0])
-				}
-				t.Logf("%s: %s iterations, %s %s", name, cm[2], cm[col], map[bool]string{false: "MiB/s", true: "µs t_avg"}[lat])
+				v := checkPerf(t, c, cout, sout)
+				t.Logf("%s -s %s: %s iterations, client %.2f %s; server %s", name, c.size, c.iters(), v, c.unit(),
+					serverRow(sout))
 			})
 		}
 	}
