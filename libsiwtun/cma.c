@@ -237,6 +237,29 @@ SW_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	free(ch);
 }
 
+/* learn_local_port gives a connecting id, once ESTABLISHED, the local
+ * address and port of its TCP connection (the daemon picks the port at
+ * connect time; rdma_cm binds one at rdma_resolve_addr): rdma_get_src_port
+ * and rdma_get_local_addr then say what the peer sees. On the application's
+ * thread, as the query waits for the daemon. */
+static void learn_local_port(struct sw_cm_id *sid)
+{
+	if (!sid->ctx || rdma_get_src_port(&sid->id) != 0)
+		return;
+	uint32_t h = 0;
+	int have = 0;
+	pthread_mutex_lock(&sid->ctx->mu);
+	if (sid->qp) {
+		h = sid->qp->h;
+		have = 1;
+	}
+	pthread_mutex_unlock(&sid->ctx->mu);
+	struct sockaddr_storage local, remote;
+	if (!have || sw_qp_addrs(sid->ctx, h, &local, &remote) || local.ss_family != sid->id.route.addr.src_addr.sa_family)
+		return;
+	memcpy(&sid->id.route.addr.src_storage, &local, sizeof(local));
+}
+
 SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct sw_channel *ch = (struct sw_channel *)channel;
@@ -253,6 +276,8 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	pthread_mutex_unlock(&ch->mu);
 	if (!e)
 		return fail(EAGAIN);
+	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED)
+		learn_local_port((struct sw_cm_id *)e->ev.id);
 	e->ev.id->event = &e->ev;
 	*event = &e->ev;
 	return 0;
@@ -1271,9 +1296,15 @@ SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 
 SW_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
-	(void)id;
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	(void)event;
-	return 0; /* iWARP: nothing to learn from QP events */
+	/* As rdma_cm: EINVAL for an id with no connection manager state yet
+	 * (not listening, no request, no connection); else nothing to learn
+	 * from QP events on iWARP. */
+	pthread_mutex_lock(&cm_mu);
+	int any = sid->listening || sid->has_req || sid->connecting || sid->established;
+	pthread_mutex_unlock(&cm_mu);
+	return any ? 0 : fail(EINVAL);
 }
 
 SW_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
