@@ -309,8 +309,12 @@ SW_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 			     enum rdma_port_space ps)
 {
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB)
-		return fail(EOPNOTSUPP);
+	/* As rdma_cm, which makes the id before any device is chosen: the
+	 * datagram port spaces give UD ids, which fail once they need the
+	 * device's UD service (rdma_listen, rdma_connect, rdma_create_qp:
+	 * EOPNOTSUPP, see is_ud); another port space is EINVAL. */
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB)
+		return fail(EINVAL);
 	struct sw_cm_id *sid = calloc(1, sizeof(*sid));
 	if (!sid)
 		return fail(ENOMEM);
@@ -327,7 +331,7 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 	sid->id.channel = channel;
 	sid->id.context = context;
 	sid->id.ps = ps;
-	sid->id.qp_type = IBV_QPT_RC;
+	sid->id.qp_type = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	sid->id.port_num = 1;
 	pthread_mutex_lock(&cm_mu);
 	sid->next = ids;
@@ -336,6 +340,13 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 	*id = &sid->id;
 	return 0;
 }
+
+/* is_ud: an id of a datagram port space (RDMA_PS_UDP, RDMA_PS_IPOIB). An
+ * iWARP RNIC has no UD service: RDMAP (RFC 5040) runs over DDP over MPA
+ * over TCP, connection-oriented only, and Linux's siw refuses any QP but
+ * RC (EOPNOTSUPP). Calls that need it fail with EOPNOTSUPP rather than
+ * listen for or make connections that could never carry datagrams. */
+static int is_ud(const struct rdma_cm_id *id) { return id->qp_type == IBV_QPT_UD; }
 
 /* Frees an id no async call holds any more (cm_mu held). */
 static void unlink_free(struct sw_cm_id *sid)
@@ -651,6 +662,8 @@ static void get_request(struct sw_cm_id *l)
 SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx)
 		return fail(EINVAL);
 	/* A second id of this process listening on the same port (perftest
@@ -820,6 +833,8 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx)
 		return fail(EINVAL);
 	struct sw_qp *q = qp_of(sid, p);
@@ -963,6 +978,8 @@ static void free_own_cqs(struct sw_cm_id *sid)
 SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx || sid->qp)
 		return fail(EINVAL);
 	struct ibv_context *c = id->verbs;
@@ -1162,8 +1179,8 @@ SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const stru
 	}
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_family = ai->ai_family;
-	r->ai_qp_type = IBV_QPT_RC;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	r->ai_qp_type = r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	if (hints && (hints->ai_flags & RAI_PASSIVE)) {
 		r->ai_src_addr = sa;

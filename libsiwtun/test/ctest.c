@@ -395,6 +395,43 @@ int main(int argc, char **argv)
 	}
 	OK("notify");
 
+	/* UD: rdma_cm makes datagram ids before a device is chosen, and an
+	 * iWARP RNIC has no UD service (RDMAP over DDP over MPA over TCP;
+	 * Linux's siw creates RC QPs only): what needs it fails with
+	 * EOPNOTSUPP. An unknown port space is EINVAL, as rdma_cm's. */
+	{
+		const enum rdma_port_space ud[2] = {RDMA_PS_UDP, RDMA_PS_IPOIB};
+		for (int k = 0; k < 2; k++) {
+			struct rdma_cm_id *uid;
+			CHECK(rdma_create_id(cha, &uid, NULL, ud[k]) == 0, "create id in port space %#x", ud[k]);
+			CHECK(uid->ps == ud[k] && uid->qp_type == IBV_QPT_UD, "UD id: ps %#x qp type %d", uid->ps, uid->qp_type);
+			struct sockaddr_in ua = addr_a;
+			ua.sin_port = htons((uint16_t)(port + 1));
+			CHECK(rdma_bind_addr(uid, (struct sockaddr *)&ua) == 0, "bind UD id");
+			errno = 0;
+			CHECK(rdma_listen(uid, 1) == -1 && errno == EOPNOTSUPP, "listen on a UD id");
+			struct ibv_qp_init_attr uq = qa;
+			uq.qp_type = IBV_QPT_UD;
+			errno = 0;
+			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "UD QP on a UD id");
+			uq.qp_type = IBV_QPT_RC;
+			errno = 0;
+			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "RC QP on a UD id");
+			errno = 0;
+			CHECK(rdma_connect(uid, NULL) == -1 && errno == EOPNOTSUPP, "connect a UD id");
+			CHECK(rdma_destroy_id(uid) == 0, "destroy UD id");
+		}
+		struct rdma_addrinfo hints = {.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST, .ai_port_space = RDMA_PS_UDP}, *res;
+		CHECK(rdma_getaddrinfo("198.18.0.1", "7174", &hints, &res) == 0 && res->ai_qp_type == IBV_QPT_UD &&
+		      res->ai_port_space == RDMA_PS_UDP, "rdma_getaddrinfo for UDP");
+		rdma_freeaddrinfo(res);
+		struct rdma_cm_id *bad;
+		errno = 0;
+		CHECK(rdma_create_id(cha, &bad, NULL, (enum rdma_port_space)0x0999) == -1 && errno == EINVAL,
+		      "unknown port space");
+	}
+	OK("ud");
+
 	/* What a QP does not offer: ECE (an IB CM extension), the extended
 	 * QP; and no promise that data is placed in order (DDP places tagged
 	 * segments as they come). */

@@ -1,4 +1,4 @@
-// Package capps runs unmodified C verbs programs — Debian's rping,
+// Package capps runs unmodified C verbs programs — Debian's rping, udaddy,
 // perftest and ibverbs-utils, and libsiwtun's own C test — on two siwtun
 // daemons through libsiwtun (`siwtun exec`), in a network namespace of
 // its own with addresses from 198.18.0.0/15. It needs root, gcc and the
@@ -445,6 +445,47 @@ func TestRping(t *testing.T) {
 			}
 			t.Logf("rping -S %d -C 100 %v: 100 pings verified on both sides, then DISCONNECT events", size, flags)
 		})
+	}
+}
+
+// TestUdaddy runs rdma-core's udaddy, which sends datagrams on UD queue
+// pairs found through rdma_cm's RDMA_PS_UDP (or RDMA_PS_IPOIB) port space.
+// iWARP has no UD service (RDMAP, RFC 5040, is carried by DDP over MPA over
+// TCP: connection-oriented only; Linux's siw creates RC QPs only and
+// refuses the rest with EOPNOTSUPP), so both sides must stop at once with
+// EOPNOTSUPP and udaddy's own error lines: the server at rdma_listen, the
+// client at rdma_create_qp, as on siw. No crash, no hang, nothing left in
+// the daemons.
+func TestUdaddy(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name, dev string
+		args      []string
+		want      string
+	}{
+		{"server", "siwtun1", []string{"udaddy", "-b", "198.18.2.2"}, "udaddy: failure trying to listen: Operation not supported\n"},
+		{"client", "siwtun0", []string{"udaddy", "-s", "198.18.2.2"}, "udaddy: unable to create QP: Operation not supported\n"},
+		{"client-ipoib", "siwtun0", []string{"udaddy", "-s", "198.18.2.2", "-P", "ipoib"}, "udaddy: unable to create QP: Operation not supported\n"},
+	} {
+		start := time.Now()
+		out, err := e.start(tc.dev, nil, tc.args...).wait(t, 30*time.Second)
+		took := time.Since(start)
+		ee, ok := err.(*exec.ExitError)
+		// udaddy returns its status -1 from main: exit status 255, not a
+		// signal.
+		if !ok || ee.ExitCode() != 255 || !strings.Contains(out, tc.want) || !strings.Contains(out, "return status -1\n") {
+			t.Fatalf("%s %v: %v after %v\n%s", tc.name, tc.args, err, took.Round(time.Millisecond), out)
+		}
+		if took > 10*time.Second {
+			t.Errorf("%s took %v to fail", tc.name, took)
+		}
+		t.Logf("udaddy %s: %q, exit 255 after %v", tc.name, strings.TrimSpace(tc.want), took.Round(time.Millisecond))
+	}
+	for _, dev := range []string{"siwtun0", "siwtun1"} {
+		out, err := e.command(e.bin, "ctl", "qp", "-j", "--dev", dev, "--socket-dir", e.sockDir).Output()
+		if s := strings.TrimSpace(string(out)); err != nil || (s != "[]" && s != "null") {
+			t.Errorf("%s has queue pairs after udaddy: %v\n%s", dev, err, out)
+		}
 	}
 }
 
