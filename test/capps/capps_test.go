@@ -706,7 +706,7 @@ func serverRow(out string) string {
 	if f := parsePerf(out); f != nil {
 		return f.row
 	}
-	return "printed no report (perftest's read latency server does not)"
+	return "printed no report (read latency: the client alone times it, as in perftest)"
 }
 
 func TestPerftest(t *testing.T) {
