@@ -245,6 +245,10 @@ struct sw_qp {
 	struct sw_qp *next;  /* in the context */
 };
 
+/* The local and remote address of QP h's connection. Not on the reader
+ * thread (it waits for the daemon's reply). */
+int sw_qp_addrs(struct sw_context *ctx, uint32_t h, struct sockaddr_storage *local, struct sockaddr_storage *remote);
+
 /* Connection events of a QP (from the reader thread), for rdma_cm. */
 void sw_cm_qp_event(struct sw_context *ctx, struct sw_qp *qp, uint32_t type, int status, const void *pdata,
 		    size_t pdlen);

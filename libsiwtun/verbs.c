@@ -653,6 +653,27 @@ SW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 	}
 }
 
+/* The local and remote address of QP h's connection (QueryQP). */
+int sw_qp_addrs(struct sw_context *ctx, uint32_t h, struct sockaddr_storage *local, struct sockaddr_storage *remote)
+{
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, h);
+	int err = sw_call(ctx->conn, SW_OP_QUERY_QP, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	if (err)
+		return err;
+	struct sw_dec d = {r.body, r.blen, 0};
+	sw_dec_u32(&d); /* state */
+	sw_dec_addr(&d, local);
+	sw_dec_addr(&d, remote);
+	return d.err ? EPROTO : 0;
+}
+
 SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
