@@ -41,6 +41,7 @@ type Server struct {
 	sessions   map[*session]struct{}
 	owners     map[uint32]*session
 	nextHandle uint32
+	limits     Limits
 	closed     bool
 	wg         sync.WaitGroup
 
@@ -71,7 +72,8 @@ func (s *Server) Counters() []offload.Counter {
 	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken}}
 }
 
-// NewServer returns a server of dev, which must be in-process (package rnic).
+// NewServer returns a server of dev, which must be in-process (package rnic),
+// with the DefaultLimits per client (SetLimits changes them).
 func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	eng := rnic.Engine(dev)
 	if eng == nil {
@@ -82,7 +84,7 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{dev: dev, eng: eng, log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
-		owners: make(map[uint32]*session), nextHandle: 1}
+		owners: make(map[uint32]*session), nextHandle: 1, limits: DefaultLimits()}
 	s.rxSpin.Store(int64(rxSpinFor))
 	return s, nil
 }

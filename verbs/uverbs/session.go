@@ -34,6 +34,7 @@ type session struct {
 	objs    map[uint32]any
 	calls   map[uint32]context.CancelFunc
 	closing bool
+	used    usage // what objs hold, against the server's Limits
 }
 
 func newSession(s *Server, c *net.UnixConn) *session {
@@ -155,11 +156,46 @@ func (ss *session) add(obj any) (uint32, error) {
 	return h, nil
 }
 
-func (ss *session) remove(h uint32) {
+// take removes the session's object h of type T and returns it: of two
+// requests destroying one object, one gets it and the other an error, so
+// an object is never destroyed twice. Its cost goes back to the session.
+func take[T any](ss *session, h uint32, what string) (T, error) {
+	return takeIf[T](ss, h, what, nil)
+}
+
+// takeIf is take, when check (called with ss.mu held) returns nil.
+func takeIf[T any](ss *session, h uint32, what string, check func(T) error) (T, error) {
+	var zero T
 	ss.mu.Lock()
-	delete(ss.objs, h)
+	o, ok := ss.objs[h]
+	t, isT := o.(T)
+	var err error
+	if ok && isT && check != nil {
+		err = check(t)
+	}
+	if ok && isT && err == nil {
+		delete(ss.objs, h)
+		ss.unchargeLocked(costOf(o))
+	}
 	ss.mu.Unlock()
+	switch {
+	case !ok:
+		return zero, missing(ss, h, what)
+	case !isT:
+		return zero, fail(uabi.StBadHandle, "handle %d is not a %s", h, what)
+	case err != nil:
+		return zero, err
+	}
 	ss.srv.release(h)
+	return t, nil
+}
+
+// missing is the error for a handle h the session does not have.
+func missing(ss *session, h uint32, what string) error {
+	if other := ss.srv.owner(h); other != nil && other != ss {
+		return fail(uabi.StForeign, "%s handle %d belongs to another client", what, h)
+	}
+	return fail(uabi.StBadHandle, "no %s with handle %d", what, h)
 }
 
 // get returns the session's object h of type T.
@@ -169,10 +205,7 @@ func get[T any](ss *session, h uint32, what string) (T, error) {
 	o, ok := ss.objs[h]
 	ss.mu.Unlock()
 	if !ok {
-		if other := ss.srv.owner(h); other != nil && other != ss {
-			return zero, fail(uabi.StForeign, "%s handle %d belongs to another client", what, h)
-		}
-		return zero, fail(uabi.StBadHandle, "no %s with handle %d", what, h)
+		return zero, missing(ss, h, what)
 	}
 	t, ok := o.(T)
 	if !ok {
@@ -264,6 +297,7 @@ type sMR struct {
 	regions *offload.Regions
 	stag    uint32
 	mapping []byte
+	length  uint64 // the registered bytes (the mapping is whole pages)
 }
 
 // dereg invalidates the STag at once; the memory is unmapped only when no
