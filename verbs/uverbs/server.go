@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,7 +44,10 @@ type Server struct {
 	nextHandle uint32
 	limits     Limits
 	closed     bool
-	wg         sync.WaitGroup
+	// sendTimeout is how long a message to a client may wait for room
+	// in its socket (session.send), in nanoseconds; tests shorten it.
+	sendTimeout atomic.Int64
+	wg          sync.WaitGroup
 
 	// rxSpin is rxIdle's watch in nanoseconds (rxSpinFor; tests change
 	// it).
@@ -85,6 +89,7 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	s := &Server{dev: dev, eng: eng, log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
 		owners: make(map[uint32]*session), nextHandle: 1, limits: DefaultLimits()}
+	s.sendTimeout.Store(int64(clientSendTimeout))
 	s.rxSpin.Store(int64(rxSpinFor))
 	return s, nil
 }
@@ -123,6 +128,12 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 	}
 	return l, nil
 }
+
+// clientSendTimeout is how long a reply or an event may wait for room in
+// a client's socket before the client, which does not read it, is cut off.
+// Every client reads its socket all the time (libsiwtun and the Go client
+// have a reader thread), so only a stuck or hostile one waits this long.
+const clientSendTimeout = 10 * time.Second
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("uverbs: server closed")

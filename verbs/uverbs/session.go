@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
@@ -22,8 +24,9 @@ type session struct {
 	conn *uabi.Conn
 	log  *slog.Logger
 
-	wmu sync.Mutex // one writer at a time
-	enc uabi.Enc   // guarded by wmu
+	wmu       sync.Mutex // one writer at a time
+	enc       uabi.Enc   // guarded by wmu
+	stuckOnce sync.Once  // the client stopped reading (send)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,12 +128,12 @@ func (ss *session) removed(reason string) {
 func (ss *session) reply(seq uint32, op uint16, st uabi.Status, body uabi.Msg, fds ...int) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	if err := ss.conn.Send(ss.enc.Reply(op, seq, st, body, len(fds)), fds...); err != nil {
+	if err := ss.send(ss.enc.Reply(op, seq, st, body, len(fds)), fds...); err != nil {
 		ss.log.Debug("verbs reply", "err", err)
-		if len(fds) > 0 {
+		if len(fds) > 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
 			// Never leave the client waiting: reply with the failure.
 			st := uabi.Status{Code: uabi.StError, Msg: "sending the reply's descriptors: " + err.Error()}
-			ss.conn.Send(ss.enc.Reply(op, seq, st, nil, 0))
+			ss.send(ss.enc.Reply(op, seq, st, nil, 0))
 		}
 	}
 }
@@ -139,7 +142,26 @@ func (ss *session) reply(seq uint32, op uint16, st uabi.Status, body uabi.Msg, f
 func (ss *session) event(kind uint32, body uabi.Msg) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	ss.conn.Send(ss.enc.Event(kind, body))
+	ss.send(ss.enc.Event(kind, body))
+}
+
+// send writes one message (ss.wmu held). A client that leaves its socket
+// unread until the message has waited the server's sendTimeout is cut
+// off: its session ends and its objects are destroyed. Without that, the
+// session's requests, its QPs' events and the server's Close would wait
+// for it for ever.
+func (ss *session) send(msg []byte, fds ...int) error {
+	timeout := time.Duration(ss.srv.sendTimeout.Load())
+	ss.uc.SetWriteDeadline(time.Now().Add(timeout))
+	err := ss.conn.Send(msg, fds...)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		ss.stuckOnce.Do(func() {
+			ss.log.Warn("verbs client does not read its socket; closing the session", "timeout", timeout)
+			ss.cancel()
+			ss.uc.Close()
+		})
+	}
+	return err
 }
 
 // add records a new object under a fresh handle; after teardown began it
