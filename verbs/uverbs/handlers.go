@@ -112,17 +112,8 @@ func (ss *session) allocPD() (uabi.Msg, error) {
 
 func (ss *session) deallocPD(h uint32) error {
 	pd, err := takeIf(ss, h, "PD", func(pd *sPD) error {
-		for _, o := range ss.objs {
-			switch o := o.(type) {
-			case *sMR:
-				if o.pd == pd {
-					return fail(uabi.StBusy, "PD %d still has regions", pd.pd.Handle())
-				}
-			case *sQP:
-				if o.pd == pd {
-					return fail(uabi.StBusy, "PD %d still has QPs", pd.pd.Handle())
-				}
-			}
+		if pd.users > 0 {
+			return fail(uabi.StBusy, "PD %d still has %d regions and QPs", pd.pd.Handle(), pd.users)
 		}
 		return nil
 	})
@@ -143,21 +134,31 @@ func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 	if err := ss.charge(cost); err != nil {
 		return nil, err
 	}
+	if err := ss.hold(req.PD, pd); err != nil {
+		ss.uncharge(cost)
+		return nil, err
+	}
+	undo := func() {
+		ss.mu.Lock()
+		ss.unchargeLocked(cost)
+		pd.users--
+		ss.mu.Unlock()
+	}
 	mapping, buf, err := uabi.MapShared(fd, req.Offset, req.Length)
 	if err != nil {
-		ss.uncharge(cost)
+		undo()
 		return nil, fail(uabi.StError, "map region memory: %v", err)
 	}
 	reg, err := ss.srv.eng.Regions().Register(pd.pd.Handle(), buf, req.IOVA, ibv.Access(req.Access))
 	if err != nil {
-		ss.uncharge(cost)
+		undo()
 		uabi.Unmap(mapping)
 		return nil, err
 	}
 	mr := &sMR{pd: pd, regions: ss.srv.eng.Regions(), stag: reg.STag(), mapping: mapping, length: req.Length}
 	h, err := ss.add(mr)
 	if err != nil {
-		ss.uncharge(cost)
+		undo()
 		mr.dereg()
 		return nil, err
 	}
@@ -169,6 +170,9 @@ func (ss *session) deregMR(h uint32) error {
 	if err != nil {
 		return err
 	}
+	ss.mu.Lock()
+	mr.pd.users--
+	ss.mu.Unlock()
 	return mr.dereg()
 }
 
@@ -255,10 +259,21 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	if err := ss.charge(cost); err != nil {
 		return nil, nil, err
 	}
+	// The QP holds its PD and CQs from now on: they cannot go while it
+	// is being created.
+	if err := ss.hold(req.PD, pd, req.SendCQ, scq, req.RecvCQ, rcq); err != nil {
+		ss.uncharge(cost)
+		return nil, nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {
-			ss.uncharge(cost)
+			ss.mu.Lock()
+			ss.unchargeLocked(cost)
+			pd.users--
+			scq.users--
+			rcq.users--
+			ss.mu.Unlock()
 		}
 	}()
 	sqBytes := uabi.RingBytes(sqCount, uabi.SQESize)
@@ -305,10 +320,7 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()
-	ss.mu.Lock()
-	scq.users++
-	rcq.users++
-	ss.mu.Unlock()
+	ok = true // q.destroy releases the holds and the charge from now on
 	q.done.Add(2)
 	go q.run()
 	h, err := ss.add(q)
@@ -316,13 +328,37 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	go q.events()
 	if err != nil {
 		q.destroy()
+		ss.uncharge(cost)
 		uabi.Close(cfd)
 		uabi.Close(memfd)
 		return nil, nil, err
 	}
-	ok = true // the QP holds the charge now
 	return &uabi.CreateQPReply{Handle: h, Num: eqp.Num(), SQCount: sqCount, RQCount: rqCount,
 		SQBytes: uint32(sqBytes), Total: uint32(total)}, []int{memfd, cfd}, nil
+}
+
+// hold takes a reference on each of the session's objects given as a
+// handle and the object get returned for it (PDs and CQs), after checking
+// under the session's lock that each is still there: a PD or CQ destroyed
+// by a concurrent request fails the request that wanted it.
+func (ss *session) hold(pairs ...any) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for i := 0; i < len(pairs); i += 2 {
+		h := pairs[i].(uint32)
+		if ss.objs[h] != pairs[i+1] {
+			return fail(uabi.StBadHandle, "object %d destroyed meanwhile", h)
+		}
+	}
+	for i := 1; i < len(pairs); i += 2 {
+		switch o := pairs[i].(type) {
+		case *sPD:
+			o.users++
+		case *sCQ:
+			o.users++
+		}
+	}
+	return nil
 }
 
 func firstErr(errs ...error) error {

@@ -285,7 +285,11 @@ func (ss *session) teardown() {
 // Objects of a session.
 
 type sPD struct {
-	pd      *verbs.PD
+	pd *verbs.PD
+	// users counts the session's regions and QPs in the PD, those being
+	// created included (session.hold; guarded by the session's mu): a
+	// PD with users cannot be deallocated.
+	users   int
 	mu      sync.Mutex
 	qps     int
 	zombies [][]byte // mappings of deregistered regions, unmapped once no QP of the PD runs
