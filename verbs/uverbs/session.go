@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/siwtun/siwtun/offload"
@@ -15,8 +16,14 @@ import (
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
-// maxInFlight bounds the requests of one session handled at once.
-const maxInFlight = 32
+// maxInFlight bounds the requests of one session handled at once; more
+// wait for a slot, in their own goroutines, so the session's reader reads
+// on (a Cancel, the client's close). maxQueued bounds those handled and
+// waiting together: a request past it is refused (StBusy).
+const (
+	maxInFlight = 32
+	maxQueued   = 1024
+)
 
 type session struct {
 	srv  *Server
@@ -31,6 +38,7 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
+	queued atomic.Int32 // requests handled or waiting for a slot in sem
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
@@ -87,13 +95,14 @@ func (ss *session) serve() {
 			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StUnknownOp, Msg: fmt.Sprintf("unknown op %d", h.Op)}, nil)
 			continue
 		}
-		body = append([]byte(nil), body...) // the receive buffer is reused
-		select {
-		case ss.sem <- struct{}{}:
-		case <-ss.ctx.Done():
+		if ss.queued.Add(1) > maxQueued {
+			ss.queued.Add(-1)
 			uabi.CloseFDs(fds)
-			return
+			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBusy,
+				Msg: fmt.Sprintf("%s: more than %d requests of this client in flight", uabi.OpName(h.Op), maxQueued)}, nil)
+			continue
 		}
+		body = append([]byte(nil), body...) // the receive buffer is reused
 		ctx, cancel := context.WithCancel(ss.ctx)
 		ss.mu.Lock()
 		ss.calls[h.Seq] = cancel
@@ -101,12 +110,23 @@ func (ss *session) serve() {
 		ss.wg.Add(1)
 		go func() {
 			defer ss.wg.Done()
+			defer ss.queued.Add(-1)
+			defer func() {
+				cancel()
+				ss.mu.Lock()
+				delete(ss.calls, h.Seq)
+				ss.mu.Unlock()
+			}()
+			select {
+			case ss.sem <- struct{}{}:
+			case <-ctx.Done():
+				// Canceled, or the session ends, before a slot was free.
+				uabi.CloseFDs(fds)
+				ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StCanceled, Msg: uabi.OpName(h.Op) + " canceled"}, nil)
+				return
+			}
 			defer func() { <-ss.sem }()
 			ss.handle(ctx, h, body, fds)
-			cancel()
-			ss.mu.Lock()
-			delete(ss.calls, h.Seq)
-			ss.mu.Unlock()
 		}()
 	}
 }
