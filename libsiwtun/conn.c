@@ -335,6 +335,11 @@ int sw_status_errno(const struct sw_reply *r)
 		return ENODEV;
 	case SW_ST_NOT_SUPPORTED:
 		return EOPNOTSUPP;
+	case SW_ST_LIMIT:
+		/* A per-client limit of the daemon (siwtun up --max-client-*):
+		 * what a kernel provider answers when a device limit or
+		 * RLIMIT_MEMLOCK is reached. */
+		return ENOMEM;
 	}
 	return EIO;
 }

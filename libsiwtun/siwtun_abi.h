@@ -45,6 +45,7 @@
 #define SW_ST_CANCELED                   9
 #define SW_ST_REMOVED                    10
 #define SW_ST_NOT_SUPPORTED              11
+#define SW_ST_LIMIT                      12
 #define SW_QPEV_ESTABLISHED              1
 #define SW_QPEV_DISCONNECTED             2
 #define SW_QPEV_TERMINATE_SENT           3

@@ -140,7 +140,9 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 	if len(rep.PrivateData) > 0 {
 		replyPD = append([]byte(nil), rep.PrivateData...)
 	}
-	qp.start(conn, params, true, replyPD)
+	if err := qp.start(conn, params, true, replyPD); err != nil {
+		return fmt.Errorf("connect to %v: %w", remote, err)
+	}
 	return nil
 }
 
@@ -206,11 +208,23 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// errClosedWhileConnecting is start's error for a QP that was destroyed,
+// disconnected or moved to ERR while its connection was set up.
+var errClosedWhileConnecting = fmt.Errorf("%w: QP closed while connecting", ibv.ErrQPState)
+
 // start puts a negotiated connection under the QP and starts its engine.
 // replyPD is the MPA Reply's private data (the initiator's), given with
-// EventEstablished.
-func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD []byte) {
+// EventEstablished. It fails, closing conn, if the QP was closed
+// (Disconnect, Destroy, Modify to ERR) while the connection was set up:
+// its owner may have freed what the engine's goroutines would use (the
+// verbs socket's daemon frees the QP's rings).
+func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD []byte) error {
 	qp.mu.Lock()
+	if qp.closing {
+		qp.mu.Unlock()
+		conn.Close()
+		return errClosedWhileConnecting
+	}
 	qp.conn = conn
 	var pl *oooPlacer
 	if tx, rx, ok := conn.StreamSeqs(); ok {
@@ -271,6 +285,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	go qp.rxLoop()
 	go qp.txLoop()
 	go qp.supervise()
+	return nil
 }
 
 // supervise waits for both engine goroutines, then closes the connection.
@@ -458,7 +473,10 @@ func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 		return fmt.Errorf("accept %v: send MPA Reply: %w", r.Remote, err)
 	}
 	d.logf("QP %d: accepted %v: %+v", qp.num, r.Remote, params)
-	qp.start(r.conn, params, false, nil)
+	if err := qp.start(r.conn, params, false, nil); err != nil {
+		qp.unclaim()
+		return fmt.Errorf("accept %v: %w", r.Remote, err)
+	}
 	return nil
 }
 

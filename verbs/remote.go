@@ -375,8 +375,11 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 		return rej
 	}
 	re := &RemoteError{Status: r.st, Msg: r.msg}
-	if r.st == uabi.StError {
+	switch r.st {
+	case uabi.StError:
 		re.Errno = uabi.DetailErrno(r.detail)
+	case uabi.StLimit:
+		re.Errno = syscall.ENOMEM
 	}
 	return re
 }
@@ -400,6 +403,12 @@ func (e *RemoteError) Unwrap() error {
 		return nil
 	}
 	return e.Errno
+}
+
+// Is reports whether the error is ErrLimit: a request refused for a
+// per-client limit of the daemon.
+func (e *RemoteError) Is(target error) bool {
+	return target == ErrLimit && e.Status == uabi.StLimit
 }
 
 func (d *remoteDevice) AllocBuffer(n int) ([]byte, error) {

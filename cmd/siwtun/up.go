@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/siwtun/siwtun/apps/tcpperf"
@@ -51,6 +52,7 @@ type upOptions struct {
 	logFormat   string
 	cpuProfile  string
 	perWrite    int
+	limits      uverbs.Limits
 }
 
 func newUpCmd() *cobra.Command {
@@ -63,6 +65,12 @@ func newUpCmd() *cobra.Command {
 serves verbs applications on the verbs socket and ctl on the control
 socket, until SIGINT or SIGTERM. Then every connection is closed in order,
 clients are told, the sockets are removed and the TUN device deleted.
+
+The verbs socket, <socket-dir>/<dev>.sock, has mode 0660: root and the
+members of --socket-group (default: root's group) can connect, no one else.
+Each client (one connection to the socket) gets at most the --max-client-*
+limits; a call past one fails with ENOMEM (verbs.ErrLimit in Go) and
+changes nothing, and 0 is no limit.
 
   siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000`,
 		Args: cobra.NoArgs,
@@ -92,7 +100,35 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
+	limitFlags(f, &o.limits)
 	return cmd
+}
+
+// limitFlags defines the --max-client-* flags of l, with the defaults of
+// uverbs.DefaultLimits.
+func limitFlags(f *pflag.FlagSet, l *uverbs.Limits) {
+	def := uverbs.DefaultLimits()
+	f.IntVar(&l.QPs, "max-client-qps", def.QPs, "most QPs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.CQs, "max-client-cqs", def.CQs, "most CQs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.MRs, "max-client-mrs", def.MRs, "most memory regions one verbs client may hold (0: no limit)")
+	f.IntVar(&l.PDs, "max-client-pds", def.PDs, "most PDs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.Listeners, "max-client-listeners", def.Listeners, "most listeners one verbs client may hold (0: no limit)")
+	sizeVar(f, &l.MRBytes, "max-client-mr-bytes", def.MRBytes, "most bytes one verbs client may have registered, all its regions together, e.g. 64G (0: no limit)")
+	f.IntVar(&l.WRs, "max-client-wrs", def.WRs, "most outstanding work requests of one verbs client: its QPs' send and receive queue depths together, each rounded up to a power of two (0: no limit)")
+	f.IntVar(&l.CQEs, "max-client-cqes", def.CQEs, "most completion queue entries of one verbs client, its CQs together, each rounded up to a power of two (0: no limit)")
+}
+
+// checkLimits refuses negative --max-client-* values.
+func checkLimits(l uverbs.Limits) error {
+	for _, v := range []struct {
+		flag string
+		n    int
+	}{{"qps", l.QPs}, {"cqs", l.CQs}, {"mrs", l.MRs}, {"pds", l.PDs}, {"listeners", l.Listeners}, {"wrs", l.WRs}, {"cqes", l.CQEs}} {
+		if v.n < 0 {
+			return fmt.Errorf("--max-client-%s %d: want 0 (no limit) or more", v.flag, v.n)
+		}
+	}
+	return nil
 }
 
 // peerTimeoutOption maps --peer-timeout (0: off) to netstack.Options.
@@ -278,6 +314,9 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	cfg.FPDUsPerWrite = o.perWrite
 	cfg.Logger = log
+	if err := checkLimits(o.limits); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
 		return needsRoot(fmt.Errorf("socket directory: %w", err))
 	}
@@ -323,6 +362,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("verbs socket: %w", err)
 	}
+	vsrv.SetLimits(o.limits)
 	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
 	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
 	if err != nil {
@@ -343,7 +383,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 
 	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
 		"mpa_rev", o.mpaRev, "crc", o.crc, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
-		"verbs_socket", verbsPath, "ctl_socket", ctlPath)
+		"verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -20,7 +20,7 @@ type sCQ struct {
 	mem      []byte
 	notifyFD int
 	prod     uint32
-	users    int // guarded by the session's mu (create/destroy QP)
+	users    int // QPs using it, guarded by the session's mu (session.hold, sQP.destroy)
 	dead     bool
 }
 
@@ -386,6 +386,7 @@ func (q *sQP) destroy() {
 		q.ss.mu.Lock()
 		q.scq.users--
 		q.rcq.users--
+		q.pd.users--
 		q.ss.mu.Unlock()
 		q.pd.qpGone()
 	})

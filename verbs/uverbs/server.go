@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -41,8 +42,12 @@ type Server struct {
 	sessions   map[*session]struct{}
 	owners     map[uint32]*session
 	nextHandle uint32
+	limits     Limits
 	closed     bool
-	wg         sync.WaitGroup
+	// sendTimeout is how long a message to a client may wait for room
+	// in its socket (session.send), in nanoseconds; tests shorten it.
+	sendTimeout atomic.Int64
+	wg          sync.WaitGroup
 
 	// rxSpin is rxIdle's watch in nanoseconds (rxSpinFor; tests change
 	// it).
@@ -71,7 +76,8 @@ func (s *Server) Counters() []offload.Counter {
 	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken}}
 }
 
-// NewServer returns a server of dev, which must be in-process (package rnic).
+// NewServer returns a server of dev, which must be in-process (package rnic),
+// with the DefaultLimits per client (SetLimits changes them).
 func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	eng := rnic.Engine(dev)
 	if eng == nil {
@@ -82,7 +88,8 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{dev: dev, eng: eng, log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
-		owners: make(map[uint32]*session), nextHandle: 1}
+		owners: make(map[uint32]*session), nextHandle: 1, limits: DefaultLimits()}
+	s.sendTimeout.Store(int64(clientSendTimeout))
 	s.rxSpin.Store(int64(rxSpinFor))
 	return s, nil
 }
@@ -121,6 +128,12 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 	}
 	return l, nil
 }
+
+// clientSendTimeout is how long a reply or an event may wait for room in
+// a client's socket before the client, which does not read it, is cut off.
+// Every client reads its socket all the time (libsiwtun and the Go client
+// have a reader thread), so only a stuck or hostile one waits this long.
+const clientSendTimeout = 10 * time.Second
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("uverbs: server closed")

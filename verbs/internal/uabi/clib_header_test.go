@@ -66,7 +66,8 @@ func renderCLibHeader(t *testing.T) []byte {
 		v int
 	}{{"OK", StOK}, {"ERROR", StError}, {"BAD_MESSAGE", StBadMessage}, {"UNKNOWN_OP", StUnknownOp},
 		{"BAD_HANDLE", StBadHandle}, {"FOREIGN", StForeign}, {"BUSY", StBusy}, {"QP_STATE", StQPState},
-		{"REJECTED", StRejected}, {"CANCELED", StCanceled}, {"REMOVED", StRemoved}, {"NOT_SUPPORTED", StNotSupported}} {
+		{"REJECTED", StRejected}, {"CANCELED", StCanceled}, {"REMOVED", StRemoved}, {"NOT_SUPPORTED", StNotSupported},
+		{"LIMIT", StLimit}} {
 		def("SW_ST_"+s.n, s.v)
 	}
 	for _, e := range []struct {

@@ -82,6 +82,7 @@ const (
 	StCanceled     = 9
 	StRemoved      = 10 // the device is going away
 	StNotSupported = 11
+	StLimit        = 12 // a per-client limit of the daemon was reached (siwtun up --max-client-*)
 )
 
 // ErrBadMessage is returned by the decoders for malformed messages.

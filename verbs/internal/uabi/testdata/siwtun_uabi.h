@@ -39,6 +39,7 @@
 #define SIWTUN_ST_CANCELED 9
 #define SIWTUN_ST_REMOVED 10
 #define SIWTUN_ST_NOT_SUPPORTED 11
+#define SIWTUN_ST_LIMIT 12
 
 /* Hello */
 #define SIWTUN_OP_HELLO 1
