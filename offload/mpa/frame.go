@@ -87,9 +87,14 @@ type Frame struct {
 	P2P      bool   // IRD word bit 15: peer-to-peer (RTR) mode
 	RTR      RTR    // Send = IRD bit 14, Write = ORD bit 15, Read = ORD bit 14
 
-	// PrivateData is the ULP private data after the IRD/ORD block. From
-	// ParseFrame it aliases the parsed buffer.
+	// PrivateData is the ULP private data after the IRD/ORD block (and
+	// before siwtun's extension block). From ParseFrame it aliases the
+	// parsed buffer.
 	PrivateData []byte
+
+	// Ext is what siwtun's extension block at the end of the private data
+	// announces (see Ext); 0: the frame has no block.
+	Ext Ext
 }
 
 // pdLen returns the PD_Length field f encodes to.
@@ -97,6 +102,9 @@ func (f *Frame) pdLen() int {
 	n := len(f.PrivateData)
 	if f.Enhanced {
 		n += irdOrdBlockLen
+	}
+	if f.Ext != 0 {
+		n += ExtBlockLen
 	}
 	return n
 }
@@ -159,7 +167,11 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, ird)
 		b = binary.BigEndian.AppendUint16(b, ord)
 	}
-	return append(b, f.PrivateData...), nil
+	b = append(b, f.PrivateData...)
+	if f.Ext != 0 {
+		b = appendExtBlock(b, f.Ext)
+	}
+	return b, nil
 }
 
 // checkHeader validates the fixed 20-octet header h and returns PD_Length.
@@ -181,7 +193,9 @@ func checkHeader(h []byte) (pdLen int, err error) {
 // The enhanced flag is honoured only at Rev ≥ 2; in a Rev 0/1 frame bit
 // 0x10 is a reserved bit and is ignored, so the whole private data is ULP
 // private data. A Rev 2 frame without the flag is a plain (non-enhanced)
-// frame, as Linux siw treats it. Errors are *Error with CodeInvalidFrame.
+// frame, as Linux siw treats it. siwtun's extension block at the end of
+// the private data, if there is one, goes to Ext and not to PrivateData.
+// Errors are *Error with CodeInvalidFrame.
 func ParseFrame(b []byte) (Frame, error) {
 	if len(b) < FrameHeaderLen {
 		return Frame{}, newError(CodeInvalidFrame, "short MPA frame: %d octets, the header alone is %d", len(b), FrameHeaderLen)
@@ -226,6 +240,7 @@ func ParseFrame(b []byte) (Frame, error) {
 		}
 		pd = pd[irdOrdBlockLen:]
 	}
+	pd, f.Ext = splitExtBlock(pd)
 	if len(pd) > 0 {
 		f.PrivateData = pd
 	}
@@ -233,7 +248,8 @@ func ParseFrame(b []byte) (Frame, error) {
 }
 
 // String returns a tcpdump-like one-line summary, for example
-// "mpa req rev 2 C M enhanced ird 1 ord 1 p2p rtr=write pd 12".
+// "mpa req rev 2 C M enhanced ird 1 ord 1 p2p rtr=write pd 12 ext imm"
+// (pd counts the ULP's private data; ext names the extension block's).
 func (f Frame) String() string {
 	var sb strings.Builder
 	if f.Reply {
@@ -266,6 +282,10 @@ func (f Frame) String() string {
 	}
 	sb.WriteString(" pd ")
 	sb.WriteString(strconv.Itoa(len(f.PrivateData)))
+	if f.Ext != 0 {
+		sb.WriteString(" ext ")
+		sb.WriteString(f.Ext.String())
+	}
 	return sb.String()
 }
 

@@ -107,6 +107,36 @@ func frameVectors(t testing.TB) []struct {
 			str:   "mpa req rev 2 enhanced ird 4 ord 4 pd 252",
 		},
 		{
+			name:  "req rev2 with siwtun extension block",
+			wire:  testkit.Hex(t, hexReq+"50 02 000f 0010 0010 616263 7369777475 6e 01 01"),
+			frame: Frame{Rev: 2, CRC: true, Enhanced: true, IRD: 16, ORD: 16, PrivateData: []byte("abc"), Ext: ExtImmediate},
+			str:   "mpa req rev 2 C enhanced ird 16 ord 16 pd 3 ext imm",
+		},
+		{
+			name:  "rep rev1 extension block only",
+			wire:  testkit.Hex(t, hexRep+"40 01 0008 73697774756e 01 01"),
+			frame: Frame{Reply: true, Rev: 1, CRC: true, Ext: ExtImmediate},
+			str:   "mpa rep rev 1 C pd 0 ext imm",
+		},
+		{
+			name:  "unknown extension bits kept",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 83"),
+			frame: Frame{Rev: 1, Ext: 0x83},
+			str:   "mpa req rev 1 pd 0 ext imm|0x82",
+		},
+		{
+			name:  "block with no extensions is ULP data",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 00"),
+			frame: Frame{Rev: 1, PrivateData: testkit.Hex(t, "73697774756e 01 00")},
+			str:   "mpa req rev 1 pd 8",
+		},
+		{
+			name:  "block of another version is ULP data",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 02 01"),
+			frame: Frame{Rev: 1, PrivateData: testkit.Hex(t, "73697774756e 02 01")},
+			str:   "mpa req rev 1 pd 8",
+		},
+		{
 			name:  "req rev1 pd 512",
 			wire:  append(testkit.Hex(t, hexReq+"40 01 0200"), pd512...),
 			frame: Frame{Rev: 1, CRC: true, PrivateData: pd512},
