@@ -53,6 +53,8 @@ func qpCounters() map[string]counterInfo {
 		"OutRdmaSends":         {layerRDMAP, "Send messages sent (all four kinds)."},
 		"OutRdmaSendOctets":    {layerRDMAP, "Send payload octets sent."},
 		"InRdmaSends":          {layerRDMAP, "Send messages received into posted receives."},
+		"OutRdmaImmediates":    {layerRDMAP, "Immediate Data messages (RFC 7306) sent: one per RDMA Write or Send with Immediate Data."},
+		"InRdmaImmediates":     {layerRDMAP, "Immediate Data messages (RFC 7306) received."},
 		"OutRdmaReads":         {layerRDMAP, "RDMA Read Requests sent."},
 		"rdmaReadsCompleted":   {layerRDMAP, "RDMA Reads whose response was fully placed."},
 		"InRdmaReads":          {layerRDMAP, "RDMA Read Requests accepted for an answer."},

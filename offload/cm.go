@@ -22,6 +22,9 @@ func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
 		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
 	}
+	if d.cfg.RDMAPExt {
+		c.Ext = mpa.ExtAll
+	}
 	if p.ResponderResources != 0 {
 		c.IRD = min(p.ResponderResources, ibv.MaxIRDORD)
 	}
@@ -275,7 +278,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	default:
 		qp.state = ibv.QPRTS
 	}
-	qp.rx.init(qp, p.CRC, p.MarkersRx, await, pl)
+	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})
 	qp.running.Add(2)
 	qp.mu.Unlock()

@@ -39,6 +39,12 @@ type Config struct {
 	// QP.sendMessage); 0 means as many as fit in 64 KiB, 1 is one FPDU per
 	// write. Either way each segment starts with an FPDU.
 	FPDUsPerWrite int
+	// RDMAPExt offers and accepts siwtun's RFC 7306 extensions (Immediate
+	// Data: RDMA Write and Send with Immediate Data) on every connection,
+	// announced in the MPA private data's extension block (mpa.Ext); a
+	// connection uses them only if the peer announced them too. Off, the
+	// MPA frames carry exactly the application's private data.
+	RDMAPExt bool
 	// MaxQP and MaxMR bound the device's objects.
 	MaxQP, MaxMR int
 	// FirstFPDUDelay is how long an initiator waits after the MPA Reply
@@ -60,11 +66,12 @@ type Config struct {
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
 
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
-// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, the first FPDU of
-// an initiator DefaultFirstFPDUDelay after the MPA Reply.
+// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, RFC 7306 extensions
+// offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
+// MPA Reply.
 func DefaultConfig(name string) Config {
 	return Config{
-		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
+		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16, RDMAPExt: true,
 		MaxFPDU: 16384, FPDUsPerWrite: 1, MaxQP: 4096, MaxMR: 65536,
 		FirstFPDUDelay: DefaultFirstFPDUDelay,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,

@@ -43,6 +43,7 @@ type sendWQE struct {
 	raddr     uint64
 	rkey      uint32
 	invRKey   uint32
+	imm       uint32
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -303,12 +304,15 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		if err := ibv.CheckPostSend(qp.num, i, wr); err != nil {
 			return i, err
 		}
+		if err := ibv.CheckPostPeer(qp.num, i, wr, qp.params.Ext); err != nil {
+			return i, err
+		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.sq))
 		}
 		w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
-		w.raddr, w.rkey, w.invRKey = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
+		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0
@@ -363,15 +367,7 @@ func (qp *QP) retireLocked() {
 		}
 		if w.status != ibv.WCSuccess || w.flags&ibv.FlagSignaled != 0 || qp.sigAll {
 			wc := &qp.wc
-			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
-			switch w.op {
-			case ibv.WRWrite:
-				wc.Opcode = ibv.WCWrite
-			case ibv.WRRead:
-				wc.Opcode = ibv.WCRead
-			default:
-				wc.Opcode = ibv.WCSend
-			}
+			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, Opcode: w.op.WC(), QPNum: qp.num, ByteLen: w.byteLen}
 			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
@@ -387,14 +383,29 @@ func (qp *QP) retireLocked() {
 // completeRecvLocked completes the receive at the head of the RQ with
 // status st (and, for a Send with Invalidate, the invalidated STag).
 func (qp *QP) completeRecvLocked(st ibv.WCStatus, byteLen uint32, inv uint32, solicited bool) {
-	wc := &qp.wc
-	*wc = ibv.WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: ibv.WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	wc := qp.recvWCLocked(st, byteLen)
 	if inv != 0 {
 		wc.Flags = ibv.WCWithInv
 		wc.InvalidatedRKey = inv
 	}
+	qp.pushRecvLocked(solicited)
+}
+
+// recvWCLocked starts the completion of the receive at the head of the RQ
+// in qp.wc (a WCRecv of byteLen octets with status st) for the caller to
+// finish and pushRecvLocked to deliver.
+func (qp *QP) recvWCLocked(st ibv.WCStatus, byteLen uint32) *ibv.WorkCompletion {
+	wc := &qp.wc
+	*wc = ibv.WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: ibv.WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	return wc
+}
+
+// pushRecvLocked retires the receive at the head of the RQ and delivers
+// its completion, qp.wc.
+func (qp *QP) pushRecvLocked(solicited bool) {
+	wc := &qp.wc
 	qp.rqHead++
-	if st == ibv.WCSuccess {
+	if wc.Status == ibv.WCSuccess {
 		qp.stats.RQCompleted.Add(1)
 	} else {
 		qp.stats.RQErrors.Add(1)

@@ -64,6 +64,11 @@ type QPStats struct {
 	SendBytesTx atomic.Uint64 `stat:"OutRdmaSendOctets"`
 	// SendsRx counts Send messages received into posted receives.
 	SendsRx atomic.Uint64 `stat:"InRdmaSends"`
+	// ImmediatesTx counts Immediate Data messages (RFC 7306) sent: one
+	// per RDMA Write or Send with Immediate Data.
+	ImmediatesTx atomic.Uint64 `stat:"OutRdmaImmediates"`
+	// ImmediatesRx counts Immediate Data messages received.
+	ImmediatesRx atomic.Uint64 `stat:"InRdmaImmediates"`
 	// ReadsTx counts RDMA Read Requests sent.
 	ReadsTx atomic.Uint64 `stat:"OutRdmaReads"`
 	// ReadsCompleted counts RDMA Reads whose response was fully placed.
