@@ -781,6 +781,15 @@ static struct sw_qp *qp_of(struct sw_cm_id *sid, struct rdma_conn_param *p)
 	return q;
 }
 
+/* Records the extensions of a Connect's or Accept's reply (Established). */
+static void store_ext(struct sw_qp *q, const struct sw_reply *r)
+{
+	struct sw_dec d = {r->body, r->blen, 0};
+	uint8_t ext = sw_dec_u8(&d);
+	if (!d.err)
+		atomic_store(&q->ext, ext);
+}
+
 static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 {
 	(void)c;
@@ -796,6 +805,7 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 	}
 	if (r->st == SW_ST_OK) {
 		if (sid->qp) {
+			store_ext(sid->qp, r);
 			atomic_store(&sid->qp->inited, 1);
 			atomic_store(&sid->qp->post_ok, 1);
 			sid->qp->qp.state = IBV_QPS_RTS;
@@ -883,6 +893,8 @@ SW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		sw_close_fds(&r);
 		err = sw_status_errno(&r);
 	}
+	if (!err)
+		store_ext(q, &r);
 	sid->has_req = 0; /* answered, either way */
 	if (err) {
 		pthread_mutex_lock(&cm_mu);

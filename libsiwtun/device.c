@@ -361,6 +361,9 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 	/* The listener's accept private data, in the connecting side's
 	 * ESTABLISHED (protocol version 2). */
 	const uint8_t *pdata = sw_dec_bytes(&d, &pdlen);
+	/* The extensions the connection negotiated (version 3): the event
+	 * may come before the Connect's reply, and posts check them. */
+	uint8_t ext = sw_dec_u8(&d);
 	if (d.err)
 		return;
 	pthread_mutex_lock(&ctx->mu);
@@ -370,6 +373,7 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 	if (qp) {
 		switch (type) {
 		case SW_QPEV_ESTABLISHED:
+			atomic_store(&qp->ext, ext);
 			atomic_store(&qp->inited, 1);
 			atomic_store(&qp->post_ok, 1);
 			qp->qp.state = IBV_QPS_RTS;

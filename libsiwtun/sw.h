@@ -233,6 +233,7 @@ struct sw_qp {
 	int sig_all;
 	atomic_int post_ok; /* connected (or ERR): sends may be posted */
 	atomic_int inited;  /* INIT or later: receives may be posted */
+	atomic_int ext;     /* the RDMAP extensions negotiated (SW_EXT_*) */
 	pthread_spinlock_t slock, rlock;
 	uint32_t sq_prod, rq_prod;
 	struct sw_shadow *sent;

@@ -2,6 +2,7 @@
  * channels, CQ, QP, post and poll (verbs/remote.go and remote_rings.go are
  * the Go client of the same protocol). */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -361,6 +362,20 @@ int sw_ctx_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return 0;
 }
 
+/* The completion opcode of a send request with opcode op. */
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	default:
+		return IBV_WC_SEND;
+	}
+}
+
 /* Retires the shadow entries a completion accounts for. */
 static void retire(struct sw_context *ctx, const struct ibv_wc *wc)
 {
@@ -400,9 +415,7 @@ static int flush(struct sw_context *ctx, struct sw_cq *cq, int n, struct ibv_wc 
 				memset(&wc[k], 0, sizeof(wc[k]));
 				wc[k].wr_id = s->id;
 				wc[k].status = IBV_WC_WR_FLUSH_ERR;
-				wc[k].opcode = s->op == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
-					       : s->op == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
-									   : IBV_WC_SEND;
+				wc[k].opcode = wc_opcode(s->op);
 				wc[k].qp_num = q->qp.qp_num;
 			}
 			pthread_spin_unlock(&q->slock);
@@ -442,7 +455,10 @@ int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		w->byte_len = get32(e + SW_CQE_BYTE_LEN);
 		w->qp_num = get32(e + SW_CQE_QP_NUM);
 		w->wc_flags = get32(e + SW_CQE_FLAGS);
-		w->invalidated_rkey = get32(e + SW_CQE_INV_RKEY);
+		if (w->wc_flags & IBV_WC_WITH_IMM)
+			w->imm_data = htobe32(get32(e + SW_CQE_IMM_DATA)); /* network order, as libibverbs has it */
+		else
+			w->invalidated_rkey = get32(e + SW_CQE_INV_RKEY);
 		st32(e, 0);
 		cq->cons++;
 		k++;
@@ -781,6 +797,15 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		switch (wr->opcode) {
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_SEND_WITH_IMM:
+			/* RFC 7306 Immediate Data: only toward a peer that
+			 * negotiated it; never on the wire toward any other. */
+			if (!(atomic_load(&q->ext) & SW_EXT_IMMEDIATE)) {
+				err = EOPNOTSUPP;
+				break;
+			}
+			/* fallthrough */
 		case IBV_WR_RDMA_WRITE:
 		case IBV_WR_SEND:
 		case IBV_WR_SEND_WITH_INV:
@@ -795,7 +820,8 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			err = EINVAL;
 		}
 		if (err || wr->num_sge < 0) {
-			err = EINVAL;
+			if (!err)
+				err = EINVAL;
 			break;
 		}
 		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
@@ -829,6 +855,8 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		put64(e + SW_SQE_ID, wr->wr_id);
 		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
 		put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+		int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
+		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
 		st32(e, SW_OWNER_VALID);
 		q->sq_prod++;
 		q->sent[q->s_tail % q->nsent] = (struct sw_shadow){wr->wr_id, wr->opcode};

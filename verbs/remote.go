@@ -126,6 +126,9 @@ func (d *remoteDevice) reader() {
 				qp := d.qps[ev.QP]
 				d.mu.Unlock()
 				if qp != nil {
+					if ev.Type == uint32(EventEstablished) {
+						qp.ext.Store(uint32(ev.Ext))
+					}
 					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
 					if len(ev.PrivateData) > 0 {
 						e.PrivateData = ev.PrivateData
@@ -567,9 +570,12 @@ func (r *remoteConnReq) Accept(qp ProviderQP, p ConnParam) error {
 	if !ok || q.dev != r.dev {
 		return fmt.Errorf("accept: QP %d is not on this device", qp.Num())
 	}
-	_, err := r.dev.call(context.Background(), uabi.OpAccept, &uabi.Accept{Request: r.h, QP: q.h, Param: uabi.ConnParamOf(p)}, nil)
+	var est uabi.Established
+	_, err := r.dev.call(context.Background(), uabi.OpAccept, &uabi.Accept{Request: r.h, QP: q.h, Param: uabi.ConnParamOf(p)}, &est)
 	if err == nil {
+		q.ext.Store(uint32(est.Ext))
 		q.postOK.Store(true)
+		q.inited.Store(true) // connected: receives may be posted, as after Connect
 	}
 	return err
 }

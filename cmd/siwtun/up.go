@@ -40,6 +40,7 @@ type upOptions struct {
 	mtu         int
 	mpaRev      uint8
 	crc         bool
+	rdmapExt    bool
 	markers     string
 	p2p         string
 	ird, ord    uint16
@@ -85,6 +86,7 @@ changes nothing, and 0 is no limit.
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
+	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
 	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
 		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
@@ -307,6 +309,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	cfg := offload.DefaultConfig(o.dev)
 	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
+	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
 	if o.perWrite < 0 {
@@ -382,7 +385,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	defer stopVerbs()
 
 	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
-		"mpa_rev", o.mpaRev, "crc", o.crc, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
+		"mpa_rev", o.mpaRev, "crc", o.crc, "rdmap_ext", o.rdmapExt, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
 		"verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
 
 	sig := make(chan os.Signal, 1)

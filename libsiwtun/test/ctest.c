@@ -14,7 +14,10 @@
  * same buffer twice, an IOVA other than the address), each written by the
  * peer's RDMA WRITE and read back by RDMA READ with guard bytes around it
  * checked, Send/Receive, completion channels with poll(2) (solicited-only
- * included), ibv_query_qp, and the flush of posted receives on disconnect
+ * included), RDMA Write and Send with Immediate Data (RFC 7306: imm_data,
+ * IBV_WC_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM; with --no-imm, against a
+ * daemon with --rdmap-ext off, the post's EOPNOTSUPP instead),
+ * ibv_query_qp, and the flush of posted receives on disconnect
  * (with --terminate: on the Terminate a Write to a bad rkey draws, after
  * IBV_EVENT_QP_FATAL on both sides). Prints "ok NAME" per check; exits 1
  * at the first failure. */
@@ -240,6 +243,79 @@ static void poll_one(struct ibv_cq *cq, enum ibv_wc_opcode op, enum ibv_wc_statu
 
 static uint8_t static_buf[GUARD + 1000 + GUARD];
 
+/* check_imm: RDMA Write with Immediate Data from A into B's region m, each
+ * consuming one of B's receives and completing it as
+ * IBV_WC_RECV_RDMA_WITH_IMM with the immediate value (in network order, as
+ * posted) and the Write's length, the data in place by then; a zero-length
+ * one; and Send with Immediate Data, completing as IBV_WC_RECV with
+ * IBV_WC_WITH_IMM and the data in the receive's buffer. */
+static void check_imm(struct ibv_qp *qpa, struct ibv_qp *qpb, struct ibv_cq *cqa, struct ibv_cq *cqb, uint8_t *src,
+		      struct ibv_mr *srcmr, struct mcase *m)
+{
+	struct ibv_sge rs = {(uintptr_t)m->p, (uint32_t)m->len, m->mr->lkey};
+	struct ibv_recv_wr rw = {.sg_list = &rs, .num_sge = 1}, *rbad;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	for (int i = 0; i < 40; i++) {
+		uint32_t len = i % 5 == 0 ? 0 : (uint32_t)((i * 997) % (int)m->len) + 1;
+		for (uint32_t k = 0; k < len; k++)
+			src[k] = (uint8_t)(k * 13 + (uint32_t)i);
+		rw.wr_id = 600 + (uint64_t)i;
+		CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for write with imm %d", i);
+		struct ibv_sge sge = {(uintptr_t)src, len, srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 700 + (uint64_t)i, .sg_list = &sge, .num_sge = len ? 1 : 0,
+					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+					 .imm_data = htonl(0xc0de0000u + (uint32_t)i), .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}};
+		if (i % 3 == 1)
+			wr.send_flags |= IBV_SEND_SOLICITED;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write with imm %d", i);
+		poll_one(cqb, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS, rw.wr_id, &wc);
+		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0xc0de0000u + (uint32_t)i) && wc.byte_len == len &&
+			      wc.qp_num == qpb->qp_num,
+		      "write with imm %d: flags 0x%x imm 0x%x len %u", i, wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
+		CHECK(!memcmp(m->p, src, len), "write with imm %d: data not placed before its completion", i);
+		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+	}
+	check_guards(m);
+	OK("write-with-imm");
+
+	static const char note[] = "send with immediate data";
+	memset(m->p, 0, sizeof(note));
+	rw.wr_id = 650;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for send with imm");
+	struct ibv_sge ns = {(uintptr_t)note, sizeof(note), 0};
+	struct ibv_send_wr sw = {.wr_id = 750, .sg_list = &ns, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE, .imm_data = htonl(0x5157u)};
+	CHECK(ibv_post_send(qpa, &sw, &bad) == 0, "post send with imm");
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 650, &wc);
+	CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0x5157u) && wc.byte_len == sizeof(note) &&
+		      !memcmp(m->p, note, sizeof(note)),
+	      "send with imm: flags 0x%x imm 0x%x len %u", wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
+	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 750, NULL);
+	check_guards(m);
+	OK("send-with-imm");
+}
+
+/* check_no_imm: toward a peer without RFC 7306 (--rdmap-ext off) both
+ * requests with immediate data fail at post time with EOPNOTSUPP, bad_wr
+ * naming them, and nothing completes. */
+static void check_no_imm(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_mr *srcmr, struct mcase *m)
+{
+	const enum ibv_wr_opcode ops[2] = {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM};
+	for (int k = 0; k < 2; k++) {
+		struct ibv_sge sge = {srcmr->addr ? (uintptr_t)srcmr->addr : 0, 8, srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 800 + (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = ops[k],
+					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(1),
+					 .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}}, *bad = NULL;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without RFC 7306",
+		      ops[k]);
+	}
+	struct ibv_wc wc;
+	usleep(100000);
+	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused request completed");
+	OK("imm-refused");
+}
+
 /* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
  * completion channel and a listening rdma_cm id on DEV, prints "ready" and
  * waits for its daemon to stop: the async event IBV_EVENT_DEVICE_FATAL,
@@ -290,13 +366,16 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 3 && !strcmp(argv[1], "--removal"))
 		return removal(argv[2]);
-	int terminate = 0;
-	if (argc > 1 && !strcmp(argv[1], "--terminate")) {
-		terminate = 1;
-		argc--;
-		argv++;
+	int terminate = 0, noimm = 0;
+	for (; argc > 1 && !strncmp(argv[1], "--", 2); argc--, argv++) {
+		if (!strcmp(argv[1], "--terminate"))
+			terminate = 1;
+		else if (!strcmp(argv[1], "--no-imm"))
+			noimm = 1;
+		else
+			break;
 	}
-	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] DEV_A DEV_B [PORT] | --removal DEV");
+	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] [--no-imm] DEV_A DEV_B [PORT] | --removal DEV");
 	int port = argc > 3 ? atoi(argv[3]) : 17999;
 	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
 	check_queries(ca);
@@ -653,6 +732,11 @@ int main(int argc, char **argv)
 	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 9, NULL);
 	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
 	OK("solicited");
+
+	if (noimm)
+		check_no_imm(qpa, cqa, srcmr, &cases[0]);
+	else
+		check_imm(qpa, qpb, cqa, cqb, src, srcmr, &cases[0]);
 
 	/* Bad work requests fail at post with EINVAL, as a provider's do. */
 	struct ibv_send_wr badop = sw;

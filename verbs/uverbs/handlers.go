@@ -54,7 +54,7 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	case uabi.OpQueryQP:
 		out, err = ss.queryQP(ref())
 	case uabi.OpConnect:
-		err = ss.connect(ctx, req.(*uabi.Connect))
+		out, err = ss.connect(ctx, req.(*uabi.Connect))
 	case uabi.OpDisconnect:
 		err = ss.disconnect(ref())
 	case uabi.OpListen:
@@ -64,7 +64,7 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	case uabi.OpGetRequest:
 		out, err = ss.getRequest(ctx, ref())
 	case uabi.OpAccept:
-		err = ss.accept(req.(*uabi.Accept))
+		out, err = ss.accept(req.(*uabi.Accept))
 	case uabi.OpReject:
 		err = ss.reject(req.(*uabi.Reject))
 	}
@@ -396,15 +396,23 @@ func (ss *session) queryQP(h uint32) (uabi.Msg, error) {
 	return &rep, nil
 }
 
-func (ss *session) connect(ctx context.Context, req *uabi.Connect) error {
+func (ss *session) connect(ctx context.Context, req *uabi.Connect) (uabi.Msg, error) {
 	q, err := get[*sQP](ss, req.Handle, "QP")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !req.Remote.IsValid() {
-		return fail(uabi.StError, "connect: invalid address")
+		return nil, fail(uabi.StError, "connect: invalid address")
 	}
-	return q.qp.Connect(ctx, req.Remote, req.Param.Param())
+	if err := q.qp.Connect(ctx, req.Remote, req.Param.Param()); err != nil {
+		return nil, err
+	}
+	return established(q), nil
+}
+
+// established is the reply of a Connect or Accept that connected q.
+func established(q *sQP) *uabi.Established {
+	return &uabi.Established{Ext: uint8(q.qp.Info().Params.Ext)}
 }
 
 func (ss *session) disconnect(h uint32) error {
@@ -460,19 +468,22 @@ func (ss *session) getRequest(ctx context.Context, h uint32) (uabi.Msg, error) {
 	return &uabi.ConnRequest{Handle: rh, Remote: r.Remote, PrivateData: r.PrivateData, IRD: r.IRD, ORD: r.ORD}, nil
 }
 
-func (ss *session) accept(req *uabi.Accept) error {
+func (ss *session) accept(req *uabi.Accept) (uabi.Msg, error) {
 	if _, err := get[*sReq](ss, req.Request, "connection request"); err != nil {
-		return err
+		return nil, err
 	}
 	q, err := get[*sQP](ss, req.QP, "QP")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r, err := take[*sReq](ss, req.Request, "connection request")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return r.r.Accept(q.qp, req.Param.Param())
+	if err := r.r.Accept(q.qp, req.Param.Param()); err != nil {
+		return nil, err
+	}
+	return established(q), nil
 }
 
 func (ss *session) reject(req *uabi.Reject) error {

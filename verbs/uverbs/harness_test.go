@@ -36,11 +36,14 @@ type rig struct {
 	serveCh chan error
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB) *rig { return newRigWith(t, nil) }
+
+// newRigWith is newRig with the peer RNIC's engine configured by peerMod.
+func newRigWith(t testing.TB, peerMod func(*offload.Config)) *rig {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	r := &rig{t: t, serveCh: make(chan error, 1)}
-	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", nil)
+	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", peerMod)
 	r.daemon, r.local = daemon.Engine, daemon.Device
 	r.peerEng, r.peer = peer.Engine, peer.Device
 	var log *slog.Logger

@@ -307,12 +307,7 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 		wc := ibv.WorkCompletion{Status: ibv.WCLocQPOpErr, Opcode: ibv.WCSend, QPNum: q.qp.Num(), VendorErr: 1}
 		if err != nil {
 			wc.ID = q.sbatch[posted].ID
-			switch q.sbatch[posted].Opcode {
-			case ibv.WRWrite:
-				wc.Opcode = ibv.WCWrite
-			case ibv.WRRead:
-				wc.Opcode = ibv.WCRead
-			}
+			wc.Opcode = q.sbatch[posted].Opcode.WC()
 		} else {
 			var wr ibv.SendWR
 			uabi.DecodeSQE(q.sq.Entry(q.sqCons), &wr, &q.sbufs[0]) // the id, if readable
@@ -365,6 +360,9 @@ func (q *sQP) events() {
 			return
 		case e := <-q.qp.Events():
 			ev := &uabi.QPEvent{QP: q.h, Type: uint32(e.Type), Code: uint16(e.Code), PrivateData: e.PrivateData}
+			if e.Type == ibv.EventEstablished {
+				ev.Ext = uint8(q.qp.Info().Params.Ext)
+			}
 			if e.Err != nil {
 				ev.Err = e.Err.Error()
 			}
