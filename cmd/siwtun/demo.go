@@ -176,6 +176,12 @@ func describe(p []byte, markers bool) []string {
 				line += fmt.Sprintf(" [%v]", rr)
 			}
 		}
+		if op.Extended() && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.ImmediateDataLen {
+			var m rdmap.Immediate
+			if m.Unmarshal(p[2+ddp.UntaggedHeaderLen:]) == nil {
+				line += fmt.Sprintf(" [%v]", m)
+			}
+		}
 		out = append(out, line)
 		p = p[total:]
 	}

@@ -69,9 +69,10 @@ func appendExtBlock(b []byte, e Ext) []byte {
 	return append(b, extVersion, byte(e))
 }
 
-// splitExtBlock returns the ULP private data of pd and the extensions of
-// the block at its end, if it has one.
-func splitExtBlock(pd []byte) ([]byte, Ext) {
+// SplitExtBlock returns the ULP private data of pd (a frame's private data
+// after any IRD/ORD block) and the extensions of the extension block at
+// its end, or pd and 0 when it has none.
+func SplitExtBlock(pd []byte) ([]byte, Ext) {
 	n := len(pd) - ExtBlockLen
 	if n < 0 {
 		return pd, 0

@@ -240,7 +240,7 @@ func ParseFrame(b []byte) (Frame, error) {
 		}
 		pd = pd[irdOrdBlockLen:]
 	}
-	pd, f.Ext = splitExtBlock(pd)
+	pd, f.Ext = SplitExtBlock(pd)
 	if len(pd) > 0 {
 		f.PrivateData = pd
 	}
