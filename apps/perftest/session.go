@@ -58,7 +58,8 @@ type session struct {
 	credit   *region // send tests: receive credits
 	buffSize int
 	my, rem  []Dest
-	qpErr    error // a test connection ended (checkQPs)
+	remData  []Dest // write --imm bandwidth: the peer's data buffers (rem has its credit slots)
+	qpErr    error  // a test connection ended (checkQPs)
 	qpEvent  verbs.Event
 }
 
@@ -211,7 +212,7 @@ func (s *session) run(addr netip.AddrPort) error {
 	switch {
 	case c.Latency:
 		err = s.runLatency()
-	case c.Verb == Send:
+	case c.recvs():
 		err = s.runSendBW()
 	default:
 		err = s.runRDMABW()
@@ -327,13 +328,13 @@ func (s *session) createTestResources() error {
 	if s.mem, err = newRegion(s.dev, s.pd, 2*c.QPs*s.buffSize); err != nil {
 		return fmt.Errorf("test buffer: %w", err)
 	}
-	if c.Verb == Send && !c.Latency {
+	if c.recvs() && !c.Latency {
 		if s.credit, err = newRegion(s.dev, s.pd, 2*c.QPs*creditLen); err != nil {
 			return fmt.Errorf("credit buffer: %w", err)
 		}
 	}
 	rx := 1
-	if c.Verb == Send {
+	if c.recvs() {
 		rx = c.RxDepth
 	}
 	depth := c.QPs*(c.TxDepth+2+rx) + 16
