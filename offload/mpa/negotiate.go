@@ -10,6 +10,10 @@ type Config struct {
 	P2P         RTR
 	IRD, ORD    uint16 // local inbound / outbound RDMA Read depth
 	PrivateData []byte // ULP private data to send
+	// Ready makes a responder say in its accepting Replies that it reads
+	// FPDUs arriving right after the Reply (Frame.Ready). Only an engine
+	// whose receive path owns the stream before the Reply leaves may set it.
+	Ready bool
 }
 
 // Params is the outcome of the MPA exchange for one connection.
@@ -32,6 +36,10 @@ type Params struct {
 	// PeerPrivateData is the ULP private data of the peer's frame (after
 	// its IRD/ORD block); it aliases that frame's buffer.
 	PeerPrivateData []byte
+
+	// PeerReady (initiator only) is the Reply's Frame.Ready: the responder
+	// reads FPDUs that follow its Reply at once.
+	PeerReady bool
 }
 
 // check validates c for use in a frame with enhanced set or not.
@@ -129,6 +137,7 @@ const MaxRev = 2
 //     offered ∩ c.P2P, preferring Write > Read > Send (Read only if our
 //     IRD ≥ 1, since the Read RTR uses one IRD slot); nothing common is
 //     refused with CodeNoMatchingRTR. A Request without P2P gets no P2P.
+//   - Ready: the Reply carries Frame.Ready when c.Ready is set.
 //
 // On refusal err is an *Error and reply is a reject Reply (R=1, no ULP
 // private data) the engine may send before closing. A Request with M=1
@@ -177,6 +186,7 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 		CRC:         p.CRC,
 		Enhanced:    enhanced,
 		Rev:         rev,
+		Ready:       c.Ready,
 		PrivateData: c.PrivateData,
 	}
 	if enhanced {
@@ -244,6 +254,7 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 		IRD:             c.IRD,
 		ORD:             c.ORD,
 		PeerPrivateData: rep.PrivateData,
+		PeerReady:       rep.Ready,
 	}
 	if enhanced {
 		p.PeerIRD, p.PeerORD = rep.IRD, rep.ORD
