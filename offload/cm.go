@@ -18,9 +18,12 @@ import (
 
 // mpaConfig merges the device defaults with one connection's parameters.
 func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
+	// Ready: a responder's QP owns the connection before its Reply
+	// leaves (Accept writes the Reply, then starts the QP; FPDUs arriving
+	// in between wait in TCP's receive queue for the receive loop).
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
-		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
+		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
 	}
 	if p.ResponderResources != 0 {
 		c.IRD = min(p.ResponderResources, ibv.MaxIRDORD)
@@ -124,9 +127,10 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 		}
 		return fail(err)
 	}
-	if d.cfg.FirstFPDUDelay > 0 {
+	if d.cfg.FirstFPDUDelay > 0 && !params.PeerReady {
 		// Give the peer time to hand its socket to its receive path
 		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		qp.stats.FirstFPDUDelays.Add(1)
 		t := time.NewTimer(d.cfg.FirstFPDUDelay)
 		select {
 		case <-t.C:

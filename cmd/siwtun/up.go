@@ -82,7 +82,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
-	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR (Linux siw leaves one that arrives right after its Reply unread); 0 sends at once")
+	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
 	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the verbs and control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun; one per network namespace)")
