@@ -258,16 +258,23 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
+	db, err := uabi.NewDoorbell(dbfd)
+	if err != nil {
+		uabi.Close(cfd)
+		uabi.Close(memfd)
+		uabi.Unmap(mem)
+		return nil, nil, err
+	}
 	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll})
 	if err != nil {
-		uabi.Close(dbfd)
+		db.Close()
 		uabi.Close(cfd)
 		uabi.Close(memfd)
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
-		doorbell: dbfd, stop: make(chan struct{}), epoch: time.Now()}
+		doorbell: db, stop: make(chan struct{}), epoch: time.Now()}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon.
