@@ -248,7 +248,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.buf = make([]byte, 0, max(emss, maxBatch))
+	qp.tx.bufs = &qp.dev.writeBufs
 	var await mpa.RTR
 	established := true
 	switch {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -25,8 +26,12 @@ const rtrSTag = 1
 // txState is owned by the TX goroutine.
 type txState struct {
 	mpa  mpa.Sender
-	emss int    // FPDU size limit: the connection's effective MSS, capped
-	buf  []byte // one FPDU
+	emss int // FPDU size limit: the connection's effective MSS, capped
+	// ctl holds a control FPDU (Read Request, Terminate, zero-length
+	// Send: 80 octets at most, with Markers 88); bufs lends the buffer of
+	// a short write (the device's writeBufs).
+	ctl  [128]byte
+	bufs *sync.Pool
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
 	src  [ibv.MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
@@ -417,7 +422,7 @@ func (qp *QP) sendUntaggedControl(op rdmap.Opcode, qn, msn uint32, body []byte) 
 	t := &qp.tx
 	h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(op), QN: qn, MSN: msn}
 	n := h.Marshal(t.hdr[:])
-	t.mpa.Begin(t.buf[:0], n+len(body))
+	t.mpa.Begin(t.ctl[:0], n+len(body))
 	t.mpa.Write(t.hdr[:n])
 	t.mpa.Write(body)
 	return qp.writeFPDU(t.mpa.Finish())
@@ -482,21 +487,22 @@ func (qp *QP) sendTerminate(t *rdmap.Terminate) error {
 // gVisor reads them straight into its send buffer, and each FPDU is built
 // there in place (header, payload from the registered memory, markers, pad,
 // CRC), so transmit copies the payload once. If gVisor offers a smaller
-// slice than the write (a short write), the FPDUs are built in the QP's own
-// buffer and copied from there.
+// slice than the write (a short write), the FPDUs are built in a buffer
+// lent by the device and copied from there.
 type fpduPayload struct {
 	t      *txState
 	h      *ddp.Header
 	hl     int
 	base   uint64 // TO of the message's first byte (tagged)
 	msgLen uint64
-	full   uint64 // payload bytes of a full FPDU (without Markers; see payloadAt)
-	off    uint64 // message offset of the next FPDU to build
-	si, so int    // source chunk and offset of that FPDU's payload
-	count  int    // FPDUs in this write
-	total  int    // wire bytes of this write
-	done   int    // bytes handed to gVisor
-	built  []byte // the fallback copy, if used
+	full   uint64  // payload bytes of a full FPDU (without Markers; see payloadAt)
+	off    uint64  // message offset of the next FPDU to build
+	si, so int     // source chunk and offset of that FPDU's payload
+	count  int     // FPDUs in this write
+	total  int     // wire bytes of this write
+	done   int     // bytes handed to gVisor
+	built  []byte  // the fallback copy, if used
+	buf    *[]byte // its buffer, from t.bufs until the copy is handed over
 }
 
 // payloadAt returns the payload bytes of a full FPDU starting at stream
@@ -545,12 +551,15 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 		return f.total, nil
 	}
 	if f.built == nil {
-		f.built = f.build(f.t.buf[:0])
+		f.buf = f.t.bufs.Get().(*[]byte)
+		f.built = f.build((*f.buf)[:0])
 	}
 	n := copy(p, f.built[f.done:])
 	f.done += n
 	if f.done == f.total {
 		f.built = nil
+		f.t.bufs.Put(f.buf)
+		f.buf = nil
 	}
 	return n, nil
 }
