@@ -92,8 +92,8 @@ type sQP struct {
 	done     sync.WaitGroup
 	once     sync.Once
 
-	sqCons uint32 // guarded by sqMu, as are sbatch and sbufs
-	rqCons uint32 // guarded by rqMu, as are rbatch and rsgl
+	sqCons uint32 // guarded by sqMu
+	rqCons uint32 // guarded by rqMu
 	// rxSkip and rxMisses pace rxIdle's spinning; only the engine's
 	// receive goroutine uses them.
 	rxSkip, rxMisses int
@@ -104,11 +104,18 @@ type sQP struct {
 	epoch   time.Time
 	lastRx  atomic.Int64
 	rxRearm atomic.Bool
+}
 
-	sbatch [16]ibv.SendWR
-	sbufs  [16]uabi.SQEBuf
-	rbatch [16]ibv.RecvWR
-	rsgl   [16][ibv.MaxSGE]ibv.SGE
+// sqBatch is what drainSQ decodes one batch of SQ entries into, rqBatch
+// the same for drainRQ (9 KB together, lent by the server's pools).
+type sqBatch struct {
+	wr  [16]ibv.SendWR
+	buf [16]uabi.SQEBuf
+}
+
+type rqBatch struct {
+	wr  [16]ibv.RecvWR
+	sgl [16][ibv.MaxSGE]ibv.SGE
 }
 
 // spinFor is how long the ring goroutine keeps polling the rings after the
@@ -286,14 +293,19 @@ func (q *sQP) drain() (progress, blocked bool) {
 }
 
 func (q *sQP) drainSQ() (progress, blocked bool) {
+	if _, ok := q.sq.Ready(q.sqCons); !ok {
+		return false, false
+	}
+	b := q.ss.srv.sqScratch.Get().(*sqBatch)
+	defer q.ss.srv.sqScratch.Put(b)
 	n := 0
 	bad := false
-	for n < len(q.sbatch) {
+	for n < len(b.wr) {
 		pos := q.sqCons + uint32(n)
 		if _, ok := q.sq.Ready(pos); !ok {
 			break
 		}
-		if err := uabi.DecodeSQE(q.sq.Entry(pos), &q.sbatch[n], &q.sbufs[n]); err != nil {
+		if err := uabi.DecodeSQE(q.sq.Entry(pos), &b.wr[n], &b.buf[n]); err != nil {
 			bad = true
 			break
 		}
@@ -302,7 +314,7 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 	posted := 0
 	var err error
 	if n > 0 {
-		posted, err = q.qp.PostSend(q.sbatch[:n])
+		posted, err = q.qp.PostSend(b.wr[:n])
 		for i := 0; i < posted; i++ {
 			q.sq.Release(q.sqCons)
 			q.sqCons++
@@ -316,8 +328,8 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 		// with an error, in place of the call error a local post returns.
 		wc := ibv.WorkCompletion{Status: ibv.WCLocQPOpErr, Opcode: ibv.WCSend, QPNum: q.qp.Num(), VendorErr: 1}
 		if err != nil {
-			wc.ID = q.sbatch[posted].ID
-			switch q.sbatch[posted].Opcode {
+			wc.ID = b.wr[posted].ID
+			switch b.wr[posted].Opcode {
 			case ibv.WRWrite:
 				wc.Opcode = ibv.WCWrite
 			case ibv.WRRead:
@@ -325,7 +337,7 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 			}
 		} else {
 			var wr ibv.SendWR
-			uabi.DecodeSQE(q.sq.Entry(q.sqCons), &wr, &q.sbufs[0]) // the id, if readable
+			uabi.DecodeSQE(q.sq.Entry(q.sqCons), &wr, &b.buf[0]) // the id, if readable
 			wc.ID = wr.ID
 		}
 		q.scq.Push(&wc, false)
@@ -337,27 +349,29 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 }
 
 func (q *sQP) drainRQ() (progress, blocked bool) {
+	if _, ok := q.rq.Ready(q.rqCons); !ok {
+		return false, false
+	}
+	b := q.ss.srv.rqScratch.Get().(*rqBatch)
+	defer q.ss.srv.rqScratch.Put(b)
 	n := 0
-	for n < len(q.rbatch) {
+	for n < len(b.wr) {
 		pos := q.rqCons + uint32(n)
 		if _, ok := q.rq.Ready(pos); !ok {
 			break
 		}
-		if err := uabi.DecodeRQE(q.rq.Entry(pos), &q.rbatch[n], &q.rsgl[n]); err != nil {
-			q.rbatch[n] = ibv.RecvWR{ID: q.rbatch[n].ID}
+		if err := uabi.DecodeRQE(q.rq.Entry(pos), &b.wr[n], &b.sgl[n]); err != nil {
+			b.wr[n] = ibv.RecvWR{ID: b.wr[n].ID}
 		}
 		n++
 	}
-	if n == 0 {
-		return false, false
-	}
-	posted, err := q.qp.PostRecv(q.rbatch[:n])
+	posted, err := q.qp.PostRecv(b.wr[:n])
 	for i := 0; i < posted; i++ {
 		q.rq.Release(q.rqCons)
 		q.rqCons++
 	}
 	if err != nil && !errors.Is(err, ibv.ErrQueueFull) {
-		wc := ibv.WorkCompletion{ID: q.rbatch[posted].ID, Status: ibv.WCLocQPOpErr, Opcode: ibv.WCRecv, QPNum: q.qp.Num(), VendorErr: 1}
+		wc := ibv.WorkCompletion{ID: b.wr[posted].ID, Status: ibv.WCLocQPOpErr, Opcode: ibv.WCRecv, QPNum: q.qp.Num(), VendorErr: 1}
 		q.rcq.Push(&wc, false)
 		q.rq.Release(q.rqCons)
 		q.rqCons++

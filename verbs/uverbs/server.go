@@ -48,6 +48,11 @@ type Server struct {
 	// it).
 	rxSpin             atomic.Int64
 	rxWatches, rxTaken atomic.Uint64
+
+	// sqScratch and rqScratch lend the buffers a QP decodes a batch of
+	// ring entries into (*sqBatch, *rqBatch) while it drains its rings:
+	// an idle QP holds none.
+	sqScratch, rqScratch sync.Pool
 }
 
 // Stats are a server's counters.
@@ -84,6 +89,8 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
 		owners: make(map[uint32]*session), nextHandle: 1}
 	s.rxSpin.Store(int64(rxSpinFor))
+	s.sqScratch.New = func() any { return new(sqBatch) }
+	s.rqScratch.New = func() any { return new(rqBatch) }
 	return s, nil
 }
 
