@@ -267,19 +267,26 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	}
 	qp.rx.init(qp, p.CRC, p.MarkersRx, await, pl)
 	qp.done = make(chan struct{})
-	qp.running.Add(2)
+	qp.live.Store(2)
 	qp.mu.Unlock()
 	if established {
 		qp.emit(ibv.Event{Type: ibv.EventEstablished, PrivateData: replyPD})
 	}
 	go qp.rxLoop()
 	go qp.txLoop()
-	go qp.supervise()
 }
 
-// supervise waits for both engine goroutines, then closes the connection.
+// loopDone is the last thing the RX and the TX goroutine do: the second
+// to end finishes the connection (supervise).
+func (qp *QP) loopDone() {
+	if qp.live.Add(-1) == 0 {
+		qp.supervise()
+	}
+}
+
+// supervise runs once both engine goroutines have ended (on the last of
+// them): it closes the connection.
 func (qp *QP) supervise() {
-	qp.running.Wait()
 	qp.conn.Close()
 	qp.mu.Lock()
 	qp.errorLocked(ibv.WCSuccess)

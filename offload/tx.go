@@ -93,7 +93,7 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 // txLoop is the QP's transmit goroutine: it turns send requests, Read
 // Responses, the RTR and a Terminate into FPDUs, one FPDU per TCP write.
 func (qp *QP) txLoop() {
-	defer qp.running.Done()
+	defer qp.loopDone()
 	for {
 		qp.mu.Lock()
 		job, w := qp.nextJobLocked()

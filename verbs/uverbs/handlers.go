@@ -291,11 +291,11 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	scq.users++
 	rcq.users++
 	ss.mu.Unlock()
-	q.done.Add(2)
+	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
 	q.h = h
-	go q.events()
+	eqp.SetEventHandler(func(e ibv.Event) { ss.queueEvent(h, e) })
 	if err != nil {
 		q.destroy()
 		uabi.Close(cfd)

@@ -380,23 +380,6 @@ func (q *sQP) drainRQ() (progress, blocked bool) {
 	return posted > 0, err != nil
 }
 
-// events forwards the engine's connection events to the client.
-func (q *sQP) events() {
-	defer q.done.Done()
-	for {
-		select {
-		case <-q.stop:
-			return
-		case e := <-q.qp.Events():
-			ev := &uabi.QPEvent{QP: q.h, Type: uint32(e.Type), Code: uint16(e.Code), PrivateData: e.PrivateData}
-			if e.Err != nil {
-				ev.Err = e.Err.Error()
-			}
-			q.ss.event(uabi.EvQP, ev)
-		}
-	}
-}
-
 // destroy disconnects the engine's QP, stops the ring goroutine and frees
 // the rings.
 func (q *sQP) destroy() {
