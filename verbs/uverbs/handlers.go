@@ -236,8 +236,8 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, ibv.MaxQPWR)
 	}
 	sqCount, rqCount := uabi.RingCount(maxSend), uabi.RingCount(maxRecv)
-	sqBytes := uabi.RingBytes(sqCount, uabi.SQESize)
-	total := sqBytes + uabi.RingBytes(rqCount, uabi.RQESize)
+	sqBytes := uabi.RingSpan(sqCount, uabi.SQESize)
+	total := sqBytes + uabi.RingSpan(rqCount, uabi.RQESize)
 	memfd, mem, err := uabi.NewShared("siwtun-qp", total, true)
 	if err != nil {
 		return nil, nil, err
