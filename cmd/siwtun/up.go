@@ -51,6 +51,7 @@ type upOptions struct {
 	logFormat   string
 	cpuProfile  string
 	perWrite    int
+	maxQP       int
 }
 
 func newUpCmd() *cobra.Command {
@@ -89,6 +90,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.IntVar(&o.maxQP, "max-qp", offload.DefaultConfig("").MaxQP, "most queue pairs the device holds at once")
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
@@ -277,6 +279,10 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		return fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
 	}
 	cfg.FPDUsPerWrite = o.perWrite
+	if o.maxQP < 1 {
+		return fmt.Errorf("--max-qp %d: at least 1", o.maxQP)
+	}
+	cfg.MaxQP = o.maxQP
 	cfg.Logger = log
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
 		return needsRoot(fmt.Errorf("socket directory: %w", err))
