@@ -55,7 +55,7 @@ the same as JSON to --out.`,
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
-	cmd.AddCommand(newBenchTCPCmd())
+	cmd.AddCommand(newBenchTCPCmd(), newBenchConnCmd())
 	return cmd
 }
 
