@@ -258,7 +258,7 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
-	db, err := uabi.NewDoorbell(dbfd)
+	db, err := ss.srv.doorbell(dbfd)
 	if err != nil {
 		uabi.Close(cfd)
 		uabi.Close(memfd)

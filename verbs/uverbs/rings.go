@@ -85,8 +85,8 @@ type sQP struct {
 	rqMu sync.Mutex
 	// doorbell is the eventfd the client signals after publishing to a
 	// ring whose Notify flag is set. The ring goroutine sleeps on it, in
-	// poll(2) for up to holdThread, then in Go's network poller; destroy
-	// signals it too, after closing stop.
+	// poll(2) for up to holdThread, then parked on the server's Sleepers;
+	// destroy signals it too, after closing stop.
 	doorbell *uabi.Doorbell
 	stop     chan struct{}
 	done     sync.WaitGroup
@@ -127,16 +127,18 @@ type rqBatch struct {
 // 1.1 ms with 500 µs, side by side.
 const spinFor = 10 * time.Microsecond
 
-// holdThread is how long after its last request the ring goroutine sleeps
-// on the doorbell in poll(2), holding its thread, before it moves to Go's
-// network poller (uabi.Doorbell.Wait). A client that posts again within
-// it (a ping-pong, a bandwidth test's next batch) wakes the thread
-// directly; a queue pair that has been idle that long, or never posted,
-// holds no thread: with one thread per sleeping QP, 1,000 idle QPs held
-// 1,007 threads and 67 KiB of memory each in their daemon, Go stops a
-// program at 10,000 threads, and new QPs sleeping in poll(2) at once
-// slowed connection set-up (a QP created and connected every 1.0-2.2 ms
-// against 0.7-0.9 ms through the network poller, side by side).
+// holdThread is how long after its last request (or the last data that
+// arrived, after which an application often answers) the ring goroutine
+// sleeps on the doorbell in poll(2), holding its thread, before it parks
+// on the server's Sleepers, one epoll instance for all idle QPs
+// (uabi.Doorbell.Wait). A client that posts again within it (a
+// ping-pong, a bandwidth test's next batch) wakes the thread directly; a
+// queue pair that has been idle that long, or never posted, holds no
+// thread: with one thread per sleeping QP, 1,000 idle QPs held 1,007
+// threads and 67 KiB of memory each in their daemon, Go stops a program
+// at 10,000 threads, and new QPs sleeping in poll(2) at once slowed
+// connection set-up (a QP created and connected every 1.0-2.2 ms against
+// 0.7-0.9 ms parked, side by side).
 const holdThread = 5 * time.Millisecond
 
 func (q *sQP) run() {
@@ -175,7 +177,7 @@ func (q *sQP) run() {
 			q.rq.Notify().Store(0)
 			continue
 		}
-		err := q.doorbell.Wait(max(holdThread-time.Since(lastWork), 0))
+		err := q.doorbell.Wait(q.hold(lastWork))
 		q.sq.Notify().Store(0)
 		q.rq.Notify().Store(0)
 		if time.Since(q.epoch)-time.Duration(q.lastRx.Load()) < 2*time.Duration(q.ss.srv.rxSpin.Load()) {
@@ -185,6 +187,19 @@ func (q *sQP) run() {
 			return
 		}
 	}
+}
+
+// hold is how long the ring goroutine may hold its thread in poll(2):
+// until holdThread after the QP's last request, moved by the ring
+// goroutine at lastWork or taken by the receive goroutine's watch
+// (rxIdle), which runs when data arrives.
+func (q *sQP) hold(lastWork time.Time) time.Duration {
+	if rx := q.lastRx.Load(); rx != 0 {
+		if t := q.epoch.Add(time.Duration(rx)); t.After(lastWork) {
+			lastWork = t
+		}
+	}
+	return max(holdThread-time.Since(lastWork), 0)
 }
 
 func (q *sQP) pending() bool {

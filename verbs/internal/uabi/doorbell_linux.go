@@ -3,8 +3,7 @@ package uabi
 import (
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -14,39 +13,133 @@ import (
 // eventfd the client signals: the QP's ring goroutine sleeps on it.
 //
 // A sleeper takes one of two ways. A thread parked in poll(2) is woken by
-// the kernel directly, which spares Go's network poller its hand-off (one
-// more thread wake-up and a run-queue trip) on every doorbell, and counts
-// on a request/response round trip; but the thread is held for as long as
-// the sleep lasts, and a daemon with thousands of idle queue pairs would
-// hold thousands of threads (Go stops the program at 10,000), each with
-// its own stacks in the daemon's memory. So Wait sleeps in poll(2) only
-// for a while, then parks the goroutine in Go's network poller, which
-// holds no thread.
+// the kernel directly, which spares a hand-off to another thread on every
+// doorbell, and counts on a request/response round trip; but the thread
+// is held for as long as the sleep lasts, and a daemon with thousands of
+// idle queue pairs would hold thousands of threads (Go stops the program
+// at 10,000), each with its own stacks in the daemon's memory. So Wait
+// sleeps in poll(2) only for a while, then arms the doorbell in its
+// Sleepers' epoll instance and parks the goroutine, which holds no thread.
+// The doorbell is armed there (EPOLLONESHOT) only while its goroutine
+// sleeps that way, so the doorbells of busy queue pairs wake no one else.
 type Doorbell struct {
-	fd int
-	f  *os.File // fd, registered with Go's network poller
-	rc syscall.RawConn
+	fd   int
+	s    *Sleepers
+	wake chan struct{} // a token from the Sleepers' goroutine
+	gone chan struct{} // closed by Close
+	once sync.Once
+}
+
+// Sleepers is an epoll instance and the goroutine (one thread) that waits
+// on it for the doorbells of long sleepers.
+type Sleepers struct {
+	epfd   int
+	stopfd int // an eventfd: Close signals it
+	done   chan struct{}
+
+	mu   sync.Mutex
+	wake map[int32]chan struct{} // by doorbell descriptor
+}
+
+// NewSleepers creates the epoll instance and starts its goroutine; Close
+// stops it.
+func NewSleepers() (*Sleepers, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	stopfd, err := NewEventfd()
+	if err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(stopfd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, stopfd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(stopfd)
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	s := &Sleepers{epfd: epfd, stopfd: stopfd, done: make(chan struct{}), wake: make(map[int32]chan struct{})}
+	go s.run()
+	return s, nil
+}
+
+func (s *Sleepers) run() {
+	defer close(s.done)
+	evs := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(s.epfd, evs, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		for _, ev := range evs[:n] {
+			if int(ev.Fd) == s.stopfd {
+				return
+			}
+			s.mu.Lock()
+			ch := s.wake[ev.Fd]
+			s.mu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// Close stops the goroutine and closes the epoll instance. The doorbells
+// must be closed first.
+func (s *Sleepers) Close() error {
+	Signal(s.stopfd)
+	<-s.done
+	return errors.Join(unix.Close(s.epfd), unix.Close(s.stopfd))
 }
 
 // NewDoorbell takes over fd, a non-blocking eventfd; Close closes it.
-func NewDoorbell(fd int) (*Doorbell, error) {
-	f := os.NewFile(uintptr(fd), "siwtun-doorbell")
-	if f == nil {
-		return nil, fmt.Errorf("doorbell: bad descriptor %d", fd)
+func (s *Sleepers) NewDoorbell(fd int) (*Doorbell, error) {
+	d := &Doorbell{fd: fd, s: s, wake: make(chan struct{}, 1), gone: make(chan struct{})}
+	// Registered but disarmed until a sleeper arms it.
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(fd)}
+	s.mu.Lock()
+	s.wake[int32(fd)] = d.wake
+	s.mu.Unlock()
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		s.mu.Lock()
+		delete(s.wake, int32(fd))
+		s.mu.Unlock()
+		unix.Close(fd)
+		return nil, fmt.Errorf("doorbell: epoll_ctl: %w", err)
 	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("doorbell: %w", err)
-	}
-	return &Doorbell{fd: fd, f: f, rc: rc}, nil
+	return d, nil
 }
 
 // Signal rings the doorbell (wakes the sleeper, or the next one).
 func (d *Doorbell) Signal() error { return Signal(d.fd) }
 
-// Close closes the eventfd; a Wait in the network poller returns an error.
-func (d *Doorbell) Close() error { return d.f.Close() }
+// Close closes the eventfd; a Wait parked on the Sleepers returns
+// ErrDoorbellClosed. No Wait may start after Close.
+func (d *Doorbell) Close() error {
+	var err error
+	d.once.Do(func() {
+		close(d.gone)
+		unix.EpollCtl(d.s.epfd, unix.EPOLL_CTL_DEL, d.fd, nil)
+		d.s.mu.Lock()
+		if d.s.wake[int32(d.fd)] == d.wake {
+			delete(d.s.wake, int32(d.fd))
+		}
+		d.s.mu.Unlock()
+		err = unix.Close(d.fd)
+	})
+	return err
+}
+
+// ErrDoorbellClosed is Wait's error once the doorbell is closed.
+var ErrDoorbellClosed = errors.New("uabi: doorbell closed")
 
 // clear takes a pending signal: it reports whether there was one.
 func (d *Doorbell) clear() (bool, error) {
@@ -66,8 +159,8 @@ func (d *Doorbell) clear() (bool, error) {
 }
 
 // Wait blocks until the doorbell has been signalled, and clears it: for up
-// to hold in poll(2) on the calling thread, then in Go's network poller
-// (hold < 0: poll(2) only; 0: the network poller at once).
+// to hold in poll(2) on the calling thread, then parked on the Sleepers
+// (hold < 0: poll(2) only; 0: parked at once).
 func (d *Doorbell) Wait(hold time.Duration) error {
 	if ok, err := d.clear(); ok || err != nil {
 		return err
@@ -92,17 +185,24 @@ func (d *Doorbell) Wait(hold time.Duration) error {
 			}
 		}
 	}
-	var rerr error
-	err := d.rc.Read(func(uintptr) bool {
-		ok, err := d.clear()
-		rerr = err
-		return ok || err != nil
-	})
-	if err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return fmt.Errorf("doorbell closed: %w", err)
+	for {
+		// Arming reports a signal that came before it at once.
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(d.fd)}
+		if err := unix.EpollCtl(d.s.epfd, unix.EPOLL_CTL_MOD, d.fd, &ev); err != nil {
+			select {
+			case <-d.gone:
+				return ErrDoorbellClosed
+			default:
+			}
+			return fmt.Errorf("doorbell: epoll_ctl: %w", err)
 		}
-		return fmt.Errorf("eventfd wait: %w", err)
+		select {
+		case <-d.wake:
+		case <-d.gone:
+			return ErrDoorbellClosed
+		}
+		if ok, err := d.clear(); ok || err != nil {
+			return err
+		}
 	}
-	return rerr
 }

@@ -9,13 +9,23 @@ import (
 	"time"
 )
 
-func newDoorbell(t *testing.T) *Doorbell {
+func newSleepers(t *testing.T) *Sleepers {
+	t.Helper()
+	s, err := NewSleepers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newDoorbell(t *testing.T, s *Sleepers) *Doorbell {
 	t.Helper()
 	fd, err := NewEventfd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDoorbell(fd)
+	d, err := s.NewDoorbell(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,11 +33,11 @@ func newDoorbell(t *testing.T) *Doorbell {
 }
 
 // TestDoorbellWait: a signal before the wait is taken at once, a signal
-// during it wakes it, in poll(2) (a long hold) and in the network poller
-// (no hold, or after a short one); each wait clears the doorbell; Close
-// ends a wait in the network poller.
+// during it wakes it, in poll(2) (a long hold) and
+// parked on the Sleepers (no hold, or after a short one); each wait clears
+// the doorbell; Close ends a parked wait.
 func TestDoorbellWait(t *testing.T) {
-	d := newDoorbell(t)
+	d := newDoorbell(t, newSleepers(t))
 	defer d.Close()
 	d.Signal()
 	d.Signal()
@@ -53,7 +63,7 @@ func TestDoorbellWait(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	d.Close()
 	if err := <-done; err == nil {
-		t.Fatal("Wait in the network poller returned no error when the doorbell was closed")
+		t.Fatal("a parked Wait returned no error when the doorbell was closed")
 	}
 }
 
@@ -75,18 +85,18 @@ func threads(t *testing.T) int {
 	return n
 }
 
-// TestDoorbellSleepersHoldNoThreads: 300 doorbells waited on in the
-// network poller hold no thread each (in poll(2) each held one: Go keeps
-// a thread per blocking system call), and every one still wakes when
-// signalled.
+// TestDoorbellSleepersHoldNoThreads: 300 doorbells waited on parked hold
+// no thread each (in poll(2) each held one: Go keeps a thread per
+// blocking system call), and every one still wakes when signalled.
 func TestDoorbellSleepersHoldNoThreads(t *testing.T) {
 	const n = 300
+	s := newSleepers(t)
 	before := threads(t)
 	dbs := make([]*Doorbell, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range dbs {
-		dbs[i] = newDoorbell(t)
+		dbs[i] = newDoorbell(t, s)
 		defer dbs[i].Close()
 		wg.Add(1)
 		go func() {
