@@ -232,8 +232,9 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
-	qp.orq = make([]orqEntry, 0, max(qp.ord, 1))
-	qp.irq = make([]irqEntry, 0, max(qp.ird, 1))
+	// The queues of outstanding Reads grow with the Reads (up to ORD and
+	// IRD): an idle QP holds none.
+	qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
 	qp.sendMSN, qp.readMSN = 1, 1
 	emss := conn.MSS()
 	if emss > qp.dev.cfg.MaxFPDU {
