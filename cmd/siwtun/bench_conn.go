@@ -33,8 +33,8 @@ func newBenchConnCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conn [server-address:port]",
 		Short: "Connection set-up: connect time and connections per second (the benchmark's workload)",
-		Long: `conn runs apps/connperf: with --listen it is the server and accepts -n
-connections, each on a new queue pair of --dev (or, with --tcp, a kernel
+		Long: `conn runs apps/connperf: with --listen it is the server: it says
+"listening on" its address, accepts -n connections, each on a new queue pair of --dev (or, with --tcp, a kernel
 TCP socket), keeps them until the client has closed them all, and exits;
 with the server's address it is the client and opens -n connections one
 after the other, each on a new queue pair, timing each connect, then
@@ -122,6 +122,7 @@ func benchConnServe(ctx context.Context, w io.Writer, dev *verbs.Device, o bench
 		if err != nil {
 			return err
 		}
+		fmt.Fprintf(w, "listening on %s\n", l.Addr())
 		c, err := connperf.AcceptTCP(l, o.n)
 		l.Close()
 		if err != nil {
@@ -139,6 +140,7 @@ func benchConnServe(ctx context.Context, w io.Writer, dev *verbs.Device, o bench
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "listening on %s\n", l.Addr())
 	c, err := connperf.AcceptVerbs(ctx, dev, l, o.n)
 	l.Close()
 	if err != nil {
