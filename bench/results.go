@@ -28,6 +28,25 @@ const (
 	KindBW = "bw"
 	// KindLat is a round-trip time in microseconds (the median).
 	KindLat = "lat"
+	// KindConnect is a connect time in microseconds (the median): from
+	// the call until the connection is established.
+	KindConnect = "connect"
+	// KindRate is connections per second.
+	KindRate = "rate"
+	// KindMem is a daemon's memory per idle connected queue pair, in KiB
+	// (its resident set with the connections less without, over their
+	// number).
+	KindMem = "mem"
+)
+
+// Tests of the set-up, scale and memory rows.
+const (
+	// TestConnect names connect time and rate rows.
+	TestConnect = "connect"
+	// TestIdleInitiator and TestIdleResponder name the memory rows of the
+	// daemon whose queue pairs connected and of the one that accepted.
+	TestIdleInitiator = "idle QPs, initiator"
+	TestIdleResponder = "idle QPs, responder"
 )
 
 // Row is one measurement.
@@ -61,6 +80,21 @@ type Row struct {
 	// Samples are the Values of each round, in the order measured, when
 	// the run had more than one round; Value is their median.
 	Samples []float64 `json:"samples,omitempty"`
+
+	// QPs is, for the set-up, scale and memory rows, the connections
+	// (queue pairs, or kernel TCP sockets) the figure was taken with: the
+	// connections a connect run opened, the queue pairs of a bandwidth
+	// run, the idle queue pairs of a memory row. 0 for the other rows.
+	QPs int `json:"qps,omitempty"`
+	// Clients is how many client processes opened the connections of a
+	// set-up row at once.
+	Clients int `json:"clients,omitempty"`
+	// VsOneQP is a scale row's Value over that of one queue pair.
+	VsOneQP float64 `json:"vs_1qp,omitempty"`
+	// RSSBaseKiB and RSSKiB are a memory row's daemon resident set (VmRSS)
+	// before the connections and with them idle.
+	RSSBaseKiB float64 `json:"rss_base_kib,omitempty"`
+	RSSKiB     float64 `json:"rss_kib,omitempty"`
 }
 
 // Target is one of the issue's targets, judged on the figures.
@@ -91,7 +125,9 @@ type Results struct {
 	// Rounds is how many times every measurement was taken, the rounds
 	// one after the other, so that a noisy moment hits one sample of
 	// every figure rather than every sample of one.
-	Rounds  int      `json:"rounds,omitempty"`
+	Rounds int `json:"rounds,omitempty"`
+	// Suites are the suites measured (SuitePerf, ...); absent: all.
+	Suites  []string `json:"suites,omitempty"`
 	Rows    []Row    `json:"rows"`
 	Targets []Target `json:"targets"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
@@ -102,7 +138,7 @@ type Results struct {
 func (r *Results) find(mtu int, stack, kind, test string, size int, crc *bool) *Row {
 	for i := range r.Rows {
 		x := &r.Rows[i]
-		if x.MTU == mtu && x.Stack == stack && x.Kind == kind && x.Test == test && x.Size == size &&
+		if x.MTU == mtu && x.Stack == stack && x.Kind == kind && x.Test == test && x.Size == size && x.QPs == 0 &&
 			(crc == nil || (x.CRC != nil && *x.CRC == *crc)) {
 			return x
 		}
@@ -117,7 +153,7 @@ func (r *Results) baseline(row Row, stack string) *Row {
 	if row.Kind == KindBW {
 		for i := range r.Rows {
 			x := &r.Rows[i]
-			if x.MTU == row.MTU && x.Stack == stack && x.Kind == KindBW {
+			if x.MTU == row.MTU && x.Stack == stack && x.Kind == KindBW && x.QPs == 0 {
 				return x
 			}
 		}
@@ -141,6 +177,10 @@ func (r *Results) Analyze() {
 	for i := range r.Rows {
 		row := &r.Rows[i]
 		row.VsGVisor, row.VsKernel = 0, 0
+		if row.QPs > 0 {
+			r.analyzeScale(row)
+			continue
+		}
 		if row.Stack != StackGVisor && row.Stack != StackKernel {
 			if b := r.baseline(*row, StackGVisor); b != nil && b.Value > 0 {
 				row.VsGVisor = row.Value / b.Value
@@ -178,12 +218,16 @@ func (r *Results) mtus() []int {
 	return out
 }
 
-// targets judges the issue's four targets at each MTU measured (the
-// bandwidth target at MTU 9000 only, as the issue states it).
+// targets judges the issue's targets at each MTU measured: the main
+// table's four (the bandwidth target at MTU 9000 only, as the issue states
+// it), then those of set-up, scale and memory (scaleTargets).
 func (r *Results) targets() []Target {
 	var ts []Target
 	on, off := boolp(true), boolp(false)
 	for _, mtu := range r.mtus() {
+		if !r.ran(SuitePerf) {
+			break
+		}
 		if mtu == 9000 {
 			t := Target{Name: "RDMA WRITE 1 MiB (CRC on) / raw gVisor TCP bulk", MTU: mtu, Limit: 1.0, Unit: "x"}
 			if w := r.find(mtu, StackSiwtun, KindBW, "RDMA WRITE", 1<<20, on); w != nil && w.VsGVisor > 0 {
@@ -221,6 +265,7 @@ func (r *Results) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	ts = append(ts, r.scaleTargets()...)
 	for i := range ts {
 		t := &ts[i]
 		if t.Missing != "" {
@@ -277,8 +322,13 @@ func cpu(v float64) string {
 // absolute figure and ratios, then the targets.
 func (r *Results) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.QPs == 0 }) {
+		fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+	}
 	for _, row := range r.Rows {
+		if row.QPs > 0 {
+			continue // writeScaleTable
+		}
 		crc := "-"
 		if row.CRC != nil {
 			crc = onOff(*row.CRC)
@@ -296,6 +346,9 @@ func (r *Results) WriteTable(w io.Writer) error {
 			cpu(row.AppCPUPerGB), cpu(row.RNICCPUPerGB))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := r.writeScaleTable(w); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
@@ -347,9 +400,10 @@ func (r *Results) MergeRounds() {
 		stack, kind, test string
 		size              int
 		crc               string
+		qps, clients      int
 	}
 	keyOf := func(row *Row) key {
-		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-"}
+		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-", row.QPs, row.Clients}
 		if row.CRC != nil {
 			k.crc = fmt.Sprint(*row.CRC)
 		}
@@ -369,9 +423,10 @@ func (r *Results) MergeRounds() {
 		g := groups[k]
 		row := g[0]
 		if len(g) > 1 {
-			var vals, app, rnic []float64
+			var vals, app, rnic, rss, base []float64
 			for _, x := range g {
 				vals = append(vals, x.Value)
+				rss, base = append(rss, x.RSSKiB), append(base, x.RSSBaseKiB)
 				if x.AppCPUPerGB > 0 {
 					app = append(app, x.AppCPUPerGB)
 				}
@@ -381,6 +436,7 @@ func (r *Results) MergeRounds() {
 			}
 			row.Samples = vals
 			row.Value, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(app), median(rnic)
+			row.RSSKiB, row.RSSBaseKiB = median(rss), median(base)
 		}
 		merged = append(merged, row)
 	}

@@ -43,13 +43,29 @@ type Config struct {
 	// Rounds is how many times every measurement is taken (the whole set
 	// once per round); the table shows medians. 0 means 1.
 	Rounds int
+	// Suites are what to measure (SuitePerf, SuiteConnect, SuiteScale,
+	// SuiteMemory); empty means all.
+	Suites []string
+	// Connections is how many connections a connect run opens, and
+	// Clients how many client processes open them at once in the second
+	// connect run (the first has one).
+	Connections, Clients int
+	// ScaleQPs are the queue pair counts of the aggregate RDMA WRITE runs
+	// (1 MiB messages, CRC on); the first should be 1.
+	ScaleQPs []int
+	// IdleQPs are the idle connected queue pair counts at which the
+	// daemons' memory is read (at the first MTU only: an idle QP holds
+	// nothing that depends on it).
+	IdleQPs []int
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
 
 // DefaultConfig is `make bench`: MTU 1500 and 9000, 3 s per run, RDMA
 // WRITE, READ and SEND at 64 KiB and 1 MiB, latency at 4 B and 64 KiB,
-// with CRC on and off.
+// with CRC on and off; 1,000 connections by one client and by four at
+// once; RDMA WRITE over 1, 4, 16 and 64 queue pairs; memory with 1,000
+// and 10,000 idle queue pairs.
 func DefaultConfig(bin string) Config {
 	return Config{
 		Bin: bin, MTUs: []int{1500, 9000}, Duration: 3 * time.Second,
@@ -61,6 +77,7 @@ func DefaultConfig(bin string) Config {
 			return 500
 		},
 		Ops: []string{"write", "read", "send"}, CRCs: []bool{true, false},
+		Connections: 1000, Clients: 4, ScaleQPs: []int{1, 4, 16, 64}, IdleQPs: []int{1000, 10000},
 	}
 }
 
@@ -123,12 +140,13 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		return nil, err
 	}
 	r.res.Rounds = max(cfg.Rounds, 1)
+	r.res.Suites = r.suites()
 	for round := range r.res.Rounds {
 		if r.res.Rounds > 1 {
 			r.logf("round %d of %d", round+1, r.res.Rounds)
 		}
-		for _, mtu := range cfg.MTUs {
-			if err := r.measureMTU(mtu); err != nil {
+		for i, mtu := range cfg.MTUs {
+			if err := r.measureMTU(mtu, i == 0); err != nil {
 				return nil, err
 			}
 		}
@@ -224,13 +242,39 @@ func (r *runner) failed(what string, err error) {
 	r.logf("FAILED %s", msg)
 }
 
-func (r *runner) measureMTU(mtu int) error {
+// measureMTU takes one round's measurements at mtu: those of each suite
+// asked for (memory at the first MTU only).
+func (r *runner) measureMTU(mtu int, first bool) error {
 	for _, l := range [][]string{{"-n", r.nsK0, "link", "set", veth0, "mtu", fmt.Sprint(mtu)},
 		{"-n", r.nsK1, "link", "set", veth1, "mtu", fmt.Sprint(mtu)}} {
 		if err := netns.IP(l...); err != nil {
 			return err
 		}
 	}
+	if r.on(SuitePerf) {
+		if err := r.measurePerf(mtu); err != nil {
+			return err
+		}
+	}
+	if err := r.measureSetupScale(mtu); err != nil {
+		return err
+	}
+	if r.on(SuiteMemory) && first {
+		for _, n := range r.cfg.IdleQPs {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			if err := r.idleMemory(mtu, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measurePerf is the main table at mtu: kernel TCP, raw gVisor TCP and
+// perftest between the daemons, with each CRC setting.
+func (r *runner) measurePerf(mtu int) error {
 	for _, w := range r.tcpWorkloads() {
 		if err := r.ctx.Err(); err != nil {
 			return err
@@ -345,14 +389,16 @@ func (r *runner) kernelTCP(mtu int, w tcpWorkload) {
 	r.res.Rows = append(r.res.Rows, row)
 }
 
-func (r *runner) startDaemons(mtu int, crc bool) error {
-	r.logf("MTU %d: siwtun up %s and %s, CRC %s", mtu, dev0, dev1, onOff(crc))
+// startDaemons starts the two daemons at mtu with CRC on or off and the
+// extra flags of `siwtun up`, and waits for their sockets.
+func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
+	r.logf("MTU %d: siwtun up %s and %s, CRC %s %s", mtu, dev0, dev1, onOff(crc), strings.Join(extra, " "))
 	for _, d := range []struct {
 		dev, addr, host string
 		p               **proc
 	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
-		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, "up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
-			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn")
+		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, append([]string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}, extra...)...)
 		if err != nil {
 			return err
 		}
@@ -599,9 +645,18 @@ func (r *runner) sortRows() {
 		}
 		return 1
 	}
+	// The set-up, scale and memory rows follow the MTU's main table:
+	// connect times, rates, bandwidth, memory; kernel first; by clients
+	// and queue pairs.
+	group := func(x Row) int {
+		if x.QPs == 0 {
+			return 0
+		}
+		return 1 + map[string]int{KindConnect: 0, KindRate: 1, KindBW: 2, KindMem: 3}[x.Kind]
+	}
 	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
-		for _, d := range []int{a.MTU - b.MTU, stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
-			test[a.Test] - test[b.Test], a.Size - b.Size, crc(a.CRC) - crc(b.CRC)} {
+		for _, d := range []int{a.MTU - b.MTU, group(a) - group(b), stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
+			test[a.Test] - test[b.Test], a.Clients - b.Clients, a.QPs - b.QPs, a.Size - b.Size, crc(a.CRC) - crc(b.CRC)} {
 			if d != 0 {
 				return d
 			}

@@ -38,6 +38,7 @@ func qpCounters() map[string]counterInfo {
 		"mpaOooPlacedOctets":   {layerMPA, "Payload octets of the FPDUs placed out of order (placed again, in order, once the gap is filled)."},
 		"mpaCrcErrors":         {layerMPA, "FPDUs whose MPA CRC did not match."},
 		"mpaBadRevisions":      {layerMPA, "MPA Requests of a revision above 2, closed without a Reply (RFC 5044 §7.1)."},
+		"mpaFirstFpduDelays":   {layerMPA, "Connections initiated here whose first FPDU waited --first-fpdu-delay after the MPA Reply, the peer not having said that it reads at once (Linux siw never does; siwtun does)."},
 		"mpaErrors":            {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
 		"tcpOutSegs":           {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},
 		"tcpInSegs":            {layerTCP, "TCP segments received on the queue pairs' connections, before TCP accepted them (retransmissions and duplicates included)."},

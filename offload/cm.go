@@ -18,9 +18,12 @@ import (
 
 // mpaConfig merges the device defaults with one connection's parameters.
 func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
+	// Ready: a responder's QP owns the connection before its Reply
+	// leaves (Accept writes the Reply, then starts the QP; FPDUs arriving
+	// in between wait in TCP's receive queue for the receive loop).
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
-		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
+		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
 	}
 	if d.cfg.RDMAPExt {
 		c.Ext = mpa.ExtAll
@@ -127,9 +130,10 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 		}
 		return fail(err)
 	}
-	if d.cfg.FirstFPDUDelay > 0 {
+	if d.cfg.FirstFPDUDelay > 0 && !params.PeerReady {
 		// Give the peer time to hand its socket to its receive path
 		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		qp.stats.FirstFPDUDelays.Add(1)
 		t := time.NewTimer(d.cfg.FirstFPDUDelay)
 		select {
 		case <-t.C:
@@ -245,8 +249,9 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
-	qp.orq = make([]orqEntry, 0, max(qp.ord, 1))
-	qp.irq = make([]irqEntry, 0, max(qp.ird, 1))
+	// The queues of outstanding Reads grow with the Reads (up to ORD and
+	// IRD): an idle QP holds none.
+	qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
 	qp.sendMSN, qp.readMSN = 1, 1
 	emss := conn.MSS()
 	if emss > qp.dev.cfg.MaxFPDU {
@@ -261,7 +266,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.buf = make([]byte, 0, max(emss, maxBatch))
+	qp.tx.bufs = &qp.dev.writeBufs
 	var await mpa.RTR
 	established := true
 	switch {
@@ -280,20 +285,27 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	}
 	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})
-	qp.running.Add(2)
+	qp.live.Store(2)
 	qp.mu.Unlock()
 	if established {
 		qp.emit(ibv.Event{Type: ibv.EventEstablished, PrivateData: replyPD})
 	}
 	go qp.rxLoop()
 	go qp.txLoop()
-	go qp.supervise()
 	return nil
 }
 
-// supervise waits for both engine goroutines, then closes the connection.
+// loopDone is the last thing the RX and the TX goroutine do: the second
+// to end finishes the connection (supervise).
+func (qp *QP) loopDone() {
+	if qp.live.Add(-1) == 0 {
+		qp.supervise()
+	}
+}
+
+// supervise runs once both engine goroutines have ended (on the last of
+// them): it closes the connection.
 func (qp *QP) supervise() {
-	qp.running.Wait()
 	qp.conn.Close()
 	qp.mu.Lock()
 	qp.errorLocked(ibv.WCSuccess)

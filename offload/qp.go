@@ -91,10 +91,11 @@ type irqEntry struct {
 // QP is a reliable-connected iWARP queue pair: its work queues, the RDMAP
 // stream state of its connection, and the goroutines that move its data.
 //
-// Once connected, three goroutines run it: the RX goroutine (rxLoop: the
-// MPA receiver and rxState inside the TCP Read), the TX goroutine (txLoop:
-// send requests, Read Responses, the RTR and a Terminate into FPDUs), and
-// supervise, which waits for both and ends the connection. Each field says
+// Once connected, two goroutines run it: the RX goroutine (rxLoop: the
+// MPA receiver and rxState inside the TCP Read) and the TX goroutine
+// (txLoop: send requests, Read Responses, the RTR and a Terminate into
+// FPDUs); the second of them to end runs supervise, which ends the
+// connection. Each field says
 // who owns it: "mu" (read and written under the QP lock), "TX" or "RX"
 // (that goroutine only), "atomic", or "fixed" (set before anyone else can
 // see it: at creation, or by start before the goroutines run).
@@ -151,25 +152,26 @@ type QP struct {
 	irq      []irqEntry
 	irqBurst int // mu; TX: Read Responses sent in a row (see irqMaxBurst)
 
-	ird, ord  int                // mu; set by start
-	p2pRTR    mpa.RTR            // mu; RTR still to send (initiator)
-	term      *rdmap.Terminate   // mu; the Terminate RX queued for TX to send
-	termSent  bool               // mu; no (further) Terminate goes out
-	termDone  chan struct{}      // mu; closed by TX once term is on the wire (or failed to go)
-	closing   bool               // mu; the local side ends the connection
-	connected bool               // mu; a connection is set up or runs (claim to supervise)
-	conn      *netstack.Conn     // fixed by start; Close is safe from any goroutine
-	params    mpa.Params         // mu; set by start
-	local     netip.AddrPort     // mu; set by start
-	remote    netip.AddrPort     // mu; set by start
-	done      chan struct{}      // mu; closed by supervise when both goroutines have ended
-	running   sync.WaitGroup     // RX and TX
-	events    chan ibv.Event     // any goroutine (emit never blocks)
-	evDrops   atomic.Uint64      // atomic
-	inErr     atomic.Bool        // atomic, written under mu: state == QPErr, read between FPDUs
-	stats     QPStats            // atomic counters
-	wc        ibv.WorkCompletion // mu; scratch for pushing completions
-	flushErr  ibv.WCStatus       // mu
+	ird, ord  int                             // mu; set by start
+	p2pRTR    mpa.RTR                         // mu; RTR still to send (initiator)
+	term      *rdmap.Terminate                // mu; the Terminate RX queued for TX to send
+	termSent  bool                            // mu; no (further) Terminate goes out
+	termDone  chan struct{}                   // mu; closed by TX once term is on the wire (or failed to go)
+	closing   bool                            // mu; the local side ends the connection
+	connected bool                            // mu; a connection is set up or runs (claim to supervise)
+	conn      *netstack.Conn                  // fixed by start; Close is safe from any goroutine
+	params    mpa.Params                      // mu; set by start
+	local     netip.AddrPort                  // mu; set by start
+	remote    netip.AddrPort                  // mu; set by start
+	done      chan struct{}                   // mu; closed by supervise when both goroutines have ended
+	live      atomic.Int32                    // atomic; RX and TX goroutines still running
+	events    chan ibv.Event                  // any goroutine (emit never blocks); nil with onEvent
+	onEvent   atomic.Pointer[func(ibv.Event)] // atomic; replaces events (SetEventHandler)
+	evDrops   atomic.Uint64                   // atomic
+	inErr     atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
+	stats     QPStats                         // atomic counters
+	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
+	flushErr  ibv.WCStatus                    // mu
 
 	// alignTx and alignRx classify the connection's data segments by FPDU
 	// alignment (observeSegment, on the packet path; each has its own
@@ -244,7 +246,22 @@ func (qp *QP) Info() ibv.Info {
 	}
 }
 
+// SetEventHandler makes the queue pair hand its connection events to f
+// instead of queueing them for Events, whose channel it drops (an idle QP
+// then holds no queue). f runs on the engine's goroutines, outside the
+// QP's lock; it must not block. Set it before the QP connects.
+func (qp *QP) SetEventHandler(f func(ibv.Event)) {
+	qp.onEvent.Store(&f)
+	qp.mu.Lock()
+	qp.events = nil
+	qp.mu.Unlock()
+}
+
 func (qp *QP) emit(e ibv.Event) {
+	if f := qp.onEvent.Load(); f != nil {
+		(*f)(e)
+		return
+	}
 	select {
 	case qp.events <- e:
 	default:

@@ -23,9 +23,9 @@ const drainTimeout = 3 * time.Second
 // the MPA receiver as the writer, so every in-order segment's payload is
 // parsed and placed as it is handed over.
 func (qp *QP) rxLoop() {
-	defer qp.running.Done()
+	defer qp.loopDone()
 	if pl := qp.rx.place; pl != nil {
-		defer pl.stop() // before running.Done: no placement once the QP stopped
+		defer pl.stop() // before loopDone: no placement once the QP stopped
 	}
 	qp.mu.Lock()
 	idle := qp.rxIdle

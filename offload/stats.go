@@ -46,6 +46,11 @@ type QPStats struct {
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
+	// FirstFPDUDelays counts connections this RNIC initiated whose first
+	// FPDU (or RTR) waited Config.FirstFPDUDelay after the MPA Reply: the
+	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as
+	// Linux siw's never does.
+	FirstFPDUDelays atomic.Uint64 `stat:"mpaFirstFpduDelays"`
 	// PlacedBytes counts payload octets placed directly into regions.
 	PlacedBytes atomic.Uint64 `stat:"ddpPlacedOctets"`
 	// RecvNoBuffer counts Sends that found no posted receive.

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -24,8 +25,12 @@ const rtrSTag = 1
 // txState is owned by the TX goroutine.
 type txState struct {
 	mpa  mpa.Sender
-	emss int    // FPDU size limit: the connection's effective MSS, capped
-	buf  []byte // one FPDU
+	emss int // FPDU size limit: the connection's effective MSS, capped
+	// ctl holds a control FPDU (Read Request, Terminate, zero-length
+	// Send: 80 octets at most, with Markers 88); bufs lends the buffer of
+	// a short write (the device's writeBufs).
+	ctl  [128]byte
+	bufs *sync.Pool
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
 	src  [ibv.MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
@@ -87,7 +92,7 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 // txLoop is the QP's transmit goroutine: it turns send requests, Read
 // Responses, the RTR and a Terminate into FPDUs, one FPDU per TCP write.
 func (qp *QP) txLoop() {
-	defer qp.running.Done()
+	defer qp.loopDone()
 	for {
 		qp.mu.Lock()
 		job, w := qp.nextJobLocked()
@@ -432,7 +437,7 @@ func (qp *QP) sendUntaggedControl(op rdmap.Opcode, qn, msn uint32, body []byte) 
 	t := &qp.tx
 	h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(op), QN: qn, MSN: msn}
 	n := h.Marshal(t.hdr[:])
-	t.mpa.Begin(t.buf[:0], n+len(body))
+	t.mpa.Begin(t.ctl[:0], n+len(body))
 	t.mpa.Write(t.hdr[:n])
 	t.mpa.Write(body)
 	return qp.writeFPDU(t.mpa.Finish())

@@ -11,21 +11,22 @@ import (
 // gVisor reads them straight into its send buffer, and each FPDU is built
 // there in place (header, payload from the registered memory, markers, pad,
 // CRC), so transmit copies the payload once. If gVisor offers a smaller
-// slice than the write (a short write), the FPDUs are built in the QP's own
-// buffer and copied from there.
+// slice than the write (a short write), the FPDUs are built in a buffer
+// lent by the device and copied from there.
 type fpduPayload struct {
 	t      *txState
 	h      *ddp.Header
 	hl     int
 	base   uint64 // TO of the message's first byte (tagged)
 	msgLen uint64
-	full   uint64 // payload bytes of a full FPDU (without Markers; see payloadAt)
-	off    uint64 // message offset of the next FPDU to build
-	si, so int    // source chunk and offset of that FPDU's payload
-	count  int    // FPDUs in this write
-	total  int    // wire bytes of this write
-	done   int    // bytes handed to gVisor
-	built  []byte // the fallback copy, if used
+	full   uint64  // payload bytes of a full FPDU (without Markers; see payloadAt)
+	off    uint64  // message offset of the next FPDU to build
+	si, so int     // source chunk and offset of that FPDU's payload
+	count  int     // FPDUs in this write
+	total  int     // wire bytes of this write
+	done   int     // bytes handed to gVisor
+	built  []byte  // the fallback copy, if used
+	buf    *[]byte // its buffer, from t.bufs until the copy is handed over
 }
 
 // payloadAt returns the payload bytes of a full FPDU starting at stream
@@ -74,12 +75,15 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 		return f.total, nil
 	}
 	if f.built == nil {
-		f.built = f.build(f.t.buf[:0])
+		f.buf = f.t.bufs.Get().(*[]byte)
+		f.built = f.build((*f.buf)[:0])
 	}
 	n := copy(p, f.built[f.done:])
 	f.done += n
 	if f.done == f.total {
 		f.built = nil
+		f.t.bufs.Put(f.buf)
+		f.buf = nil
 	}
 	return n, nil
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,11 +23,16 @@ import (
 
 // benchOptions are the flags of siwtun bench.
 type benchOptions struct {
-	mtus     []int
-	duration int
-	out      string
-	quick    bool
-	rounds   int
+	mtus        []int
+	duration    int
+	out         string
+	quick       bool
+	rounds      int
+	suites      []string
+	connections int
+	clients     int
+	scaleQPs    []int
+	idleQPs     []int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -38,12 +45,18 @@ TUN devices (each its own siwtun up) and a veth pair, and measures in one run:
 kernel TCP over the veth pair (bulk and request/response), raw gVisor TCP
 between the two daemons' own stacks through their TUN devices (the engine's
 floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
-and latency (4 B, 64 KiB) with MPA CRC on and off, at each MTU. It prints
-one table with the figures, their ratios to both baselines and the
-receiving application's CPU seconds per GB, judges the targets, and writes
-the same as JSON to --out.`,
-		Example: `  siwtun bench                       # everything, about 5 minutes
-  siwtun bench --mtu 9000 -D 2 --out /tmp`,
+and latency (4 B, 64 KiB) with MPA CRC on and off, at each MTU (the perf
+suite); connect time and connections per second between the daemons, one
+client and several at once, next to kernel TCP over the veth pair
+(connect); aggregate RDMA WRITE bandwidth over several queue pairs
+(scale); the daemons' memory per idle connected queue pair (memory, at
+the first MTU). It prints one table with the figures, their ratios to
+both baselines and the receiving application's CPU seconds per GB, a
+table of set-up, scale and memory, judges the targets, and writes the
+same as JSON to --out.`,
+		Example: `  siwtun bench                       # everything, about 13 minutes
+  siwtun bench --mtu 9000 -D 2 --out /tmp
+  siwtun bench --suites connect,memory --mtu 1500 --rounds 1 --idle-qps 1000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, o)
@@ -54,8 +67,13 @@ the same as JSON to --out.`,
 	f.IntVarP(&o.duration, "duration", "D", 3, "seconds per bandwidth and request/response run")
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
-	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
-	cmd.AddCommand(newBenchTCPCmd())
+	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
+	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), connect, scale, memory")
+	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
+	f.IntVar(&o.clients, "clients", 4, "client processes of the second connect run, connecting at once")
+	f.IntSliceVar(&o.scaleQPs, "scale-qps", nil, "queue pairs of the aggregate RDMA WRITE runs (default 1,4,16,64; 1,64 with --quick)")
+	f.IntSliceVar(&o.idleQPs, "idle-qps", nil, "idle connected queue pairs at which the daemons' memory is read (default 1000,10000; 1000 with --quick)")
+	cmd.AddCommand(newBenchTCPCmd(), newBenchConnCmd())
 	return cmd
 }
 
@@ -80,6 +98,10 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.quick {
 		cfg.BWSizes, cfg.LatSizes, cfg.Ops = []int{1 << 20}, []int{4}, []string{"write"}
 		cfg.LatIters = func(int) int { return 200 }
+		cfg.Connections, cfg.ScaleQPs, cfg.IdleQPs = 200, []int{1, 64}, []int{1000}
+	}
+	if err := benchSuiteFlags(&cfg, o); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -102,6 +124,35 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		fmt.Fprintf(out, "results: %s\n", path)
 	}
 	return runErr
+}
+
+// benchSuiteFlags applies the suite flags of siwtun bench to cfg.
+func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
+	for _, s := range o.suites {
+		if !slices.Contains(bench.AllSuites, s) {
+			return fmt.Errorf("--suites: %q: want some of %s", s, strings.Join(bench.AllSuites, ", "))
+		}
+	}
+	cfg.Suites = o.suites
+	if o.connections != 0 {
+		cfg.Connections = o.connections
+	}
+	if o.clients < 1 || cfg.Connections < o.clients {
+		return fmt.Errorf("--clients %d: want 1..%d (the connections)", o.clients, cfg.Connections)
+	}
+	cfg.Clients = o.clients
+	if o.scaleQPs != nil {
+		cfg.ScaleQPs = o.scaleQPs
+	}
+	if o.idleQPs != nil {
+		cfg.IdleQPs = o.idleQPs
+	}
+	for _, n := range append(slices.Clone(cfg.ScaleQPs), cfg.IdleQPs...) {
+		if n < 1 {
+			return fmt.Errorf("--scale-qps, --idle-qps: %d: at least 1", n)
+		}
+	}
+	return nil
 }
 
 // benchTCPOptions are the flags of siwtun bench tcp.

@@ -14,6 +14,10 @@ type Config struct {
 	// initiator offers them, a responder accepts those of them the
 	// initiator offered (see Ext).
 	Ext Ext
+	// Ready makes a responder say in its accepting Replies that it reads
+	// FPDUs arriving right after the Reply (Frame.Ready). Only an engine
+	// whose receive path owns the stream before the Reply leaves may set it.
+	Ready bool
 }
 
 // Params is the outcome of the MPA exchange for one connection.
@@ -40,6 +44,9 @@ type Params struct {
 	// Ext is the RDMAP extensions both sides support, which the stream
 	// may carry: what the Reply's extension block announced.
 	Ext Ext
+	// PeerReady (initiator only) is the Reply's Frame.Ready: the responder
+	// reads FPDUs that follow its Reply at once.
+	PeerReady bool
 }
 
 // check validates c for use in a frame with enhanced set or not.
@@ -152,6 +159,7 @@ const MaxRev = 2
 //     Request had one, announcing c.Ext ∩ the Request's (if that is not
 //     empty and the block fits); that is the connection's Ext. A Request
 //     without a block (Linux siw) gets a Reply without one.
+//   - Ready: the Reply carries Frame.Ready when c.Ready is set.
 //
 // On refusal err is an *Error and reply is a reject Reply (R=1, no ULP
 // private data) the engine may send before closing. A Request with M=1
@@ -200,6 +208,7 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 		CRC:         p.CRC,
 		Enhanced:    enhanced,
 		Rev:         rev,
+		Ready:       c.Ready,
 		PrivateData: c.PrivateData,
 	}
 	if enhanced {
@@ -274,6 +283,7 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 		IRD:             c.IRD,
 		ORD:             c.ORD,
 		PeerPrivateData: rep.PrivateData,
+		PeerReady:       rep.Ready,
 	}
 	if enhanced {
 		p.PeerIRD, p.PeerORD = rep.IRD, rep.ORD

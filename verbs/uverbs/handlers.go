@@ -276,8 +276,8 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 			ss.mu.Unlock()
 		}
 	}()
-	sqBytes := uabi.RingBytes(sqCount, uabi.SQESize)
-	total := sqBytes + uabi.RingBytes(rqCount, uabi.RQESize)
+	sqBytes := uabi.RingSpan(sqCount, uabi.SQESize)
+	total := sqBytes + uabi.RingSpan(rqCount, uabi.RQESize)
 	memfd, mem, err := uabi.NewShared("siwtun-qp", total, true)
 	if err != nil {
 		return nil, nil, err
@@ -298,16 +298,23 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
+	db, err := ss.srv.doorbell(dbfd)
+	if err != nil {
+		uabi.Close(cfd)
+		uabi.Close(memfd)
+		uabi.Unmap(mem)
+		return nil, nil, err
+	}
 	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll})
 	if err != nil {
-		uabi.Close(dbfd)
+		db.Close()
 		uabi.Close(cfd)
 		uabi.Close(memfd)
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
-		doorbell: dbfd, stop: make(chan struct{}), epoch: time.Now()}
+		doorbell: db, stop: make(chan struct{}), epoch: time.Now()}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon.
@@ -321,11 +328,11 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	pd.qps++
 	pd.mu.Unlock()
 	ok = true // q.destroy releases the holds and the charge from now on
-	q.done.Add(2)
+	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
 	q.h = h
-	go q.events()
+	eqp.SetEventHandler(func(e ibv.Event) { ss.queueEvent(h, e, eqp) })
 	if err != nil {
 		q.destroy()
 		ss.uncharge(cost)

@@ -53,6 +53,36 @@ type Server struct {
 	// it).
 	rxSpin             atomic.Int64
 	rxWatches, rxTaken atomic.Uint64
+
+	// sqScratch and rqScratch lend the buffers a QP decodes a batch of
+	// ring entries into (*sqBatch, *rqBatch) while it drains its rings:
+	// an idle QP holds none.
+	sqScratch, rqScratch sync.Pool
+
+	// sleepers wakes the ring goroutines of idle QPs (created with the
+	// first QP, closed by Close).
+	sleepersOnce sync.Once
+	sleepers     *uabi.Sleepers
+	sleepersErr  error
+}
+
+// doorbell makes the QP doorbell of eventfd fd, on the server's Sleepers.
+func (s *Server) doorbell(fd int) (*uabi.Doorbell, error) {
+	s.sleepersOnce.Do(func() {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			s.sleepersErr = ErrServerClosed
+			return
+		}
+		s.sleepers, s.sleepersErr = uabi.NewSleepers()
+	})
+	if s.sleepersErr != nil {
+		uabi.Close(fd)
+		return nil, s.sleepersErr
+	}
+	return s.sleepers.NewDoorbell(fd)
 }
 
 // Stats are a server's counters.
@@ -91,6 +121,8 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 		owners: make(map[uint32]*session), nextHandle: 1, limits: DefaultLimits()}
 	s.sendTimeout.Store(int64(clientSendTimeout))
 	s.rxSpin.Store(int64(rxSpinFor))
+	s.sqScratch.New = func() any { return new(sqBatch) }
+	s.rqScratch.New = func() any { return new(rqBatch) }
 	return s, nil
 }
 
@@ -196,6 +228,10 @@ func (s *Server) Close() error {
 		ss.removed("daemon stopped")
 	}
 	s.wg.Wait()
+	s.sleepersOnce.Do(func() { s.sleepersErr = ErrServerClosed })
+	if s.sleepers != nil {
+		return s.sleepers.Close()
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
@@ -46,6 +47,80 @@ type session struct {
 	calls   map[uint32]context.CancelFunc
 	closing bool
 	used    usage // what objs hold, against the server's Limits
+
+	// The queue pairs' connection events wait in evQueue for the event
+	// goroutine (forwardEvents, started with the first), which sends them
+	// in order: the engine hands them over without waiting for the
+	// client's socket.
+	evMu      sync.Mutex
+	evQueue   []*uabi.QPEvent
+	evRunning bool
+	evDone    chan struct{} // closed by the event goroutine when it ends
+	evDrops   int
+}
+
+// maxQueuedEvents bounds a session's waiting events; more are dropped, as
+// the engine drops a queue pair's events when nobody reads them.
+const maxQueuedEvents = 4096
+
+// queueEvent queues the event e of queue pair h (the engine's qp) for the
+// client; EventEstablished carries the RDMAP extensions the connection
+// negotiated. The engine never emits it under the QP's lock.
+func (ss *session) queueEvent(h uint32, e ibv.Event, qp *offload.QP) {
+	ev := &uabi.QPEvent{QP: h, Type: uint32(e.Type), Code: uint16(e.Code), PrivateData: e.PrivateData}
+	if e.Type == ibv.EventEstablished {
+		ev.Ext = uint8(qp.Info().Params.Ext)
+	}
+	if e.Err != nil {
+		ev.Err = e.Err.Error()
+	}
+	ss.evMu.Lock()
+	defer ss.evMu.Unlock()
+	if len(ss.evQueue) >= maxQueuedEvents {
+		ss.evDrops++
+		return
+	}
+	ss.evQueue = append(ss.evQueue, ev)
+	if !ss.evRunning {
+		ss.evRunning = true
+		ss.evDone = make(chan struct{})
+		go ss.forwardEvents(ss.evDone)
+	}
+}
+
+// forwardEvents sends the queued events until the queue is empty, then
+// ends (queueEvent starts it again).
+func (ss *session) forwardEvents(done chan struct{}) {
+	defer close(done)
+	for {
+		ss.evMu.Lock()
+		q := ss.evQueue
+		ss.evQueue = nil
+		if len(q) == 0 {
+			ss.evRunning = false
+			if ss.evDrops > 0 {
+				ss.log.Warn("verbs client too slow: queue pair events dropped", "events", ss.evDrops)
+				ss.evDrops = 0
+			}
+		}
+		ss.evMu.Unlock()
+		if len(q) == 0 {
+			return
+		}
+		for _, ev := range q {
+			ss.event(uabi.EvQP, ev)
+		}
+	}
+}
+
+// flushEvents waits until the events queued so far have been sent.
+func (ss *session) flushEvents() {
+	ss.evMu.Lock()
+	done := ss.evDone
+	ss.evMu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 func newSession(s *Server, c *net.UnixConn) *session {
@@ -299,6 +374,7 @@ func (ss *session) teardown() {
 	for h := range objs {
 		ss.srv.release(h)
 	}
+	ss.flushEvents()
 	ss.log.Info("verbs client gone", "qps", nqp, "mrs", nmr, "objects", len(objs))
 }
 

@@ -72,6 +72,15 @@ func RingBytes(count uint32, esz int) int {
 	return pageRound(HeaderSize + int(count)*esz)
 }
 
+// RingSpan is the memory of a ring of count entries of size esz, rounded
+// up to whole cache lines, for rings that share pages: a queue pair's SQ
+// and RQ lie one after the other in one mapping (its CreateQP reply says
+// where the RQ begins), so the two rings of a shallow QP take one page.
+func RingSpan(count uint32, esz int) int {
+	const line = 64
+	return (HeaderSize + int(count)*esz + line - 1) &^ (line - 1)
+}
+
 // Ring is one ring of fixed-size entries over shared memory.
 type Ring struct {
 	mem   []byte
