@@ -60,7 +60,17 @@ func (e *env) runPerftest(t *testing.T) {
 				fig = again + " (the first run disagreed: " + fig + ")"
 			}
 			captured, cerr := c.finish()
-			_, figs, terr := e.checkCapture(pcap, true) // siwtun asks for CRC
+			var figs string
+			var terr error
+			if errors.Is(cerr, errCaptureDropped) {
+				// The run's own checks (both reports) stand; only its
+				// capture is incomplete and goes unchecked, as the
+				// table says.
+				t.Logf("%s %s: %v: capture not checked", pt.name, name, cerr)
+				figs, cerr = "capture not checked: "+cerr.Error(), nil
+			} else {
+				_, figs, terr = e.checkCapture(pcap, true) // siwtun asks for CRC
+			}
 			err = joinErrs(nonNil(err, cerr, terr))
 			fig += "\n" + figs + " (" + captured + ")"
 			if err != nil {
