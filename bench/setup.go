@@ -48,7 +48,7 @@ func (r *runner) measureSetupScale(mtu int) error {
 			r.connRun(mtu, StackKernel, c)
 		}
 	}
-	if err := r.startDaemons(mtu, true, "--max-qp", fmt.Sprint(max(4096, r.cfg.Connections+64))); err != nil {
+	if err := r.startDaemons(mtu, true, qpRoom(r.cfg.Connections)...); err != nil {
 		return err
 	}
 	if conn {
@@ -68,6 +68,13 @@ func (r *runner) measureSetupScale(mtu int) error {
 		}
 	}
 	return r.stopDaemons()
+}
+
+// qpRoom are the flags of `siwtun up` that let one client hold n queue
+// pairs (the device's and a client's limits).
+func qpRoom(n int) []string {
+	room := fmt.Sprint(max(4096, n+64))
+	return []string{"--max-qp", room, "--max-client-qps", room}
 }
 
 // connArgs are the `siwtun bench conn` arguments of a stack's server (at
@@ -202,7 +209,7 @@ const settle = 2 * time.Second
 func (r *runner) idleMemory(mtu, n int) error {
 	what := fmt.Sprintf("MTU %d siwtun memory with %d idle connected QPs", mtu, n)
 	r.logf("%s", what)
-	if err := r.startDaemons(mtu, true, "--max-qp", fmt.Sprint(n+64)); err != nil {
+	if err := r.startDaemons(mtu, true, qpRoom(n)...); err != nil {
 		return err
 	}
 	if err := r.measureIdle(mtu, n); err != nil {
