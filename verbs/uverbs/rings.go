@@ -131,6 +131,7 @@ func (q *sQP) run() {
 		progress, blocked := q.drain()
 		if blocked {
 			// The engine's queue is full: retry as it drains.
+			q.ss.srv.ringFull.Add(1)
 			backoff = min(max(2*backoff, 20*time.Microsecond), time.Millisecond)
 			select {
 			case <-q.stop:
@@ -278,7 +279,11 @@ func (q *sQP) drain() (progress, blocked bool) {
 func (q *sQP) drainSQ() (progress, blocked bool) {
 	n := 0
 	bad := false
-	for n < len(q.sbatch) {
+	// At most one lap of the ring: past it, the cursor would reach the
+	// entries of this batch again (still valid until released), and the
+	// engine, full with the real ones, would refuse the copy (a spurious
+	// queue-full, and the backoff with the doorbell off).
+	for n < min(len(q.sbatch), int(q.sq.Count())) {
 		pos := q.sqCons + uint32(n)
 		if _, ok := q.sq.Ready(pos); !ok {
 			break
@@ -328,7 +333,7 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 
 func (q *sQP) drainRQ() (progress, blocked bool) {
 	n := 0
-	for n < len(q.rbatch) {
+	for n < min(len(q.rbatch), int(q.rq.Count())) { // one lap at most, as drainSQ
 		pos := q.rqCons + uint32(n)
 		if _, ok := q.rq.Ready(pos); !ok {
 			break
