@@ -10,6 +10,10 @@
 //   - siwtun: perftest's RDMA WRITE, READ and SEND bandwidth and latency
 //     between two `siwtun perf` processes on the daemons' verbs sockets,
 //     with MPA CRC on and off,
+//   - Debian's perftest, C programs linked with rdma-core, through
+//     libsiwtun (`siwtun exec`): ib_write_lat -R at 2 B and ib_write_bw -R
+//     at 64 KiB, each right next to `siwtun perf` with the same arguments
+//     (skipped, with a note, when perftest or the library is missing),
 //
 // at each MTU, and prints one table of absolute figures, ratios to both
 // baselines, the receiving application's CPU seconds per GB (its own

@@ -20,6 +20,12 @@ const (
 	// StackSiwtun is the RNIC: perftest's tests between applications on
 	// the two daemons' verbs sockets.
 	StackSiwtun = "siwtun"
+	// StackCLib is Debian's perftest (C, linked with rdma-core) through
+	// libsiwtun on the same two daemons (`siwtun exec`, GroupCLib).
+	StackCLib = "clib"
+	// StackPerfPair is siwtun perf run right next to each StackCLib
+	// figure with the same arguments: its side of the comparison.
+	StackPerfPair = "siwtun-pair"
 )
 
 // Kinds of Row.
@@ -44,6 +50,9 @@ type Row struct {
 	CRC *bool `json:"crc,omitempty"`
 	// Value is MB/s (KindBW) or the median round trip in µs (KindLat).
 	Value float64 `json:"value"`
+	// Mean is the mean round trip in µs (perftest's t_avg; latency rows
+	// of the RDMA stacks).
+	Mean float64 `json:"mean,omitempty"`
 	// VsGVisor and VsKernel are Value divided by the same kind of figure
 	// of raw gVisor TCP and of kernel TCP at the same MTU (0: no such
 	// baseline). Above 1 is better for bandwidth, worse for latency.
@@ -77,6 +86,9 @@ type Target struct {
 	// Missing says why the figure could not be computed (then Pass is
 	// false).
 	Missing string `json:"missing,omitempty"`
+	// Skipped says why the measurement was not run at all (then Pass is
+	// false): what is not installed.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Results is one run of the benchmark.
@@ -94,8 +106,20 @@ type Results struct {
 	Rounds  int      `json:"rounds,omitempty"`
 	Rows    []Row    `json:"rows"`
 	Targets []Target `json:"targets"`
+	// Groups are the groups of measurements the run took (Config.Groups);
+	// absent: all.
+	Groups []string `json:"groups,omitempty"`
+	// CLib is set when the run was to compare Debian's perftest through
+	// libsiwtun with siwtun perf (GroupCLib).
+	CLib *CLibInfo `json:"clib,omitempty"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
+}
+
+// CLibInfo is the comparison of perftest through libsiwtun in a run.
+type CLibInfo struct {
+	// Skipped says why it did not run (perftest or libsiwtun missing).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // find returns the row that matches, or nil.
@@ -184,6 +208,9 @@ func (r *Results) targets() []Target {
 	var ts []Target
 	on, off := boolp(true), boolp(false)
 	for _, mtu := range r.mtus() {
+		if !r.ran(GroupSiwtun) {
+			break // the rest are judged on siwtun perf's rows
+		}
 		if mtu == 9000 {
 			t := Target{Name: "RDMA WRITE 1 MiB (CRC on) / raw gVisor TCP bulk", MTU: mtu, Limit: 1.0, Unit: "x"}
 			if w := r.find(mtu, StackSiwtun, KindBW, "RDMA WRITE", 1<<20, on); w != nil && w.VsGVisor > 0 {
@@ -221,9 +248,10 @@ func (r *Results) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	ts = append(ts, r.clibTargets()...)
 	for i := range ts {
 		t := &ts[i]
-		if t.Missing != "" {
+		if t.Missing != "" || t.Skipped != "" {
 			continue
 		}
 		if t.Max {
@@ -231,6 +259,48 @@ func (r *Results) targets() []Target {
 		} else {
 			t.Pass = t.Figure >= t.Limit
 		}
+	}
+	return ts
+}
+
+// ran reports whether the run took the group of measurements g.
+func (r *Results) ran(g string) bool { return r.Groups == nil || slices.Contains(r.Groups, g) }
+
+// clibTargets judges the issue's targets for perftest through libsiwtun at
+// each MTU: its 2 B RDMA WRITE round trip (median, as every latency row
+// here, and mean) at most 1.2 times siwtun perf's, its 64 KiB RDMA WRITE
+// bandwidth at least 0.9 times; each figure the ratio of the medians of
+// the rounds, which ran the two side by side.
+func (r *Results) clibTargets() []Target {
+	if r.CLib == nil {
+		return nil
+	}
+	var ts []Target
+	on := boolp(true)
+	for _, mtu := range r.mtus() {
+		lat := fmt.Sprintf("ib_write_lat %s %%s RTT via libsiwtun / siwtun perf", FormatSize(CLibLatSize))
+		med := Target{Name: fmt.Sprintf(lat, "median"), MTU: mtu, Limit: 1.2, Max: true, Unit: "x"}
+		mean := Target{Name: fmt.Sprintf(lat, "mean"), MTU: mtu, Limit: 1.2, Max: true, Unit: "x"}
+		bw := Target{Name: fmt.Sprintf("ib_write_bw %s via libsiwtun / siwtun perf", FormatSize(CLibBWSize)), MTU: mtu, Limit: 0.9, Unit: "x"}
+		if r.CLib.Skipped != "" {
+			med.Skipped, mean.Skipped, bw.Skipped = r.CLib.Skipped, r.CLib.Skipped, r.CLib.Skipped
+			ts = append(ts, med, mean, bw)
+			continue
+		}
+		c, g := r.find(mtu, StackCLib, KindLat, "RDMA WRITE", CLibLatSize, on), r.find(mtu, StackPerfPair, KindLat, "RDMA WRITE", CLibLatSize, on)
+		if c != nil && g != nil && g.Value > 0 && g.Mean > 0 {
+			med.Figure, mean.Figure = c.Value/g.Value, c.Mean/g.Mean
+		} else {
+			med.Missing = "ib_write_lat or the siwtun perf run next to it not measured"
+			mean.Missing = med.Missing
+		}
+		c, g = r.find(mtu, StackCLib, KindBW, "RDMA WRITE", CLibBWSize, on), r.find(mtu, StackPerfPair, KindBW, "RDMA WRITE", CLibBWSize, on)
+		if c != nil && g != nil && g.Value > 0 {
+			bw.Figure = c.Value / g.Value
+		} else {
+			bw.Missing = "ib_write_bw or the siwtun perf run next to it not measured"
+		}
+		ts = append(ts, med, mean, bw)
 	}
 	return ts
 }
@@ -255,6 +325,10 @@ func stackName(s string) string {
 		return "kernel TCP"
 	case StackGVisor:
 		return "raw gVisor TCP"
+	case StackCLib:
+		return "perftest (C)"
+	case StackPerfPair:
+		return "siwtun (paired)"
 	}
 	return "siwtun"
 }
@@ -277,7 +351,7 @@ func cpu(v float64) string {
 // absolute figure and ratios, then the targets.
 func (r *Results) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+	fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tMEAN\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
 	for _, row := range r.Rows {
 		crc := "-"
 		if row.CRC != nil {
@@ -288,11 +362,15 @@ func (r *Results) WriteTable(w io.Writer) error {
 			unit, val = "us RTT", fmt.Sprintf("%.1f", row.Value)
 		}
 		test := row.Test
-		if row.Stack == StackSiwtun {
+		if row.Stack != StackKernel && row.Stack != StackGVisor {
 			test += map[string]string{KindBW: " bw", KindLat: " lat"}[row.Kind]
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test,
-			FormatSize(row.Size), crc, val, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
+		mean := "-"
+		if row.Mean > 0 {
+			mean = fmt.Sprintf("%.1f", row.Mean)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test,
+			FormatSize(row.Size), crc, val, mean, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
 			cpu(row.AppCPUPerGB), cpu(row.RNICCPUPerGB))
 	}
 	if err := tw.Flush(); err != nil {
@@ -313,10 +391,16 @@ func (r *Results) WriteTable(w io.Writer) error {
 		if t.Missing != "" {
 			fig, res = "-", "MISS ("+t.Missing+")"
 		}
+		if t.Skipped != "" {
+			fig, res = "-", "SKIPPED ("+t.Skipped+")"
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s %.2f\t%s\n", t.Name, t.MTU, fig, op, t.Limit, res)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.CLib != nil && r.CLib.Skipped != "" {
+		fmt.Fprintf(w, "\nperftest through libsiwtun: skipped: %s\n", r.CLib.Skipped)
 	}
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "\nCPU profiles: %s\n", strings.Join(r.Profiles, ", "))
@@ -369,9 +453,12 @@ func (r *Results) MergeRounds() {
 		g := groups[k]
 		row := g[0]
 		if len(g) > 1 {
-			var vals, app, rnic []float64
+			var vals, means, app, rnic []float64
 			for _, x := range g {
 				vals = append(vals, x.Value)
+				if x.Mean > 0 {
+					means = append(means, x.Mean)
+				}
 				if x.AppCPUPerGB > 0 {
 					app = append(app, x.AppCPUPerGB)
 				}
@@ -380,7 +467,7 @@ func (r *Results) MergeRounds() {
 				}
 			}
 			row.Samples = vals
-			row.Value, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(app), median(rnic)
+			row.Value, row.Mean, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(means), median(app), median(rnic)
 		}
 		merged = append(merged, row)
 	}

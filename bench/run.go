@@ -43,9 +43,35 @@ type Config struct {
 	// Rounds is how many times every measurement is taken (the whole set
 	// once per round); the table shows medians. 0 means 1.
 	Rounds int
+	// Groups are the sets of measurements taken (GroupKernel, GroupGVisor,
+	// GroupSiwtun, GroupCLib); nil means all.
+	Groups []string
+	// CLibSkip, if not empty, says why the comparison of Debian's perftest
+	// through libsiwtun with siwtun perf (GroupCLib) cannot run: perftest
+	// or the library is missing. Its targets are then marked skipped.
+	CLibSkip string
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
+
+// Groups of measurements (Config.Groups).
+const (
+	// GroupKernel is kernel TCP over the veth pair.
+	GroupKernel = "kernel"
+	// GroupGVisor is raw gVisor TCP between the daemons' stacks.
+	GroupGVisor = "gvisor"
+	// GroupSiwtun is siwtun perf's bandwidth and latency rows, CRC on and
+	// off.
+	GroupSiwtun = "siwtun"
+	// GroupCLib is Debian's perftest (ib_write_lat, ib_write_bw -R)
+	// through libsiwtun next to siwtun perf with the same arguments.
+	GroupCLib = "clib"
+)
+
+// AllGroups lists every group, in the order they run at each MTU.
+var AllGroups = []string{GroupKernel, GroupGVisor, GroupSiwtun, GroupCLib}
+
+func (c *Config) has(g string) bool { return c.Groups == nil || slices.Contains(c.Groups, g) }
 
 // DefaultConfig is `make bench`: MTU 1500 and 9000, 3 s per run, RDMA
 // WRITE, READ and SEND at 64 KiB and 1 MiB, latency at 4 B and 64 KiB,
@@ -91,6 +117,7 @@ type runner struct {
 	procs   []*proc
 	d0, d1  *proc
 	port    int
+	round   int
 	res     *Results
 	rowErrs []string
 }
@@ -112,7 +139,8 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	start := time.Now()
 	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
-		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds()}}
+		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds(),
+			Groups: cfg.Groups}}
 	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
 	defer func() {
 		if e := r.cleanup(); e != nil && err == nil {
@@ -123,7 +151,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		return nil, err
 	}
 	r.res.Rounds = max(cfg.Rounds, 1)
+	if cfg.has(GroupCLib) && cfg.CLibSkip != "" {
+		r.logf("perftest through libsiwtun: skipped: %s", cfg.CLibSkip)
+	}
 	for round := range r.res.Rounds {
+		r.round = round
 		if r.res.Rounds > 1 {
 			r.logf("round %d of %d", round+1, r.res.Rounds)
 		}
@@ -136,6 +168,9 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	r.res.MergeRounds()
 	r.sortRows()
 	r.res.ElapsedS = time.Since(start).Seconds()
+	if cfg.has(GroupCLib) {
+		r.res.CLib = &CLibInfo{Skipped: cfg.CLibSkip}
+	}
 	r.res.Analyze()
 	if len(r.rowErrs) > 0 {
 		return r.res, fmt.Errorf("%d measurement(s) failed:\n%s", len(r.rowErrs), strings.Join(r.rowErrs, "\n"))
@@ -231,17 +266,28 @@ func (r *runner) measureMTU(mtu int) error {
 			return err
 		}
 	}
-	for _, w := range r.tcpWorkloads() {
-		if err := r.ctx.Err(); err != nil {
-			return err
+	if r.cfg.has(GroupKernel) {
+		for _, w := range r.tcpWorkloads() {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			r.kernelTCP(mtu, w)
 		}
-		r.kernelTCP(mtu, w)
 	}
+	clib := r.cfg.has(GroupCLib) && r.cfg.CLibSkip == ""
 	for i, crc := range r.cfg.CRCs {
+		// The daemons with the first CRC setting serve every group; the
+		// others only siwtun perf's rows.
+		if i > 0 && !r.cfg.has(GroupSiwtun) {
+			break
+		}
+		if i == 0 && !r.cfg.has(GroupGVisor) && !r.cfg.has(GroupSiwtun) && !clib {
+			break
+		}
 		if err := r.startDaemons(mtu, crc); err != nil {
 			return err
 		}
-		if i == 0 {
+		if i == 0 && r.cfg.has(GroupGVisor) {
 			for _, w := range r.tcpWorkloads() {
 				if err := r.ctx.Err(); err != nil {
 					return err
@@ -249,20 +295,27 @@ func (r *runner) measureMTU(mtu int) error {
 				r.gvisorTCP(mtu, w)
 			}
 		}
-		for _, op := range r.cfg.Ops {
-			for _, size := range r.cfg.BWSizes {
-				if err := r.ctx.Err(); err != nil {
-					return err
+		if r.cfg.has(GroupSiwtun) {
+			for _, op := range r.cfg.Ops {
+				for _, size := range r.cfg.BWSizes {
+					if err := r.ctx.Err(); err != nil {
+						return err
+					}
+					r.siwtunBW(mtu, crc, op, size)
 				}
-				r.siwtunBW(mtu, crc, op, size)
+			}
+			for _, op := range r.cfg.Ops {
+				for _, size := range r.cfg.LatSizes {
+					if err := r.ctx.Err(); err != nil {
+						return err
+					}
+					r.siwtunLat(mtu, crc, op, size)
+				}
 			}
 		}
-		for _, op := range r.cfg.Ops {
-			for _, size := range r.cfg.LatSizes {
-				if err := r.ctx.Err(); err != nil {
-					return err
-				}
-				r.siwtunLat(mtu, crc, op, size)
+		if i == 0 && clib {
+			if err := r.clibCompare(mtu, crc); err != nil {
+				return err
 			}
 		}
 		if err := r.stopDaemons(); err != nil {
@@ -536,29 +589,39 @@ func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
 func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {
 	what := fmt.Sprintf("MTU %d siwtun %s lat %s CRC %s", mtu, opNames[op], FormatSize(size), onOff(crc))
 	r.logf("%s", what)
-	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+	row, err := r.goLat(mtu, crc, op, size)
 	if err != nil {
 		r.failed(what, err)
 		return
 	}
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+// goLat runs a `siwtun perf --lat` pair and returns its row (stack
+// siwtun): the median and mean round trips.
+func (r *runner) goLat(mtu int, crc bool, op string, size int) (Row, error) {
+	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+	if err != nil {
+		return Row{}, err
+	}
 	var out perfOutput
 	if err := decodeJSON(cli.stdout.String(), &out); err != nil {
-		r.failed(what, fmt.Errorf("client output: %w", err))
-		return
+		return Row{}, fmt.Errorf("client output: %w", err)
 	}
 	var rows []perftest.LatResult
 	if err := json.Unmarshal(out.Results, &rows); err != nil || len(rows) != 1 {
-		r.failed(what, fmt.Errorf("client output: want one latency row: %v\n%s", err, out.Results))
-		return
+		return Row{}, fmt.Errorf("client output: want one latency row: %v\n%s", err, out.Results)
 	}
-	// perftest prints half the round trip for Write and Send ping-pongs,
-	// the whole one for Read.
-	rtt := rows[0].Typical * 2
-	if op == "read" {
-		rtt = rows[0].Typical
+	return latRow(mtu, StackSiwtun, crc, op, size, rows[0].Typical, rows[0].Avg), nil
+}
+
+// latRow is a latency row from perftest's figures, which are half the
+// round trip for Write and Send ping-pongs and the whole one for Read.
+func latRow(mtu int, stack string, crc bool, op string, size int, typical, avg float64) Row {
+	if op != "read" {
+		typical, avg = 2*typical, 2*avg
 	}
-	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindLat, Test: opNames[op], Size: size,
-		CRC: boolp(crc), Value: rtt})
+	return Row{MTU: mtu, Stack: stack, Kind: KindLat, Test: opNames[op], Size: size, CRC: boolp(crc), Value: typical, Mean: avg}
 }
 
 func bwFigure(stdout string) (perftest.BWResult, error) {
@@ -588,9 +651,12 @@ func decodeJSON(s string, v any) error {
 }
 
 // sortRows orders the rows by MTU, then kernel, gVisor, siwtun, then
-// bandwidth before latency, the operation, the size and CRC on before off.
+// bandwidth before latency, the operation, the size and CRC on before off;
+// the comparison of perftest through libsiwtun last, each of its figures
+// next to siwtun perf's.
 func (r *runner) sortRows() {
-	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2}
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackCLib: 3}
+	pair := map[string]int{StackCLib: 1}
 	kind := map[string]int{KindBW: 0, KindLat: 1}
 	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, "RDMA READ": 3, "SEND": 4}
 	crc := func(b *bool) int {
@@ -601,7 +667,7 @@ func (r *runner) sortRows() {
 	}
 	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
 		for _, d := range []int{a.MTU - b.MTU, stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
-			test[a.Test] - test[b.Test], a.Size - b.Size, crc(a.CRC) - crc(b.CRC)} {
+			test[a.Test] - test[b.Test], a.Size - b.Size, crc(a.CRC) - crc(b.CRC), pair[a.Stack] - pair[b.Stack]} {
 			if d != 0 {
 				return d
 			}

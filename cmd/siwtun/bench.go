@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +29,7 @@ type benchOptions struct {
 	out      string
 	quick    bool
 	rounds   int
+	tests    []string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -38,12 +42,16 @@ TUN devices (each its own siwtun up) and a veth pair, and measures in one run:
 kernel TCP over the veth pair (bulk and request/response), raw gVisor TCP
 between the two daemons' own stacks through their TUN devices (the engine's
 floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
-and latency (4 B, 64 KiB) with MPA CRC on and off, at each MTU. It prints
-one table with the figures, their ratios to both baselines and the
-receiving application's CPU seconds per GB, judges the targets, and writes
-the same as JSON to --out.`,
+and latency (4 B, 64 KiB) with MPA CRC on and off, and Debian's perftest
+through libsiwtun (ib_write_lat -R 2 B, ib_write_bw -R 64 KiB) each next to
+siwtun perf with the same arguments, at each MTU. It prints one table with
+the figures, their ratios to both baselines and the receiving application's
+CPU seconds per GB, judges the targets, and writes the same as JSON to
+--out. Without Debian's perftest or libsiwtun the comparison is skipped,
+with a note.`,
 		Example: `  siwtun bench                       # everything, about 5 minutes
-  siwtun bench --mtu 9000 -D 2 --out /tmp`,
+  siwtun bench --mtu 9000 -D 2 --out /tmp
+  siwtun bench --tests clib --mtu 9000 --rounds 5 --out ''   # perftest through libsiwtun only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, o)
@@ -55,6 +63,7 @@ the same as JSON to --out.`,
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
+	f.StringSliceVar(&o.tests, "tests", bench.AllGroups, "groups of measurements: kernel (kernel TCP), gvisor (raw gVisor TCP), siwtun (siwtun perf, CRC on and off), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf)")
 	cmd.AddCommand(newBenchTCPCmd())
 	return cmd
 }
@@ -75,8 +84,19 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 			return fmt.Errorf("--mtu %d: want 1280..65535", m)
 		}
 	}
+	for _, g := range o.tests {
+		if !slices.Contains(bench.AllGroups, g) {
+			return fmt.Errorf("--tests %s: want some of %s", g, strings.Join(bench.AllGroups, ","))
+		}
+	}
 	cfg := bench.DefaultConfig(self)
 	cfg.MTUs, cfg.Duration, cfg.Rounds, cfg.Log = o.mtus, time.Duration(o.duration)*time.Second, o.rounds, cmd.ErrOrStderr()
+	if len(o.tests) != len(bench.AllGroups) {
+		cfg.Groups = o.tests
+	}
+	if slices.Contains(o.tests, bench.GroupCLib) {
+		cfg.CLibSkip = clibMissing()
+	}
 	if o.quick {
 		cfg.BWSizes, cfg.LatSizes, cfg.Ops = []int{1 << 20}, []int{4}, []string{"write"}
 		cfg.LatIters = func(int) int { return 200 }
@@ -110,6 +130,24 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		fmt.Fprintf(out, "results: %s\n", path)
 	}
 	return runErr
+}
+
+// clibMissing says what the comparison of perftest through libsiwtun
+// lacks: Debian's perftest programs or the library; "" if nothing.
+func clibMissing() string {
+	var missing []string
+	for _, p := range bench.CLibPrograms {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return strings.Join(missing, " and ") + " not installed (Debian's perftest package: apt-get install perftest)"
+	}
+	if _, err := findLib(); err != nil {
+		return "libsiwtun: " + err.Error()
+	}
+	return ""
 }
 
 // benchTCPOptions are the flags of siwtun bench tcp.

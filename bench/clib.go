@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The comparison of Debian's perftest through libsiwtun with siwtun perf
+// (GroupCLib): the issue's sizes.
+const (
+	// CLibLatSize is ib_write_lat's message size.
+	CLibLatSize = 2
+	// CLibBWSize is ib_write_bw's message size.
+	CLibBWSize = 64 << 10
+)
+
+// Perftest programs the comparison runs (Debian's perftest package).
+var CLibPrograms = []string{"ib_write_lat", "ib_write_bw"}
+
+// clibCompare runs Debian's ib_write_lat and ib_write_bw with -R between
+// the two daemons, through libsiwtun (`siwtun exec`), each right next to
+// siwtun perf with the same arguments: the pair back to back, which of
+// the two goes first alternating from round to round, so that the
+// machine's moods fall on both alike.
+func (r *runner) clibCompare(mtu int, crc bool) error {
+	type job func()
+	lat := []job{func() { r.pairGoLat(mtu, crc) }, func() { r.cLat(mtu, crc) }}
+	bw := []job{func() { r.pairGoBW(mtu, crc) }, func() { r.cBW(mtu, crc) }}
+	if r.round%2 == 1 {
+		lat[0], lat[1] = lat[1], lat[0]
+		bw[0], bw[1] = bw[1], bw[0]
+	}
+	for _, j := range append(lat, bw...) {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		j()
+	}
+	return nil
+}
+
+func (r *runner) pairGoLat(mtu int, crc bool) {
+	what := fmt.Sprintf("MTU %d siwtun perf write --lat %s (next to ib_write_lat)", mtu, FormatSize(CLibLatSize))
+	r.logf("%s", what)
+	row, err := r.goLat(mtu, crc, "write", CLibLatSize)
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	row.Stack = StackPerfPair
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+func (r *runner) pairGoBW(mtu int, crc bool) {
+	what := fmt.Sprintf("MTU %d siwtun perf write %s (next to ib_write_bw)", mtu, FormatSize(CLibBWSize))
+	r.logf("%s", what)
+	_, cli, err := r.perfPair("write", "-s", fmt.Sprint(CLibBWSize), "-D", fmt.Sprint(int(r.cfg.Duration/time.Second)))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	bw, err := bwFigure(cli.stdout.String())
+	if err != nil {
+		r.failed(what, fmt.Errorf("client output: %w", err))
+		return
+	}
+	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackPerfPair, Kind: KindBW, Test: opNames["write"],
+		Size: CLibBWSize, CRC: boolp(crc), Value: bw.Average * (1 << 20) / 1e6})
+}
+
+func (r *runner) cLat(mtu int, crc bool) {
+	what := fmt.Sprintf("MTU %d ib_write_lat -R %s through libsiwtun", mtu, FormatSize(CLibLatSize))
+	r.logf("%s", what)
+	iters := r.cfg.LatIters(CLibLatSize)
+	_, cli, err := r.perftestPair("ib_write_lat", 2*time.Minute+time.Duration(iters)*5*time.Millisecond,
+		"-s", fmt.Sprint(CLibLatSize), "-n", fmt.Sprint(iters))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	// t_min, t_max, t_typical, t_avg: half the round trip.
+	f, err := perftestReport(cli.stdout.String(), CLibLatSize, 2, 3)
+	if err != nil {
+		r.failed(what, fmt.Errorf("client output: %w", err))
+		return
+	}
+	r.res.Rows = append(r.res.Rows, latRow(mtu, StackCLib, crc, "write", CLibLatSize, f[2], f[3]))
+}
+
+func (r *runner) cBW(mtu int, crc bool) {
+	what := fmt.Sprintf("MTU %d ib_write_bw -R %s through libsiwtun", mtu, FormatSize(CLibBWSize))
+	r.logf("%s", what)
+	_, cli, err := r.perftestPair("ib_write_bw", r.cfg.Duration+2*time.Minute,
+		"-s", fmt.Sprint(CLibBWSize), "-D", fmt.Sprint(int(r.cfg.Duration/time.Second)))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	// BW peak, BW average (MiB/s: perftest's MB is 2^20 bytes).
+	f, err := perftestReport(cli.stdout.String(), CLibBWSize, 1)
+	if err != nil {
+		r.failed(what, fmt.Errorf("client output: %w", err))
+		return
+	}
+	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackCLib, Kind: KindBW, Test: opNames["write"],
+		Size: CLibBWSize, CRC: boolp(crc), Value: f[1] * (1 << 20) / 1e6})
+}
+
+// perftestPair runs a perftest program with -R through libsiwtun (`siwtun
+// exec`) as server on siwtun1 and client on siwtun0, with the same
+// arguments, and returns both, exited. The client starts a second after
+// the server, whose listener must be up (its output, a pipe, is not seen
+// before it exits); a client refused quickly while the server still
+// waits is started again.
+func (r *runner) perftestPair(prog string, timeout time.Duration, args ...string) (srv, cli *proc, err error) {
+	port := r.nextPort()
+	cmd := func(dev string, extra ...string) []string {
+		c := append([]string{"exec", "--socket-dir", r.dir, "--dev", dev, "--", prog, "-d", dev, "-R", "-p", port}, args...)
+		return append(c, extra...)
+	}
+	srv, err = r.start(prog+" server", r.nsRNIC, cmd(dev1)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cerr error
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-r.ctx.Done():
+			srv.stop()
+			return nil, nil, r.ctx.Err()
+		case <-time.After(time.Second):
+		}
+		started := time.Now()
+		if cli, err = r.start(prog+" client", r.nsRNIC, cmd(dev0, rnic1Addr)...); err != nil {
+			srv.stop()
+			return nil, nil, err
+		}
+		cerr = cli.wait(timeout)
+		if cerr == nil || srv.exited() || attempt == 2 || time.Since(started) > 5*time.Second {
+			break
+		}
+		r.logf("%s client failed at once, the server still waiting: again", prog)
+	}
+	serr := srv.wait(30 * time.Second)
+	return srv, cli, errors.Join(cerr, serr)
+}
+
+// perftestRow is the figures row under perftest's "#bytes" header: bytes,
+// iterations, then the figures.
+var perftestRow = regexp.MustCompile(`(?m)^[ \t]*#bytes.*\n[ \t]*(\d+)[ \t]+(\d+)((?:[ \t]+\S+)+)`)
+
+// perftestReport returns the figures after the iterations of perftest's
+// report in out, which must be of size bytes, checking that those at the
+// indexes want are positive and finite (a timed run's peak is 0).
+func perftestReport(out string, size int, want ...int) ([]float64, error) {
+	m := perftestRow.FindStringSubmatch(out)
+	if m == nil {
+		return nil, fmt.Errorf("no report row in %q", out)
+	}
+	if m[1] != strconv.Itoa(size) {
+		return nil, fmt.Errorf("report of %s bytes, want %d: %q", m[1], size, m[0])
+	}
+	fields := strings.Fields(m[3])
+	figs := make([]float64, len(fields))
+	for i, f := range fields {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, fmt.Errorf("figure %d of the report row is %q: %q", i+1, f, m[0])
+		}
+		figs[i] = v
+	}
+	for _, i := range want {
+		if i >= len(figs) || math.IsInf(figs[i], 0) || math.IsNaN(figs[i]) || figs[i] <= 0 {
+			return nil, fmt.Errorf("report row without figure %d: %q", i+1, m[0])
+		}
+	}
+	return figs, nil
+}
