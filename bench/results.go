@@ -106,6 +106,8 @@ type Results struct {
 	Rounds  int      `json:"rounds,omitempty"`
 	Rows    []Row    `json:"rows"`
 	Targets []Target `json:"targets"`
+	// DaemonNice is the daemons' `siwtun up --nice` (0: as started).
+	DaemonNice int `json:"daemon_nice,omitempty"`
 	// Groups are the groups of measurements the run took (Config.Groups);
 	// absent: all.
 	Groups []string `json:"groups,omitempty"`
@@ -408,6 +410,9 @@ func (r *Results) WriteTable(w io.Writer) error {
 	rounds := ""
 	if r.Rounds > 1 {
 		rounds = fmt.Sprintf(", medians of %d rounds", r.Rounds)
+	}
+	if r.DaemonNice != 0 {
+		rounds += fmt.Sprintf(", daemons at nice %d", r.DaemonNice)
 	}
 	_, err := fmt.Fprintf(w, "\n%d CPUs, %.0f s per run%s; total elapsed %s\n", r.CPUs, r.DurationS, rounds,
 		time.Duration(r.ElapsedS*float64(time.Second)).Round(time.Second))

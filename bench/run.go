@@ -50,6 +50,8 @@ type Config struct {
 	// through libsiwtun with siwtun perf (GroupCLib) cannot run: perftest
 	// or the library is missing. Its targets are then marked skipped.
 	CLibSkip string
+	// DaemonNice, if not 0, is passed to the daemons as `siwtun up --nice`.
+	DaemonNice int
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
@@ -140,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	start := time.Now()
 	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
 		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds(),
-			Groups: cfg.Groups}}
+			Groups: cfg.Groups, DaemonNice: cfg.DaemonNice}}
 	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
 	defer func() {
 		if e := r.cleanup(); e != nil && err == nil {
@@ -404,8 +406,12 @@ func (r *runner) startDaemons(mtu int, crc bool) error {
 		dev, addr, host string
 		p               **proc
 	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
-		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, "up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
-			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn")
+		args := []string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}
+		if r.cfg.DaemonNice != 0 {
+			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
+		}
+		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, args...)
 		if err != nil {
 			return err
 		}

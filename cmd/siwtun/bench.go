@@ -30,6 +30,7 @@ type benchOptions struct {
 	quick    bool
 	rounds   int
 	tests    []string
+	nice     int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -63,6 +64,7 @@ with a note.`,
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
+	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
 	f.StringSliceVar(&o.tests, "tests", bench.AllGroups, "groups of measurements: kernel (kernel TCP), gvisor (raw gVisor TCP), siwtun (siwtun perf, CRC on and off), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf)")
 	cmd.AddCommand(newBenchTCPCmd())
 	return cmd
@@ -91,6 +93,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	cfg := bench.DefaultConfig(self)
 	cfg.MTUs, cfg.Duration, cfg.Rounds, cfg.Log = o.mtus, time.Duration(o.duration)*time.Second, o.rounds, cmd.ErrOrStderr()
+	cfg.DaemonNice = o.nice
 	if len(o.tests) != len(bench.AllGroups) {
 		cfg.Groups = o.tests
 	}

@@ -51,6 +51,7 @@ type upOptions struct {
 	logFormat   string
 	cpuProfile  string
 	perWrite    int
+	nice        int
 }
 
 func newUpCmd() *cobra.Command {
@@ -92,6 +93,7 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
+	f.IntVar(&o.nice, "nice", 0, "scheduling priority (nice, -20..19) of the daemon's threads, 0 leaving it as started; -10 lets them take the processor from applications that busy-poll without yielding (perftest's latency tests), as an RNIC's hardware does not wait for them; below the current value needs CAP_SYS_NICE (root has it)")
 	return cmd
 }
 
@@ -224,6 +226,16 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if o.nice < -20 || o.nice > 19 {
+		return fmt.Errorf("--nice %d: want -20..19", o.nice)
+	}
+	// Early, while the runtime has few threads; again once everything is
+	// started (reniceThreads).
+	renice := func() error { return nil }
+	if cur, err := threadNice(); err == nil && o.nice != 0 && cur != o.nice {
+		renice = func() error { return reniceThreads(o.nice) }
+	}
+	niceErr := renice()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -341,9 +353,16 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	defer stopVerbs()
 
+	if niceErr == nil {
+		niceErr = renice()
+	}
+	if niceErr != nil {
+		log.Warn("could not set the threads' scheduling priority; busy-polling applications will slow the RNIC down",
+			"nice", o.nice, "err", niceErr)
+	}
 	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
 		"mpa_rev", o.mpaRev, "crc", o.crc, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
-		"verbs_socket", verbsPath, "ctl_socket", ctlPath)
+		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
