@@ -125,21 +125,21 @@ func (r *runner) perftestRun(prog string, timeout time.Duration, size int, want 
 // perftestPair runs a perftest program with -R through libsiwtun (`siwtun
 // exec`) as server on siwtun1 and client on siwtun0, with the same
 // arguments, and returns both, exited. The client starts a second after
-// the server, whose listener must be up (its output, a pipe, is not seen
-// before it exits); a client refused quickly while the server still
-// waits is started again.
+// the server, whose listener must be up by then (its output, a pipe, is
+// not seen before it exits). A client that fails within seconds (its
+// connection refused: the server not listening yet on a loaded machine)
+// is tried again with a new server: the old one may hold half of the
+// failed connection.
 func (r *runner) perftestPair(prog string, timeout time.Duration, args ...string) (srv, cli *proc, err error) {
-	port := r.nextPort()
-	cmd := func(dev string, extra ...string) []string {
-		c := append([]string{"exec", "--socket-dir", r.dir, "--dev", dev, "--", prog, "-d", dev, "-R", "-p", port}, args...)
-		return append(c, extra...)
-	}
-	srv, err = r.start(prog+" server", r.nsRNIC, cmd(dev1)...)
-	if err != nil {
-		return nil, nil, err
-	}
-	var cerr error
 	for attempt := 0; ; attempt++ {
+		port := r.nextPort()
+		cmd := func(dev string, extra ...string) []string {
+			c := append([]string{"exec", "--socket-dir", r.dir, "--dev", dev, "--", prog, "-d", dev, "-R", "-p", port}, args...)
+			return append(c, extra...)
+		}
+		if srv, err = r.start(prog+" server", r.nsRNIC, cmd(dev1)...); err != nil {
+			return nil, nil, err
+		}
 		select {
 		case <-r.ctx.Done():
 			srv.stop()
@@ -151,14 +151,16 @@ func (r *runner) perftestPair(prog string, timeout time.Duration, args ...string
 			srv.stop()
 			return nil, nil, err
 		}
-		cerr = cli.wait(timeout)
-		if cerr == nil || srv.exited() || attempt == 2 || time.Since(started) > 5*time.Second {
-			break
+		cerr := cli.wait(timeout)
+		if cerr != nil && attempt < 2 && time.Since(started) < 5*time.Second && !srv.exited() {
+			srv.stop()
+			first, _, _ := strings.Cut(cerr.Error(), "\n")
+			r.logf("%s client failed at once (%s): again, with a new server", prog, first)
+			continue
 		}
-		r.logf("%s client failed at once, the server still waiting: again", prog)
+		serr := srv.wait(30 * time.Second)
+		return srv, cli, errors.Join(cerr, serr)
 	}
-	serr := srv.wait(30 * time.Second)
-	return srv, cli, errors.Join(cerr, serr)
 }
 
 // perftestRow is the figures row under perftest's "#bytes" header: bytes,
