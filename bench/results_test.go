@@ -130,6 +130,10 @@ func TestPerftestReport(t *testing.T) {
 	if f, err := perftestReport(bw, 65536, 1); err != nil || f[1] != 308.68 {
 		t.Fatalf("bandwidth row: %v %v", f, err)
 	}
+	// perftest prints -nan for the standard deviation now and then.
+	if f, err := perftestReport(strings.Replace(lat, "806.90", "-nan", 1), 2, 2, 3); err != nil || f[3] != 253.64 {
+		t.Fatalf("latency row with -nan: %v %v", f, err)
+	}
 	for name, c := range map[string]struct {
 		out  string
 		size int
