@@ -123,7 +123,7 @@ func TestRingDepthOne(t *testing.T) {
 	srv := newEnd(t, r.peer, 1)
 	connect(t, cli, srv)
 	src := cli.region(t, 64, verbs.AccessLocalWrite)
-	dst := srv.region(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	dst := srv.region(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	rbuf := cli.region(t, 64, verbs.AccessLocalWrite)
 	before := r.srv.Stats()
 	const n = 200
@@ -145,7 +145,13 @@ func TestRingDepthOne(t *testing.T) {
 			poll(t, srv.scq, 1)
 		}
 	}
-	testkit.Eventually(t, testTimeout, "the last Write placed", func() bool { return dst.Bytes()[0] == byte(n-1) })
+	// The last Write landed: read it back (the peer's memory is this
+	// process's, written by its engine; reading it here would race).
+	post(t, cli.qp, verbs.SendWR{ID: n, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled,
+		SGL: []verbs.SGE{rbuf.SGE(8, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	if wc := poll(t, cli.scq, 1)[0]; wc.Status != verbs.WCSuccess || rbuf.Bytes()[8] != byte(n-1) {
+		t.Fatalf("read back %d, want %d (%+v)", rbuf.Bytes()[8], byte(n-1), wc)
+	}
 	if full := r.srv.Stats().RingFull - before.RingFull; full != 0 {
 		t.Fatalf("%d requests one at a time: the ring goroutine found the engine full %d times", n, full)
 	}
