@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -32,11 +33,17 @@ type proc struct {
 // startProc starts args in namespace ns. The process gets SIGINT when ctx
 // ends, and SIGKILL stopWait later.
 func startProc(ctx context.Context, name, ns string, args ...string) (*proc, error) {
+	return startProcStdin(ctx, name, ns, nil, args...)
+}
+
+// startProcStdin is startProc with the process's standard input read from
+// stdin (nil: none).
+func startProcStdin(ctx context.Context, name, ns string, stdin io.Reader, args ...string) (*proc, error) {
 	p := &proc{name: name, done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(os.Interrupt) }
 	p.cmd.WaitDelay = stopWait
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -125,4 +132,22 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("malformed /proc/pid/stat: %w", err)
 	}
 	return time.Duration(utime+stime) * clockTick, nil
+}
+
+// procRSS reads a running process's resident set (VmRSS) in KiB from
+// /proc/<pid>/status.
+func procRSS(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				return strconv.ParseFloat(f[0], 64)
+			}
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/pid/status")
 }

@@ -21,7 +21,7 @@ const (
 	// the two daemons' verbs sockets.
 	StackSiwtun = "siwtun"
 	// StackCLib is Debian's perftest (C, linked with rdma-core) through
-	// libsiwtun on the same two daemons (`siwtun exec`, GroupCLib).
+	// libsiwtun on the same two daemons (`siwtun exec`, SuiteCLib).
 	StackCLib = "clib"
 	// StackPerfPair is siwtun perf run right next to each StackCLib
 	// figure with the same arguments: its side of the comparison.
@@ -34,6 +34,25 @@ const (
 	KindBW = "bw"
 	// KindLat is a round-trip time in microseconds (the median).
 	KindLat = "lat"
+	// KindConnect is a connect time in microseconds (the median): from
+	// the call until the connection is established.
+	KindConnect = "connect"
+	// KindRate is connections per second.
+	KindRate = "rate"
+	// KindMem is a daemon's memory per idle connected queue pair, in KiB
+	// (its resident set with the connections less without, over their
+	// number).
+	KindMem = "mem"
+)
+
+// Tests of the set-up, scale and memory rows.
+const (
+	// TestConnect names connect time and rate rows.
+	TestConnect = "connect"
+	// TestIdleInitiator and TestIdleResponder name the memory rows of the
+	// daemon whose queue pairs connected and of the one that accepted.
+	TestIdleInitiator = "idle QPs, initiator"
+	TestIdleResponder = "idle QPs, responder"
 )
 
 // Row is one measurement.
@@ -70,6 +89,21 @@ type Row struct {
 	// Samples are the Values of each round, in the order measured, when
 	// the run had more than one round; Value is their median.
 	Samples []float64 `json:"samples,omitempty"`
+
+	// QPs is, for the set-up, scale and memory rows, the connections
+	// (queue pairs, or kernel TCP sockets) the figure was taken with: the
+	// connections a connect run opened, the queue pairs of a bandwidth
+	// run, the idle queue pairs of a memory row. 0 for the other rows.
+	QPs int `json:"qps,omitempty"`
+	// Clients is how many client processes opened the connections of a
+	// set-up row at once.
+	Clients int `json:"clients,omitempty"`
+	// VsOneQP is a scale row's Value over that of one queue pair.
+	VsOneQP float64 `json:"vs_1qp,omitempty"`
+	// RSSBaseKiB and RSSKiB are a memory row's daemon resident set (VmRSS)
+	// before the connections and with them idle.
+	RSSBaseKiB float64 `json:"rss_base_kib,omitempty"`
+	RSSKiB     float64 `json:"rss_kib,omitempty"`
 }
 
 // Target is one of the issue's targets, judged on the figures.
@@ -103,16 +137,15 @@ type Results struct {
 	// Rounds is how many times every measurement was taken, the rounds
 	// one after the other, so that a noisy moment hits one sample of
 	// every figure rather than every sample of one.
-	Rounds  int      `json:"rounds,omitempty"`
-	Rows    []Row    `json:"rows"`
-	Targets []Target `json:"targets"`
+	Rounds int `json:"rounds,omitempty"`
+	// Suites are the suites measured (SuitePerf, ...); absent: all.
+	Suites []string `json:"suites,omitempty"`
 	// DaemonNice is the daemons' `siwtun up --nice` (0: as started).
-	DaemonNice int `json:"daemon_nice,omitempty"`
-	// Groups are the groups of measurements the run took (Config.Groups);
-	// absent: all.
-	Groups []string `json:"groups,omitempty"`
+	DaemonNice int      `json:"daemon_nice,omitempty"`
+	Rows       []Row    `json:"rows"`
+	Targets    []Target `json:"targets"`
 	// CLib is set when the run was to compare Debian's perftest through
-	// libsiwtun with siwtun perf (GroupCLib).
+	// libsiwtun with siwtun perf (SuiteCLib).
 	CLib *CLibInfo `json:"clib,omitempty"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
@@ -128,7 +161,7 @@ type CLibInfo struct {
 func (r *Results) find(mtu int, stack, kind, test string, size int, crc *bool) *Row {
 	for i := range r.Rows {
 		x := &r.Rows[i]
-		if x.MTU == mtu && x.Stack == stack && x.Kind == kind && x.Test == test && x.Size == size &&
+		if x.MTU == mtu && x.Stack == stack && x.Kind == kind && x.Test == test && x.Size == size && x.QPs == 0 &&
 			(crc == nil || (x.CRC != nil && *x.CRC == *crc)) {
 			return x
 		}
@@ -143,7 +176,7 @@ func (r *Results) baseline(row Row, stack string) *Row {
 	if row.Kind == KindBW {
 		for i := range r.Rows {
 			x := &r.Rows[i]
-			if x.MTU == row.MTU && x.Stack == stack && x.Kind == KindBW {
+			if x.MTU == row.MTU && x.Stack == stack && x.Kind == KindBW && x.QPs == 0 {
 				return x
 			}
 		}
@@ -167,6 +200,10 @@ func (r *Results) Analyze() {
 	for i := range r.Rows {
 		row := &r.Rows[i]
 		row.VsGVisor, row.VsKernel = 0, 0
+		if row.QPs > 0 {
+			r.analyzeScale(row)
+			continue
+		}
 		if row.Stack != StackGVisor && row.Stack != StackKernel {
 			if b := r.baseline(*row, StackGVisor); b != nil && b.Value > 0 {
 				row.VsGVisor = row.Value / b.Value
@@ -204,14 +241,15 @@ func (r *Results) mtus() []int {
 	return out
 }
 
-// targets judges the issue's four targets at each MTU measured (the
-// bandwidth target at MTU 9000 only, as the issue states it).
+// targets judges the issue's targets at each MTU measured: the main
+// table's four (the bandwidth target at MTU 9000 only, as the issue states
+// it), then those of set-up, scale and memory (scaleTargets).
 func (r *Results) targets() []Target {
 	var ts []Target
 	on, off := boolp(true), boolp(false)
 	for _, mtu := range r.mtus() {
-		if !r.ran(GroupSiwtun) {
-			break // the rest are judged on siwtun perf's rows
+		if !r.ran(SuitePerf) {
+			break
 		}
 		if mtu == 9000 {
 			t := Target{Name: "RDMA WRITE 1 MiB (CRC on) / raw gVisor TCP bulk", MTU: mtu, Limit: 1.0, Unit: "x"}
@@ -251,6 +289,7 @@ func (r *Results) targets() []Target {
 		ts = append(ts, t)
 	}
 	ts = append(ts, r.clibTargets()...)
+	ts = append(ts, r.scaleTargets()...)
 	for i := range ts {
 		t := &ts[i]
 		if t.Missing != "" || t.Skipped != "" {
@@ -265,16 +304,13 @@ func (r *Results) targets() []Target {
 	return ts
 }
 
-// ran reports whether the run took the group of measurements g.
-func (r *Results) ran(g string) bool { return r.Groups == nil || slices.Contains(r.Groups, g) }
-
-// clibTargets judges the issue's targets for perftest through libsiwtun at
+// clibTargets judges issue 13's targets for perftest through libsiwtun at
 // each MTU: its 2 B RDMA WRITE round trip (median, as every latency row
 // here, and mean) at most 1.2 times siwtun perf's, its 64 KiB RDMA WRITE
 // bandwidth at least 0.9 times; each figure the ratio of the medians of
 // the rounds, which ran the two side by side.
 func (r *Results) clibTargets() []Target {
-	if r.CLib == nil {
+	if r.CLib == nil || !r.ran(SuiteCLib) {
 		return nil
 	}
 	var ts []Target
@@ -353,8 +389,13 @@ func cpu(v float64) string {
 // absolute figure and ratios, then the targets.
 func (r *Results) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tMEAN\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.QPs == 0 }) {
+		fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tMEAN\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+	}
 	for _, row := range r.Rows {
+		if row.QPs > 0 {
+			continue // writeScaleTable
+		}
 		crc := "-"
 		if row.CRC != nil {
 			crc = onOff(*row.CRC)
@@ -378,9 +419,14 @@ func (r *Results) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
+	if err := r.writeScaleTable(w); err != nil {
+		return err
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tMTU\tFIGURE\tLIMIT\tRESULT")
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "TARGET\tMTU\tFIGURE\tLIMIT\tRESULT")
+	}
 	for _, t := range r.Targets {
 		op := ">="
 		if t.Max {
@@ -436,9 +482,10 @@ func (r *Results) MergeRounds() {
 		stack, kind, test string
 		size              int
 		crc               string
+		qps, clients      int
 	}
 	keyOf := func(row *Row) key {
-		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-"}
+		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-", row.QPs, row.Clients}
 		if row.CRC != nil {
 			k.crc = fmt.Sprint(*row.CRC)
 		}
@@ -458,12 +505,13 @@ func (r *Results) MergeRounds() {
 		g := groups[k]
 		row := g[0]
 		if len(g) > 1 {
-			var vals, means, app, rnic []float64
+			var vals, means, app, rnic, rss, base []float64
 			for _, x := range g {
 				vals = append(vals, x.Value)
 				if x.Mean > 0 {
 					means = append(means, x.Mean)
 				}
+				rss, base = append(rss, x.RSSKiB), append(base, x.RSSBaseKiB)
 				if x.AppCPUPerGB > 0 {
 					app = append(app, x.AppCPUPerGB)
 				}
@@ -473,6 +521,7 @@ func (r *Results) MergeRounds() {
 			}
 			row.Samples = vals
 			row.Value, row.Mean, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(means), median(app), median(rnic)
+			row.RSSKiB, row.RSSBaseKiB = median(rss), median(base)
 		}
 		merged = append(merged, row)
 	}

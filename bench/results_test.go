@@ -30,6 +30,20 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: off, Value: 700, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.4},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120, Mean: 130},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA READ", Size: 65536, CRC: on, Value: 450, Mean: 470},
+			// Set-up, scale and memory.
+			{MTU: 9000, Stack: StackKernel, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 40},
+			{MTU: 9000, Stack: StackKernel, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 20000},
+			{MTU: 9000, Stack: StackKernel, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 4, Value: 40000},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 1000},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 800},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 4, Value: 400},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, QPs: 1, Value: 600},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, QPs: 64, Value: 570},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleInitiator, QPs: 1000, Value: 35, RSSBaseKiB: 15000, RSSKiB: 50000},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleResponder, QPs: 1000, Value: 36, RSSBaseKiB: 15000, RSSKiB: 51000},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleInitiator, QPs: 10000, Value: 31, RSSBaseKiB: 15000, RSSKiB: 325000},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleResponder, QPs: 10000, Value: 30, RSSBaseKiB: 15000, RSSKiB: 315000},
+			// Perftest through libsiwtun next to siwtun perf.
 			{MTU: 9000, Stack: StackPerfPair, Kind: KindBW, Test: "RDMA WRITE", Size: CLibBWSize, CRC: on, Value: 400},
 			{MTU: 9000, Stack: StackCLib, Kind: KindBW, Test: "RDMA WRITE", Size: CLibBWSize, CRC: on, Value: 380},
 			{MTU: 9000, Stack: StackPerfPair, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 110},
@@ -56,7 +70,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 7 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 12 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -81,12 +95,33 @@ func TestAnalyze(t *testing.T) {
 	want := []struct {
 		fig  float64
 		pass bool
-	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false}, {1.1, true}, {3, false}, {0.95, true}}
+	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false},
+		{1.1, true}, {3, false}, {0.95, true},
+		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
+	if len(r.Targets) != len(want) {
+		t.Fatalf("%d targets, want %d: %+v", len(r.Targets), len(want), r.Targets)
+	}
 	for i, tg := range r.Targets {
 		if !near(tg.Figure, want[i].fig) || tg.Pass != want[i].pass || tg.Missing != "" {
 			t.Errorf("target %d %q: %+v, want figure %v pass %v", i, tg.Name, tg, want[i].fig, want[i].pass)
 		}
 	}
+	if s := r.Rows[17]; !near(s.VsOneQP, 0.95) || s.VsKernel != 0 {
+		t.Errorf("64 QPs: %v of 1 QP, %v of kernel; want 0.95, none", s.VsOneQP, s.VsKernel)
+	}
+	if c := r.Rows[13]; !near(c.VsKernel, 25) {
+		t.Errorf("connect time against kernel TCP's: %v, want 25", c.VsKernel)
+	}
+	if c := r.Rows[15]; !near(c.VsKernel, 0.01) {
+		t.Errorf("4 clients' rate against kernel TCP's: %v, want 0.01", c.VsKernel)
+	}
+	// A run of some suites judges their targets only.
+	r.Suites = []string{SuiteScale}
+	r.Analyze()
+	if len(r.Targets) != 1 || r.Targets[0].Figure != want[10].fig {
+		t.Errorf("scale suite alone: targets %+v", r.Targets)
+	}
+	r.Suites = nil
 	// Without the CRC-off row the CRC target is missing, not passed.
 	r.Rows = append(r.Rows[:7], r.Rows[8:]...)
 	r.Analyze()
@@ -94,23 +129,20 @@ func TestAnalyze(t *testing.T) {
 		t.Errorf("CRC target without CRC off: %+v", tg)
 	}
 	// Without perftest the comparison's targets are skipped, not missed;
-	// with its group left out of the run they are not there at all, and
-	// with only its group, siwtun perf's are not.
+	// with its suite left out of the run they are not there at all.
 	r.CLib = &CLibInfo{Skipped: "ib_write_lat not installed"}
 	r.Analyze()
-	if len(r.Targets) != 7 {
-		t.Fatalf("%d targets", len(r.Targets))
-	}
-	for _, tg := range r.Targets[4:] {
-		if tg.Pass || tg.Skipped == "" || tg.Missing != "" {
+	for _, tg := range r.Targets[4:7] {
+		if tg.Pass || tg.Skipped == "" || tg.Missing != "" || !strings.Contains(tg.Name, "libsiwtun") {
 			t.Errorf("target of a skipped comparison: %+v", tg)
 		}
 	}
-	r.CLib = nil
-	if r.Analyze(); len(r.Targets) != 4 {
+	r.CLib = &CLibInfo{}
+	r.Suites = []string{SuitePerf, SuiteScale}
+	if r.Analyze(); len(r.Targets) != 4+1 {
 		t.Errorf("without the comparison: %d targets", len(r.Targets))
 	}
-	r.CLib, r.Groups = &CLibInfo{}, []string{GroupCLib}
+	r.Suites = []string{SuiteCLib}
 	if r.Analyze(); len(r.Targets) != 3 || !r.Targets[0].Pass {
 		t.Errorf("the comparison alone: %+v", r.Targets)
 	}

@@ -43,11 +43,22 @@ type Config struct {
 	// Rounds is how many times every measurement is taken (the whole set
 	// once per round); the table shows medians. 0 means 1.
 	Rounds int
-	// Groups are the sets of measurements taken (GroupKernel, GroupGVisor,
-	// GroupSiwtun, GroupCLib); nil means all.
-	Groups []string
+	// Suites are what to measure (SuitePerf, SuiteConnect, SuiteScale,
+	// SuiteMemory); empty means all.
+	Suites []string
+	// Connections is how many connections a connect run opens, and
+	// Clients how many client processes open them at once in the second
+	// connect run (the first has one).
+	Connections, Clients int
+	// ScaleQPs are the queue pair counts of the aggregate RDMA WRITE runs
+	// (1 MiB messages, CRC on); the first should be 1.
+	ScaleQPs []int
+	// IdleQPs are the idle connected queue pair counts at which the
+	// daemons' memory is read (at the first MTU only: an idle QP holds
+	// nothing that depends on it).
+	IdleQPs []int
 	// CLibSkip, if not empty, says why the comparison of Debian's perftest
-	// through libsiwtun with siwtun perf (GroupCLib) cannot run: perftest
+	// through libsiwtun with siwtun perf (SuiteCLib) cannot run: perftest
 	// or the library is missing. Its targets are then marked skipped.
 	CLibSkip string
 	// DaemonNice, if not 0, is passed to the daemons as `siwtun up --nice`.
@@ -56,28 +67,11 @@ type Config struct {
 	Log io.Writer
 }
 
-// Groups of measurements (Config.Groups).
-const (
-	// GroupKernel is kernel TCP over the veth pair.
-	GroupKernel = "kernel"
-	// GroupGVisor is raw gVisor TCP between the daemons' stacks.
-	GroupGVisor = "gvisor"
-	// GroupSiwtun is siwtun perf's bandwidth and latency rows, CRC on and
-	// off.
-	GroupSiwtun = "siwtun"
-	// GroupCLib is Debian's perftest (ib_write_lat, ib_write_bw -R)
-	// through libsiwtun next to siwtun perf with the same arguments.
-	GroupCLib = "clib"
-)
-
-// AllGroups lists every group, in the order they run at each MTU.
-var AllGroups = []string{GroupKernel, GroupGVisor, GroupSiwtun, GroupCLib}
-
-func (c *Config) has(g string) bool { return c.Groups == nil || slices.Contains(c.Groups, g) }
-
 // DefaultConfig is `make bench`: MTU 1500 and 9000, 3 s per run, RDMA
 // WRITE, READ and SEND at 64 KiB and 1 MiB, latency at 4 B and 64 KiB,
-// with CRC on and off.
+// with CRC on and off; 1,000 connections by one client and by four at
+// once; RDMA WRITE over 1, 4, 16 and 64 queue pairs; memory with 1,000
+// and 10,000 idle queue pairs.
 func DefaultConfig(bin string) Config {
 	return Config{
 		Bin: bin, MTUs: []int{1500, 9000}, Duration: 3 * time.Second,
@@ -89,6 +83,7 @@ func DefaultConfig(bin string) Config {
 			return 500
 		},
 		Ops: []string{"write", "read", "send"}, CRCs: []bool{true, false},
+		Connections: 1000, Clients: 4, ScaleQPs: []int{1, 4, 16, 64}, IdleQPs: []int{1000, 10000},
 	}
 }
 
@@ -142,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	start := time.Now()
 	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
 		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds(),
-			Groups: cfg.Groups, DaemonNice: cfg.DaemonNice}}
+			DaemonNice: cfg.DaemonNice}}
 	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
 	defer func() {
 		if e := r.cleanup(); e != nil && err == nil {
@@ -153,16 +148,20 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 		return nil, err
 	}
 	r.res.Rounds = max(cfg.Rounds, 1)
-	if cfg.has(GroupCLib) && cfg.CLibSkip != "" {
-		r.logf("perftest through libsiwtun: skipped: %s", cfg.CLibSkip)
+	r.res.Suites = r.suites()
+	if r.on(SuiteCLib) {
+		r.res.CLib = &CLibInfo{Skipped: cfg.CLibSkip}
+		if cfg.CLibSkip != "" {
+			r.logf("perftest through libsiwtun: skipped: %s", cfg.CLibSkip)
+		}
 	}
 	for round := range r.res.Rounds {
 		r.round = round
 		if r.res.Rounds > 1 {
 			r.logf("round %d of %d", round+1, r.res.Rounds)
 		}
-		for _, mtu := range cfg.MTUs {
-			if err := r.measureMTU(mtu); err != nil {
+		for i, mtu := range cfg.MTUs {
+			if err := r.measureMTU(mtu, i == 0); err != nil {
 				return nil, err
 			}
 		}
@@ -170,9 +169,6 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	r.res.MergeRounds()
 	r.sortRows()
 	r.res.ElapsedS = time.Since(start).Seconds()
-	if cfg.has(GroupCLib) {
-		r.res.CLib = &CLibInfo{Skipped: cfg.CLibSkip}
-	}
 	r.res.Analyze()
 	if len(r.rowErrs) > 0 {
 		return r.res, fmt.Errorf("%d measurement(s) failed:\n%s", len(r.rowErrs), strings.Join(r.rowErrs, "\n"))
@@ -261,35 +257,61 @@ func (r *runner) failed(what string, err error) {
 	r.logf("FAILED %s", msg)
 }
 
-func (r *runner) measureMTU(mtu int) error {
+// measureMTU takes one round's measurements at mtu: those of each suite
+// asked for (memory at the first MTU only).
+func (r *runner) measureMTU(mtu int, first bool) error {
 	for _, l := range [][]string{{"-n", r.nsK0, "link", "set", veth0, "mtu", fmt.Sprint(mtu)},
 		{"-n", r.nsK1, "link", "set", veth1, "mtu", fmt.Sprint(mtu)}} {
 		if err := netns.IP(l...); err != nil {
 			return err
 		}
 	}
-	if r.cfg.has(GroupKernel) {
-		for _, w := range r.tcpWorkloads() {
+	if r.on(SuitePerf) {
+		if err := r.measurePerf(mtu); err != nil {
+			return err
+		}
+	}
+	if r.on(SuiteCLib) && r.cfg.CLibSkip == "" {
+		if err := r.startDaemons(mtu, true); err != nil {
+			return err
+		}
+		if err := r.clibCompare(mtu, true); err != nil {
+			return err
+		}
+		if err := r.stopDaemons(); err != nil {
+			return err
+		}
+	}
+	if err := r.measureSetupScale(mtu); err != nil {
+		return err
+	}
+	if r.on(SuiteMemory) && first {
+		for _, n := range r.cfg.IdleQPs {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			r.kernelTCP(mtu, w)
+			if err := r.idleMemory(mtu, n); err != nil {
+				return err
+			}
 		}
 	}
-	clib := r.cfg.has(GroupCLib) && r.cfg.CLibSkip == ""
+	return nil
+}
+
+// measurePerf is the main table at mtu: kernel TCP, raw gVisor TCP and
+// perftest between the daemons, with each CRC setting.
+func (r *runner) measurePerf(mtu int) error {
+	for _, w := range r.tcpWorkloads() {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		r.kernelTCP(mtu, w)
+	}
 	for i, crc := range r.cfg.CRCs {
-		// The daemons with the first CRC setting serve every group; the
-		// others only siwtun perf's rows.
-		if i > 0 && !r.cfg.has(GroupSiwtun) {
-			break
-		}
-		if i == 0 && !r.cfg.has(GroupGVisor) && !r.cfg.has(GroupSiwtun) && !clib {
-			break
-		}
 		if err := r.startDaemons(mtu, crc); err != nil {
 			return err
 		}
-		if i == 0 && r.cfg.has(GroupGVisor) {
+		if i == 0 {
 			for _, w := range r.tcpWorkloads() {
 				if err := r.ctx.Err(); err != nil {
 					return err
@@ -297,27 +319,20 @@ func (r *runner) measureMTU(mtu int) error {
 				r.gvisorTCP(mtu, w)
 			}
 		}
-		if r.cfg.has(GroupSiwtun) {
-			for _, op := range r.cfg.Ops {
-				for _, size := range r.cfg.BWSizes {
-					if err := r.ctx.Err(); err != nil {
-						return err
-					}
-					r.siwtunBW(mtu, crc, op, size)
+		for _, op := range r.cfg.Ops {
+			for _, size := range r.cfg.BWSizes {
+				if err := r.ctx.Err(); err != nil {
+					return err
 				}
-			}
-			for _, op := range r.cfg.Ops {
-				for _, size := range r.cfg.LatSizes {
-					if err := r.ctx.Err(); err != nil {
-						return err
-					}
-					r.siwtunLat(mtu, crc, op, size)
-				}
+				r.siwtunBW(mtu, crc, op, size)
 			}
 		}
-		if i == 0 && clib {
-			if err := r.clibCompare(mtu, crc); err != nil {
-				return err
+		for _, op := range r.cfg.Ops {
+			for _, size := range r.cfg.LatSizes {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				r.siwtunLat(mtu, crc, op, size)
 			}
 		}
 		if err := r.stopDaemons(); err != nil {
@@ -400,8 +415,10 @@ func (r *runner) kernelTCP(mtu int, w tcpWorkload) {
 	r.res.Rows = append(r.res.Rows, row)
 }
 
-func (r *runner) startDaemons(mtu int, crc bool) error {
-	r.logf("MTU %d: siwtun up %s and %s, CRC %s", mtu, dev0, dev1, onOff(crc))
+// startDaemons starts the two daemons at mtu with CRC on or off and the
+// extra flags of `siwtun up`, and waits for their sockets.
+func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
+	r.logf("MTU %d: siwtun up %s and %s, CRC %s %s", mtu, dev0, dev1, onOff(crc), strings.Join(extra, " "))
 	for _, d := range []struct {
 		dev, addr, host string
 		p               **proc
@@ -411,7 +428,7 @@ func (r *runner) startDaemons(mtu int, crc bool) error {
 		if r.cfg.DaemonNice != 0 {
 			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
 		}
-		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, args...)
+		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, append(args, extra...)...)
 		if err != nil {
 			return err
 		}
@@ -658,8 +675,8 @@ func decodeJSON(s string, v any) error {
 
 // sortRows orders the rows by MTU, then kernel, gVisor, siwtun, then
 // bandwidth before latency, the operation, the size and CRC on before off;
-// the comparison of perftest through libsiwtun last, each of its figures
-// next to siwtun perf's.
+// the comparison of perftest through libsiwtun after siwtun's, each of
+// its figures next to siwtun perf's.
 func (r *runner) sortRows() {
 	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackCLib: 3}
 	pair := map[string]int{StackCLib: 1}
@@ -671,9 +688,19 @@ func (r *runner) sortRows() {
 		}
 		return 1
 	}
+	// The set-up, scale and memory rows follow the MTU's main table:
+	// connect times, rates, bandwidth, memory; kernel first; by clients
+	// and queue pairs.
+	group := func(x Row) int {
+		if x.QPs == 0 {
+			return 0
+		}
+		return 1 + map[string]int{KindConnect: 0, KindRate: 1, KindBW: 2, KindMem: 3}[x.Kind]
+	}
 	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
-		for _, d := range []int{a.MTU - b.MTU, stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
-			test[a.Test] - test[b.Test], a.Size - b.Size, crc(a.CRC) - crc(b.CRC), pair[a.Stack] - pair[b.Stack]} {
+		for _, d := range []int{a.MTU - b.MTU, group(a) - group(b), stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
+			test[a.Test] - test[b.Test], a.Clients - b.Clients, a.QPs - b.QPs, a.Size - b.Size, crc(a.CRC) - crc(b.CRC),
+			pair[a.Stack] - pair[b.Stack]} {
 			if d != 0 {
 				return d
 			}

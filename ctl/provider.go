@@ -59,8 +59,8 @@ type engineProvider struct {
 // the network interface the RNIC sits on (the TUN device; empty: the
 // device's own name) and hostAddrs are the host's addresses on it.
 //
-// The device attributes come from verbs.QueryEngine, what applications get
-// from verbs.Device.Query (in process or over the verbs socket), so
+// The device attributes come from rnic.Query, what applications get from
+// verbs.Device.Query (in process or over the verbs socket), so
 // `siwtun ctl devinfo` and ibv_query_device cannot disagree.
 //
 // extra are more sources of counters for Stats, such as the verbs socket's

@@ -31,7 +31,7 @@ _Static_assert(SW_OP_HELLO == SIWTUN_OP_HELLO && SW_OP_ALLOC_PD == SIWTUN_OP_ALL
 	       "ops");
 _Static_assert(SW_ST_OK == SIWTUN_ST_OK && SW_ST_ERROR == SIWTUN_ST_ERROR && SW_ST_REJECTED == SIWTUN_ST_REJECTED &&
 		       SW_ST_REMOVED == SIWTUN_ST_REMOVED && SW_ST_CANCELED == SIWTUN_ST_CANCELED &&
-		       SW_ST_NOT_SUPPORTED == SIWTUN_ST_NOT_SUPPORTED && SW_EV_QP == SIWTUN_EV_QP &&
+		       SW_ST_NOT_SUPPORTED == SIWTUN_ST_NOT_SUPPORTED && SW_ST_LIMIT == SIWTUN_ST_LIMIT && SW_EV_QP == SIWTUN_EV_QP &&
 		       SW_EV_DEVICE_REMOVED == SIWTUN_EV_DEVICE_REMOVED,
 	       "statuses and events");
 _Static_assert(SW_RING_HEADER_SIZE == SIWTUN_RING_HEADER_SIZE && SW_RING_MAGIC == SIWTUN_RING_MAGIC &&
@@ -54,15 +54,17 @@ _Static_assert(0 SIWTUN_CREATE_QP_REQUEST(SIZE) == 5 * 4 + 1 && 0 SIWTUN_CREATE_
 		       SIWTUN_CREATE_QP_REPLY_FDS == 2,
 	       "CreateQP");
 _Static_assert(0 SIWTUN_MODIFY_QP_REQUEST(SIZE) == 8, "ModifyQP");
-_Static_assert(0 SIWTUN_QUERY_QP_REPLY(SIZE) == 4 + 2 * SIWTUN_ADDR_SIZE + 4 + 7 * 4, "QueryQP");
+_Static_assert(0 SIWTUN_QUERY_QP_REPLY(SIZE) == 4 + 2 * SIWTUN_ADDR_SIZE + 4 + 7 * 4 + 1, "QueryQP");
 _Static_assert(0 SIWTUN_CONNECT_REQUEST(SIZE) == 4 + SIWTUN_ADDR_SIZE + 2 + 2 + 2, "Connect");
+_Static_assert(0 SIWTUN_CONNECT_REPLY(SIZE) == 1 && 0 SIWTUN_ACCEPT_REPLY(SIZE) == 1,
+	       "Connect and Accept reply Established: the extensions (cma.c)");
 _Static_assert(0 SIWTUN_LISTEN_REQUEST(SIZE) == SIWTUN_ADDR_SIZE + 4 && 0 SIWTUN_LISTEN_REPLY(SIZE) == 4 + SIWTUN_ADDR_SIZE,
 	       "Listen");
 _Static_assert(0 SIWTUN_GET_REQUEST_REPLY(SIZE) == 4 + SIWTUN_ADDR_SIZE + 2 + 2 + 2, "GetRequest");
 _Static_assert(0 SIWTUN_ACCEPT_REQUEST(SIZE) == 4 + 4 + 2 + 2 + 2 && 0 SIWTUN_REJECT_REQUEST(SIZE) == 4 + 2,
 	       "Accept, Reject");
 _Static_assert(0 SIWTUN_CANCEL_REQUEST(SIZE) == 4, "Cancel");
-_Static_assert(0 SIWTUN_QP_EVENT(SIZE) == 4 + 4 + 2 + 2 + 2, "QP event");
+_Static_assert(0 SIWTUN_QP_EVENT(SIZE) == 4 + 4 + 2 + 2 + 2 + 1, "QP event");
 
 /* ISO C wants a translation unit to declare something. */
 typedef int sw_abi_checked;

@@ -237,6 +237,29 @@ SW_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	free(ch);
 }
 
+/* learn_local_port gives a connecting id, once ESTABLISHED, the local
+ * address and port of its TCP connection (the daemon picks the port at
+ * connect time; rdma_cm binds one at rdma_resolve_addr): rdma_get_src_port
+ * and rdma_get_local_addr then say what the peer sees. On the application's
+ * thread, as the query waits for the daemon. */
+static void learn_local_port(struct sw_cm_id *sid)
+{
+	if (!sid->ctx || rdma_get_src_port(&sid->id) != 0)
+		return;
+	uint32_t h = 0;
+	int have = 0;
+	pthread_mutex_lock(&sid->ctx->mu);
+	if (sid->qp) {
+		h = sid->qp->h;
+		have = 1;
+	}
+	pthread_mutex_unlock(&sid->ctx->mu);
+	struct sockaddr_storage local, remote;
+	if (!have || sw_qp_addrs(sid->ctx, h, &local, &remote) || local.ss_family != sid->id.route.addr.src_addr.sa_family)
+		return;
+	memcpy(&sid->id.route.addr.src_storage, &local, sizeof(local));
+}
+
 SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct sw_channel *ch = (struct sw_channel *)channel;
@@ -253,6 +276,8 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	pthread_mutex_unlock(&ch->mu);
 	if (!e)
 		return fail(EAGAIN);
+	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED)
+		learn_local_port((struct sw_cm_id *)e->ev.id);
 	e->ev.id->event = &e->ev;
 	*event = &e->ev;
 	return 0;
@@ -284,8 +309,12 @@ SW_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 			     enum rdma_port_space ps)
 {
-	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB)
-		return fail(EOPNOTSUPP);
+	/* As rdma_cm, which makes the id before any device is chosen: the
+	 * datagram port spaces give UD ids, which fail once they need the
+	 * device's UD service (rdma_listen, rdma_connect, rdma_create_qp:
+	 * EOPNOTSUPP, see is_ud); another port space is EINVAL. */
+	if (ps != RDMA_PS_TCP && ps != RDMA_PS_IB && ps != RDMA_PS_UDP && ps != RDMA_PS_IPOIB)
+		return fail(EINVAL);
 	struct sw_cm_id *sid = calloc(1, sizeof(*sid));
 	if (!sid)
 		return fail(ENOMEM);
@@ -302,7 +331,7 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 	sid->id.channel = channel;
 	sid->id.context = context;
 	sid->id.ps = ps;
-	sid->id.qp_type = IBV_QPT_RC;
+	sid->id.qp_type = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	sid->id.port_num = 1;
 	pthread_mutex_lock(&cm_mu);
 	sid->next = ids;
@@ -312,14 +341,17 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 	return 0;
 }
 
+/* is_ud: an id of a datagram port space (RDMA_PS_UDP, RDMA_PS_IPOIB). An
+ * iWARP RNIC has no UD service: RDMAP (RFC 5040) runs over DDP over MPA
+ * over TCP, connection-oriented only, and Linux's siw refuses any QP but
+ * RC (EOPNOTSUPP). Calls that need it fail with EOPNOTSUPP rather than
+ * listen for or make connections that could never carry datagrams. */
+static int is_ud(const struct rdma_cm_id *id) { return id->qp_type == IBV_QPT_UD; }
+
 /* Frees an id no async call holds any more (cm_mu held). */
 static void unlink_free(struct sw_cm_id *sid)
 {
-	for (struct sw_cm_id **pp = &ids; *pp; pp = &(*pp)->next)
-		if (*pp == sid) {
-			*pp = sid->next;
-			break;
-		}
+	SW_UNLINK(&ids, sid);
 	free(sid);
 }
 
@@ -626,6 +658,8 @@ static void get_request(struct sw_cm_id *l)
 SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx)
 		return fail(EINVAL);
 	/* A second id of this process listening on the same port (perftest
@@ -747,6 +781,15 @@ static struct sw_qp *qp_of(struct sw_cm_id *sid, struct rdma_conn_param *p)
 	return q;
 }
 
+/* Records the extensions of a Connect's or Accept's reply (Established). */
+static void store_ext(struct sw_qp *q, const struct sw_reply *r)
+{
+	struct sw_dec d = {r->body, r->blen, 0};
+	uint8_t ext = sw_dec_u8(&d);
+	if (!d.err)
+		atomic_store(&q->ext, ext);
+}
+
 static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 {
 	(void)c;
@@ -762,6 +805,7 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 	}
 	if (r->st == SW_ST_OK) {
 		if (sid->qp) {
+			store_ext(sid->qp, r);
 			atomic_store(&sid->qp->inited, 1);
 			atomic_store(&sid->qp->post_ok, 1);
 			sid->qp->qp.state = IBV_QPS_RTS;
@@ -795,6 +839,8 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx)
 		return fail(EINVAL);
 	struct sw_qp *q = qp_of(sid, p);
@@ -847,6 +893,8 @@ SW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		sw_close_fds(&r);
 		err = sw_status_errno(&r);
 	}
+	if (!err)
+		store_ext(q, &r);
 	sid->has_req = 0; /* answered, either way */
 	if (err) {
 		pthread_mutex_lock(&cm_mu);
@@ -938,6 +986,8 @@ static void free_own_cqs(struct sw_cm_id *sid)
 SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (is_ud(id))
+		return fail(EOPNOTSUPP);
 	if (!sid->ctx || sid->qp)
 		return fail(EINVAL);
 	struct ibv_context *c = id->verbs;
@@ -1137,8 +1187,8 @@ SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const stru
 	}
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_family = ai->ai_family;
-	r->ai_qp_type = IBV_QPT_RC;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	r->ai_qp_type = r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	if (hints && (hints->ai_flags & RAI_PASSIVE)) {
 		r->ai_src_addr = sa;
@@ -1271,9 +1321,15 @@ SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 
 SW_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
-	(void)id;
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	(void)event;
-	return 0; /* iWARP: nothing to learn from QP events */
+	/* As rdma_cm: EINVAL for an id with no connection manager state yet
+	 * (not listening, no request, no connection); else nothing to learn
+	 * from QP events on iWARP. */
+	pthread_mutex_lock(&cm_mu);
+	int any = sid->listening || sid->has_req || sid->connecting || sid->established;
+	pthread_mutex_unlock(&cm_mu);
+	return any ? 0 : fail(EINVAL);
 }
 
 SW_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)

@@ -51,15 +51,8 @@ static void fill_reply(struct sw_reply *r, const uint8_t *body, size_t n, int *f
 	struct sw_dec d = {body, n, 0};
 	r->st = sw_dec_u32(&d);
 	r->msg[0] = 0;
-	if (r->st != SW_ST_OK) {
-		size_t ml;
-		const uint8_t *m = sw_dec_bytes(&d, &ml);
-		if (ml >= sizeof(r->msg))
-			ml = sizeof(r->msg) - 1;
-		if (m)
-			memcpy(r->msg, m, ml);
-		r->msg[ml] = 0;
-	}
+	if (r->st != SW_ST_OK)
+		sw_dec_str(&d, r->msg, sizeof(r->msg));
 	if (d.err) {
 		r->st = SW_ST_BAD_MESSAGE;
 		d.n = 0;
@@ -342,6 +335,11 @@ int sw_status_errno(const struct sw_reply *r)
 		return ENODEV;
 	case SW_ST_NOT_SUPPORTED:
 		return EOPNOTSUPP;
+	case SW_ST_LIMIT:
+		/* A per-client limit of the daemon (siwtun up --max-client-*):
+		 * what a kernel provider answers when a device limit or
+		 * RLIMIT_MEMLOCK is reached. */
+		return ENOMEM;
 	}
 	return EIO;
 }

@@ -73,12 +73,7 @@ static int hello(struct sw_conn *c, struct sw_device *d)
 	sw_dec_u32(&dd);
 	size_t n;
 	sw_dec_bytes(&dd, &n); /* name */
-	const uint8_t *fw = sw_dec_bytes(&dd, &n);
-	if (n >= sizeof(d->fw))
-		n = sizeof(d->fw) - 1;
-	if (fw)
-		memcpy(d->fw, fw, n);
-	d->fw[n] = 0;
+	sw_dec_str(&dd, d->fw, sizeof(d->fw));
 	d->guid = sw_dec_u64(&dd);
 	for (int i = 0; i < 14; i++)
 		d->attr[i] = sw_dec_u32(&dd);
@@ -366,6 +361,9 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 	/* The listener's accept private data, in the connecting side's
 	 * ESTABLISHED (protocol version 2). */
 	const uint8_t *pdata = sw_dec_bytes(&d, &pdlen);
+	/* The extensions the connection negotiated (version 3): the event
+	 * may come before the Connect's reply, and posts check them. */
+	uint8_t ext = sw_dec_u8(&d);
 	if (d.err)
 		return;
 	pthread_mutex_lock(&ctx->mu);
@@ -375,6 +373,7 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 	if (qp) {
 		switch (type) {
 		case SW_QPEV_ESTABLISHED:
+			atomic_store(&qp->ext, ext);
 			atomic_store(&qp->inited, 1);
 			atomic_store(&qp->post_ok, 1);
 			qp->qp.state = IBV_QPS_RTS;

@@ -140,6 +140,17 @@ const uint8_t *sw_dec_bytes(struct sw_dec *d, size_t *n)
 	return p;
 }
 
+void sw_dec_str(struct sw_dec *d, char *dst, size_t size)
+{
+	size_t n;
+	const uint8_t *p = sw_dec_bytes(d, &n);
+	if (n >= size)
+		n = size - 1;
+	if (p)
+		memcpy(dst, p, n);
+	dst[n] = 0;
+}
+
 void sw_dec_addr(struct sw_dec *d, struct sockaddr_storage *ss)
 {
 	uint8_t flag = sw_dec_u8(d);

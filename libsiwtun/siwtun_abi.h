@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       2
+#define SW_VERSION                       3
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2
@@ -45,6 +45,7 @@
 #define SW_ST_CANCELED                   9
 #define SW_ST_REMOVED                    10
 #define SW_ST_NOT_SUPPORTED              11
+#define SW_ST_LIMIT                      12
 #define SW_QPEV_ESTABLISHED              1
 #define SW_QPEV_DISCONNECTED             2
 #define SW_QPEV_TERMINATE_SENT           3
@@ -69,6 +70,7 @@
 #define SW_MAX_QP_WR                     16384
 #define SW_MAX_RING_ENTRIES              1048576
 #define SW_SGE_SIZE                      16
+#define SW_EXT_IMMEDIATE                 1
 #define SW_SQE_SIZE                      392
 #define SW_SQE_OPCODE                    4
 #define SW_SQE_NSGE                      5
@@ -77,6 +79,7 @@
 #define SW_SQE_ID                        16
 #define SW_SQE_REMOTE_ADDR               24
 #define SW_SQE_RKEY                      32
+#define SW_SQE_IMM_DATA                  36
 #define SW_SQE_SGL                       40
 #define SW_SGE_ADDR                      0
 #define SW_SGE_LENGTH                    8
@@ -96,5 +99,6 @@
 #define SW_CQE_QP_NUM                    28
 #define SW_CQE_FLAGS                     32
 #define SW_CQE_INV_RKEY                  36
+#define SW_CQE_IMM_DATA                  36
 
 #endif

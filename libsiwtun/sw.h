@@ -19,6 +19,16 @@
 #define SW_MAX_ADDRS 4
 #define SW_VENDOR_ID 0x736977 /* "siw", as the Go device reports */
 
+/* Removes node from the singly linked list (by ->next) at *head. */
+#define SW_UNLINK(head, node)                                                   \
+	do {                                                                    \
+		for (__typeof__(node) *pp_ = (head); *pp_; pp_ = &(*pp_)->next) \
+			if (*pp_ == (node)) {                                   \
+				*pp_ = (node)->next;                            \
+				break;                                          \
+			}                                                       \
+	} while (0)
+
 /* ---- messages (msg.c) ---- */
 
 struct sw_enc {
@@ -49,6 +59,9 @@ uint32_t sw_dec_u32(struct sw_dec *d);
 uint64_t sw_dec_u64(struct sw_dec *d);
 /* A length-prefixed field: its bytes (in the message) and length. */
 const uint8_t *sw_dec_bytes(struct sw_dec *d, size_t *n);
+/* A length-prefixed field as a string in dst (size bytes, NUL included;
+ * longer ones are cut). */
+void sw_dec_str(struct sw_dec *d, char *dst, size_t size);
 void sw_dec_addr(struct sw_dec *d, struct sockaddr_storage *ss);
 
 /* ---- the verbs socket session (conn.c) ---- */
@@ -220,6 +233,7 @@ struct sw_qp {
 	int sig_all;
 	atomic_int post_ok; /* connected (or ERR): sends may be posted */
 	atomic_int inited;  /* INIT or later: receives may be posted */
+	atomic_int ext;     /* the RDMAP extensions negotiated (SW_EXT_*) */
 	pthread_spinlock_t slock, rlock;
 	uint32_t sq_prod, rq_prod;
 	struct sw_shadow *sent;
@@ -231,6 +245,10 @@ struct sw_qp {
 	struct sw_cm_id *cm; /* the rdma_cm id the QP belongs to */
 	struct sw_qp *next;  /* in the context */
 };
+
+/* The local and remote address of QP h's connection. Not on the reader
+ * thread (it waits for the daemon's reply). */
+int sw_qp_addrs(struct sw_context *ctx, uint32_t h, struct sockaddr_storage *local, struct sockaddr_storage *remote);
 
 /* Connection events of a QP (from the reader thread), for rdma_cm. */
 void sw_cm_qp_event(struct sw_context *ctx, struct sw_qp *qp, uint32_t type, int status, const void *pdata,

@@ -2,6 +2,7 @@
  * channels, CQ, QP, post and poll (verbs/remote.go and remote_rings.go are
  * the Go client of the same protocol). */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -56,6 +57,38 @@ static int simple_call(struct sw_context *ctx, uint16_t op, uint32_t h)
 	return sw_status_errno(&r);
 }
 
+/* Destroys the daemon's object h with op; a daemon that is gone (ENODEV)
+ * took its objects with it, so that counts as done. */
+static int destroy_call(struct sw_context *ctx, uint16_t op, uint32_t h)
+{
+	int err = simple_call(ctx, op, h);
+	return err == ENODEV ? 0 : err;
+}
+
+/* Sends a create request: 0 with the reply in r (its fds to take), or an
+ * errno with nothing left open. */
+static int create_call(struct sw_context *ctx, uint16_t op, struct sw_enc *e, struct sw_reply *r)
+{
+	int err = sw_call(ctx->conn, op, e, NULL, 0, r);
+	if (!err && (err = sw_status_errno(r)))
+		sw_close_fds(r);
+	return err;
+}
+
+/* Undoes a create whose reply came but whose object cannot be used: unmaps
+ * its ring memory (len bytes at mem, unless MAP_FAILED), closes its
+ * notification fd, destroys it at the daemon with destroy_op and fails
+ * with err (ENOMEM for 0). */
+static void *undo_create(struct sw_context *ctx, uint16_t destroy_op, uint32_t h, uint8_t *mem, size_t len, int fd,
+			 int err)
+{
+	if (mem != MAP_FAILED)
+		munmap(mem, len);
+	close(fd);
+	simple_call(ctx, destroy_op, h);
+	return fail_null(err ? err : ENOMEM);
+}
+
 /* Maps a ring memfd the daemon sent and checks one ring header. */
 static int check_ring(const uint8_t *mem, size_t len, uint32_t count, uint32_t esz)
 {
@@ -90,14 +123,18 @@ SW_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	return &pd->pd;
 }
 
-SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
+/* Destroys h and frees obj, a PD or an MR (they hold nothing else). */
+static int destroy_free(struct ibv_context *context, uint16_t op, uint32_t h, void *obj)
 {
-	struct sw_pd *pd = (struct sw_pd *)ibpd;
-	int err = simple_call(to_ctx(ibpd->context), SW_OP_DEALLOC_PD, pd->h);
-	if (err && err != ENODEV)
-		return err;
-	free(pd);
-	return 0;
+	int err = destroy_call(to_ctx(context), op, h);
+	if (!err)
+		free(obj);
+	return err;
+}
+
+SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	return destroy_free(pd->context, SW_OP_DEALLOC_PD, ((struct sw_pd *)pd)->h, pd);
 }
 
 /* ---- MR ---- */
@@ -163,14 +200,9 @@ SW_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	return reg_mr(pd, addr, length, iova, access);
 }
 
-SW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
+SW_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
-	struct sw_mr *mr = (struct sw_mr *)ibmr;
-	int err = simple_call(to_ctx(ibmr->context), SW_OP_DEREG_MR, mr->h);
-	if (err && err != ENODEV)
-		return err;
-	free(mr);
-	return 0;
+	return destroy_free(mr->context, SW_OP_DEREG_MR, ((struct sw_mr *)mr)->h, mr);
 }
 
 /* ---- completion channels ---- */
@@ -244,13 +276,9 @@ SW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 	struct sw_reply r;
 	sw_enc_begin(&e, 0, 0);
 	sw_enc_u32(&e, (uint32_t)cqe);
-	int err = sw_call(ctx->conn, SW_OP_CREATE_CQ, &e, NULL, 0, &r);
+	int err = create_call(ctx, SW_OP_CREATE_CQ, &e, &r);
 	if (err)
 		return fail_null(err);
-	if ((err = sw_status_errno(&r))) {
-		sw_close_fds(&r);
-		return fail_null(err);
-	}
 	struct sw_dec d = {r.body, r.blen, 0};
 	uint32_t h = sw_dec_u32(&d), count = sw_dec_u32(&d), size = sw_dec_u32(&d);
 	if (d.err || r.nfds != 2) {
@@ -262,13 +290,8 @@ SW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 	close(r.fds[0]);
 	err = mem == MAP_FAILED ? errno : check_ring(mem, size, count, SW_CQE_SIZE);
 	struct sw_cq *cq = err ? NULL : calloc(1, sizeof(*cq));
-	if (!cq) {
-		if (mem != MAP_FAILED)
-			munmap(mem, size);
-		close(r.fds[1]);
-		simple_call(ctx, SW_OP_DESTROY_CQ, h);
-		return fail_null(err ? err : ENOMEM);
-	}
+	if (!cq)
+		return undo_create(ctx, SW_OP_DESTROY_CQ, h, mem, size, r.fds[1], err);
 	cq->h = h;
 	cq->mem = mem;
 	cq->memlen = size;
@@ -286,11 +309,8 @@ SW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = cq};
 		if (epoll_ctl(channel->fd, EPOLL_CTL_ADD, cq->nfd, &ev) < 0) {
 			err = errno;
-			munmap(mem, size);
-			close(cq->nfd);
-			simple_call(ctx, SW_OP_DESTROY_CQ, h);
 			free(cq);
-			return fail_null(err);
+			return undo_create(ctx, SW_OP_DESTROY_CQ, h, mem, size, r.fds[1], err);
 		}
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	}
@@ -305,15 +325,11 @@ SW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct sw_cq *cq = (struct sw_cq *)ibcq;
 	struct sw_context *ctx = to_ctx(ibcq->context);
-	int err = simple_call(ctx, SW_OP_DESTROY_CQ, cq->h);
-	if (err && err != ENODEV)
+	int err = destroy_call(ctx, SW_OP_DESTROY_CQ, cq->h);
+	if (err)
 		return err;
 	pthread_mutex_lock(&ctx->mu);
-	for (struct sw_cq **pp = &ctx->cqs; *pp; pp = &(*pp)->next)
-		if (*pp == cq) {
-			*pp = cq->next;
-			break;
-		}
+	SW_UNLINK(&ctx->cqs, cq);
 	pthread_mutex_unlock(&ctx->mu);
 	if (ibcq->channel) {
 		epoll_ctl(ibcq->channel->fd, EPOLL_CTL_DEL, cq->nfd, NULL);
@@ -344,6 +360,20 @@ int sw_ctx_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		}
 	}
 	return 0;
+}
+
+/* The completion opcode of a send request with opcode op. */
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	default:
+		return IBV_WC_SEND;
+	}
 }
 
 /* Retires the shadow entries a completion accounts for. */
@@ -385,9 +415,7 @@ static int flush(struct sw_context *ctx, struct sw_cq *cq, int n, struct ibv_wc 
 				memset(&wc[k], 0, sizeof(wc[k]));
 				wc[k].wr_id = s->id;
 				wc[k].status = IBV_WC_WR_FLUSH_ERR;
-				wc[k].opcode = s->op == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
-					       : s->op == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
-									   : IBV_WC_SEND;
+				wc[k].opcode = wc_opcode(s->op);
 				wc[k].qp_num = q->qp.qp_num;
 			}
 			pthread_spin_unlock(&q->slock);
@@ -427,7 +455,10 @@ int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		w->byte_len = get32(e + SW_CQE_BYTE_LEN);
 		w->qp_num = get32(e + SW_CQE_QP_NUM);
 		w->wc_flags = get32(e + SW_CQE_FLAGS);
-		w->invalidated_rkey = get32(e + SW_CQE_INV_RKEY);
+		if (w->wc_flags & IBV_WC_WITH_IMM)
+			w->imm_data = htobe32(get32(e + SW_CQE_IMM_DATA)); /* network order, as libibverbs has it */
+		else
+			w->invalidated_rkey = get32(e + SW_CQE_INV_RKEY);
 		st32(e, 0);
 		cq->cons++;
 		k++;
@@ -478,13 +509,9 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	sw_enc_u32(&e, ms);
 	sw_enc_u32(&e, mr);
 	sw_enc_u8(&e, attr->sq_sig_all ? 1 : 0);
-	int err = sw_call(ctx->conn, SW_OP_CREATE_QP, &e, NULL, 0, &r);
+	int err = create_call(ctx, SW_OP_CREATE_QP, &e, &r);
 	if (err)
 		return fail_null(err);
-	if ((err = sw_status_errno(&r))) {
-		sw_close_fds(&r);
-		return fail_null(err);
-	}
 	struct sw_dec d = {r.body, r.blen, 0};
 	uint32_t h = sw_dec_u32(&d), num = sw_dec_u32(&d), sqc = sw_dec_u32(&d), rqc = sw_dec_u32(&d);
 	uint32_t sqb = sw_dec_u32(&d), total = sw_dec_u32(&d);
@@ -510,13 +537,8 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 			err = ENOMEM;
 		}
 	}
-	if (!q) {
-		if (mem != MAP_FAILED)
-			munmap(mem, total);
-		close(r.fds[1]);
-		simple_call(ctx, SW_OP_DESTROY_QP, h);
-		return fail_null(err ? err : ENOMEM);
-	}
+	if (!q)
+		return undo_create(ctx, SW_OP_DESTROY_QP, h, mem, total, r.fds[1], err);
 	q->h = h;
 	q->mem = mem;
 	q->memlen = total;
@@ -559,15 +581,11 @@ SW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
 	struct sw_context *ctx = to_ctx(ibqp->context);
-	int err = simple_call(ctx, SW_OP_DESTROY_QP, q->h);
-	if (err && err != ENODEV)
+	int err = destroy_call(ctx, SW_OP_DESTROY_QP, q->h);
+	if (err)
 		return err;
 	pthread_mutex_lock(&ctx->mu);
-	for (struct sw_qp **pp = &ctx->qps; *pp; pp = &(*pp)->next)
-		if (*pp == q) {
-			*pp = q->next;
-			break;
-		}
+	SW_UNLINK(&ctx->qps, q);
 	if (q->cm)
 		sw_cm_qp_event(ctx, q, 0, 0, NULL, 0); /* detaches it from its id */
 	pthread_mutex_unlock(&ctx->mu);
@@ -651,6 +669,27 @@ SW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 	}
 }
 
+/* The local and remote address of QP h's connection (QueryQP). */
+int sw_qp_addrs(struct sw_context *ctx, uint32_t h, struct sockaddr_storage *local, struct sockaddr_storage *remote)
+{
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, h);
+	int err = sw_call(ctx->conn, SW_OP_QUERY_QP, &e, NULL, 0, &r);
+	if (!err) {
+		sw_close_fds(&r);
+		err = sw_status_errno(&r);
+	}
+	if (err)
+		return err;
+	struct sw_dec d = {r.body, r.blen, 0};
+	sw_dec_u32(&d); /* state */
+	sw_dec_addr(&d, local);
+	sw_dec_addr(&d, remote);
+	return d.err ? EPROTO : 0;
+}
+
 SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
@@ -717,6 +756,25 @@ static int wait_free(const uint8_t *e)
 	return 0;
 }
 
+/* Whether q takes posts now: ENODEV once the daemon is gone, EINVAL while
+ * ok (post_ok for sends, inited for receives) is 0. */
+static int post_allowed(struct sw_qp *q, atomic_int *ok)
+{
+	if (atomic_load(&to_ctx(q->qp.context)->removed))
+		return ENODEV;
+	return atomic_load(ok) ? 0 : EINVAL;
+}
+
+/* Writes n scatter/gather elements into a ring entry's SGL at s. */
+static void put_sgl(uint8_t *s, const struct ibv_sge *sg, int n)
+{
+	for (int i = 0; i < n; i++, s += SW_SGE_SIZE) {
+		put64(s + SW_SGE_ADDR, sg[i].addr);
+		put32(s + SW_SGE_LENGTH, sg[i].length);
+		put32(s + SW_SGE_LKEY, sg[i].lkey);
+	}
+}
+
 static inline void ring_doorbell(struct sw_qp *q, const uint8_t *ring)
 {
 	if (ld32(ring + SW_RING_HDR_NOTIFY)) {
@@ -730,12 +788,8 @@ static inline void ring_doorbell(struct sw_qp *q, const uint8_t *ring)
 int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
-	int err = 0, n = 0;
 	pthread_spin_lock(&q->slock);
-	if (atomic_load(&to_ctx(ibqp->context)->removed))
-		err = ENODEV;
-	else if (!atomic_load(&q->post_ok))
-		err = EINVAL;
+	int err = post_allowed(q, &q->post_ok), n = 0;
 	for (; !err && wr; wr = wr->next) {
 		uint32_t flags = wr->send_flags;
 		if (flags & ~(unsigned int)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
@@ -743,6 +797,15 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		switch (wr->opcode) {
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_SEND_WITH_IMM:
+			/* RFC 7306 Immediate Data: only toward a peer that
+			 * negotiated it; never on the wire toward any other. */
+			if (!(atomic_load(&q->ext) & SW_EXT_IMMEDIATE)) {
+				err = EOPNOTSUPP;
+				break;
+			}
+			/* fallthrough */
 		case IBV_WR_RDMA_WRITE:
 		case IBV_WR_SEND:
 		case IBV_WR_SEND_WITH_INV:
@@ -757,7 +820,8 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			err = EINVAL;
 		}
 		if (err || wr->num_sge < 0) {
-			err = EINVAL;
+			if (!err)
+				err = EINVAL;
 			break;
 		}
 		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
@@ -784,18 +848,15 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		} else {
 			e[SW_SQE_NSGE] = (uint8_t)wr->num_sge;
 			put16(e + SW_SQE_INLINE_LEN, 0);
-			for (int i = 0; i < wr->num_sge; i++) {
-				uint8_t *s = e + SW_SQE_SGL + i * SW_SGE_SIZE;
-				put64(s + SW_SGE_ADDR, wr->sg_list[i].addr);
-				put32(s + SW_SGE_LENGTH, wr->sg_list[i].length);
-				put32(s + SW_SGE_LKEY, wr->sg_list[i].lkey);
-			}
+			put_sgl(e + SW_SQE_SGL, wr->sg_list, wr->num_sge);
 		}
 		put32(e + SW_SQE_FLAGS, flags);
 		put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
 		put64(e + SW_SQE_ID, wr->wr_id);
 		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
 		put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+		int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
+		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
 		st32(e, SW_OWNER_VALID);
 		q->sq_prod++;
 		q->sent[q->s_tail % q->nsent] = (struct sw_shadow){wr->wr_id, wr->opcode};
@@ -813,12 +874,8 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
-	int err = 0, n = 0;
 	pthread_spin_lock(&q->rlock);
-	if (atomic_load(&to_ctx(ibqp->context)->removed))
-		err = ENODEV;
-	else if (!atomic_load(&q->inited))
-		err = EINVAL;
+	int err = post_allowed(q, &q->inited), n = 0;
 	for (; !err && wr; wr = wr->next) {
 		if (wr->num_sge > SW_MAX_SGE || wr->num_sge < 0) {
 			err = EINVAL;
@@ -831,12 +888,7 @@ int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 		}
 		e[SW_RQE_NSGE] = (uint8_t)wr->num_sge;
 		put64(e + SW_RQE_ID, wr->wr_id);
-		for (int i = 0; i < wr->num_sge; i++) {
-			uint8_t *s = e + SW_RQE_SGL + i * SW_SGE_SIZE;
-			put64(s + SW_SGE_ADDR, wr->sg_list[i].addr);
-			put32(s + SW_SGE_LENGTH, wr->sg_list[i].length);
-			put32(s + SW_SGE_LKEY, wr->sg_list[i].lkey);
-		}
+		put_sgl(e + SW_RQE_SGL, wr->sg_list, wr->num_sge);
 		st32(e, SW_OWNER_VALID);
 		q->rq_prod++;
 		q->recvd[q->r_tail % q->nrecvd] = wr->wr_id;

@@ -73,6 +73,18 @@ func connect(t testing.TB, a, b *Stack, remote netip.Addr) (ca, cb *Conn) {
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ca, cb = dialAccept(ctx, t, a, l, remote)
+	t.Cleanup(func() {
+		ca.Close()
+		cb.Close()
+	})
+	return ca, cb
+}
+
+// dialAccept dials from a to l's port at remote and returns both ends of
+// the connection l accepts.
+func dialAccept(ctx context.Context, t testing.TB, a *Stack, l *Listener, remote netip.Addr) (ca, cb *Conn) {
+	t.Helper()
 	type res struct {
 		c   *Conn
 		err error
@@ -82,7 +94,7 @@ func connect(t testing.TB, a, b *Stack, remote netip.Addr) (ca, cb *Conn) {
 		c, err := l.Accept(ctx)
 		ch <- res{c, err}
 	}()
-	ca, err = a.Dial(ctx, netip.Addr{}, netip.AddrPortFrom(remote, l.Addr().Port()))
+	ca, err := a.Dial(ctx, netip.Addr{}, netip.AddrPortFrom(remote, l.Addr().Port()))
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -90,10 +102,6 @@ func connect(t testing.TB, a, b *Stack, remote netip.Addr) (ca, cb *Conn) {
 	if r.err != nil {
 		t.Fatalf("Accept: %v", r.err)
 	}
-	t.Cleanup(func() {
-		ca.Close()
-		r.c.Close()
-	})
 	return ca, r.c
 }
 

@@ -26,24 +26,7 @@ func TestListenRebindWhileDraining(t *testing.T) {
 	addr := netip.AddrPortFrom(netip.Addr{}, port)
 	dial := func(l *Listener) (ca, cb *Conn) {
 		t.Helper()
-		type res struct {
-			c   *Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept(ctx)
-			ch <- res{c, err}
-		}()
-		ca, err := a.Dial(ctx, netip.Addr{}, netip.AddrPortFrom(addrB4.Addr(), port))
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-		r := <-ch
-		if r.err != nil {
-			t.Fatalf("Accept: %v", r.err)
-		}
-		return ca, r.c
+		return dialAccept(ctx, t, a, l, addrB4.Addr())
 	}
 
 	l, err := b.Listen(addr)

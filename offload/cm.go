@@ -18,9 +18,15 @@ import (
 
 // mpaConfig merges the device defaults with one connection's parameters.
 func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
+	// Ready: a responder's QP owns the connection before its Reply
+	// leaves (Accept writes the Reply, then starts the QP; FPDUs arriving
+	// in between wait in TCP's receive queue for the receive loop).
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
-		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData,
+		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
+	}
+	if d.cfg.RDMAPExt {
+		c.Ext = mpa.ExtAll
 	}
 	if p.ResponderResources != 0 {
 		c.IRD = min(p.ResponderResources, ibv.MaxIRDORD)
@@ -124,9 +130,10 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 		}
 		return fail(err)
 	}
-	if d.cfg.FirstFPDUDelay > 0 {
+	if d.cfg.FirstFPDUDelay > 0 && !params.PeerReady {
 		// Give the peer time to hand its socket to its receive path
 		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		qp.stats.FirstFPDUDelays.Add(1)
 		t := time.NewTimer(d.cfg.FirstFPDUDelay)
 		select {
 		case <-t.C:
@@ -140,7 +147,9 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 	if len(rep.PrivateData) > 0 {
 		replyPD = append([]byte(nil), rep.PrivateData...)
 	}
-	qp.start(conn, params, true, replyPD)
+	if err := qp.start(conn, params, true, replyPD); err != nil {
+		return fmt.Errorf("connect to %v: %w", remote, err)
+	}
 	return nil
 }
 
@@ -206,11 +215,23 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// errClosedWhileConnecting is start's error for a QP that was destroyed,
+// disconnected or moved to ERR while its connection was set up.
+var errClosedWhileConnecting = fmt.Errorf("%w: QP closed while connecting", ibv.ErrQPState)
+
 // start puts a negotiated connection under the QP and starts its engine.
 // replyPD is the MPA Reply's private data (the initiator's), given with
-// EventEstablished.
-func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD []byte) {
+// EventEstablished. It fails, closing conn, if the QP was closed
+// (Disconnect, Destroy, Modify to ERR) while the connection was set up:
+// its owner may have freed what the engine's goroutines would use (the
+// verbs socket's daemon frees the QP's rings).
+func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD []byte) error {
 	qp.mu.Lock()
+	if qp.closing {
+		qp.mu.Unlock()
+		conn.Close()
+		return errClosedWhileConnecting
+	}
 	qp.conn = conn
 	var pl *oooPlacer
 	if tx, rx, ok := conn.StreamSeqs(); ok {
@@ -228,8 +249,9 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	qp.params = p
 	qp.local, qp.remote = conn.LocalAddr(), conn.RemoteAddr()
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
-	qp.orq = make([]orqEntry, 0, max(qp.ord, 1))
-	qp.irq = make([]irqEntry, 0, max(qp.ird, 1))
+	// The queues of outstanding Reads grow with the Reads (up to ORD and
+	// IRD): an idle QP holds none.
+	qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
 	qp.sendMSN, qp.readMSN = 1, 1
 	emss := conn.MSS()
 	if emss > qp.dev.cfg.MaxFPDU {
@@ -244,7 +266,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.buf = make([]byte, 0, max(emss, maxBatch))
+	qp.tx.bufs = &qp.dev.writeBufs
 	var await mpa.RTR
 	established := true
 	switch {
@@ -261,21 +283,29 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	default:
 		qp.state = ibv.QPRTS
 	}
-	qp.rx.init(qp, p.CRC, p.MarkersRx, await, pl)
+	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})
-	qp.running.Add(2)
+	qp.live.Store(2)
 	qp.mu.Unlock()
 	if established {
 		qp.emit(ibv.Event{Type: ibv.EventEstablished, PrivateData: replyPD})
 	}
 	go qp.rxLoop()
 	go qp.txLoop()
-	go qp.supervise()
+	return nil
 }
 
-// supervise waits for both engine goroutines, then closes the connection.
+// loopDone is the last thing the RX and the TX goroutine do: the second
+// to end finishes the connection (supervise).
+func (qp *QP) loopDone() {
+	if qp.live.Add(-1) == 0 {
+		qp.supervise()
+	}
+}
+
+// supervise runs once both engine goroutines have ended (on the last of
+// them): it closes the connection.
 func (qp *QP) supervise() {
-	qp.running.Wait()
 	qp.conn.Close()
 	qp.mu.Lock()
 	qp.errorLocked(ibv.WCSuccess)
@@ -458,7 +488,10 @@ func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 		return fmt.Errorf("accept %v: send MPA Reply: %w", r.Remote, err)
 	}
 	d.logf("QP %d: accepted %v: %+v", qp.num, r.Remote, params)
-	qp.start(r.conn, params, false, nil)
+	if err := qp.start(r.conn, params, false, nil); err != nil {
+		qp.unclaim()
+		return fmt.Errorf("accept %v: %w", r.Remote, err)
+	}
 	return nil
 }
 

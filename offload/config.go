@@ -39,15 +39,23 @@ type Config struct {
 	// QP.sendMessage); 0 means as many as fit in 64 KiB, 1 is one FPDU per
 	// write. Either way each segment starts with an FPDU.
 	FPDUsPerWrite int
+	// RDMAPExt offers and accepts siwtun's RFC 7306 extensions (Immediate
+	// Data: RDMA Write and Send with Immediate Data) on every connection,
+	// announced in the MPA private data's extension block (mpa.Ext); a
+	// connection uses them only if the peer announced them too. Off, the
+	// MPA frames carry exactly the application's private data.
+	RDMAPExt bool
 	// MaxQP and MaxMR bound the device's objects.
 	MaxQP, MaxMR int
 	// FirstFPDUDelay is how long an initiator waits after the MPA Reply
-	// before it lets its first FPDU (or RTR) go. Linux siw sends its
-	// Reply before it hands the socket to its receive path (or, in
-	// peer-to-peer mode, to its RTR handler); an FPDU arriving in that gap
-	// sits unread in siw's socket until more data comes, which a
-	// request/response protocol (rping) never sends: the connection
-	// stalls. 0 sends at once.
+	// before it lets its first FPDU (or RTR) go, unless the Reply says
+	// that the responder reads at once (mpa.Frame.Ready, which siwtun's
+	// Replies carry and Linux siw's never do). Linux siw sends its Reply
+	// before it hands the socket to its receive path (or, in peer-to-peer
+	// mode, to its RTR handler); an FPDU arriving in that gap sits unread
+	// in siw's socket until more data comes, which a request/response
+	// protocol (rping) never sends: the connection stalls. 0 sends at
+	// once to every peer.
 	FirstFPDUDelay time.Duration
 	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
 	// AcceptTimeout the wait for the MPA Request after TCP accept (5 s).
@@ -60,11 +68,12 @@ type Config struct {
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
 
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
-// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, the first FPDU of
-// an initiator DefaultFirstFPDUDelay after the MPA Reply.
+// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, RFC 7306 extensions
+// offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
+// MPA Reply of a peer that does not say it reads at once.
 func DefaultConfig(name string) Config {
 	return Config{
-		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16,
+		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16, RDMAPExt: true,
 		MaxFPDU: 16384, FPDUsPerWrite: 1, MaxQP: 4096, MaxMR: 65536,
 		FirstFPDUDelay: DefaultFirstFPDUDelay,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,

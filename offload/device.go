@@ -32,6 +32,11 @@ type Device struct {
 	tap tap // segment tap and event fan-out (tap.go)
 
 	badRevLogged atomic.Bool // the first unsupported MPA revision was logged
+
+	// writeBufs holds buffers of one TCP write of FPDUs (*[]byte of
+	// capacity maxBatch), lent to a QP for a short write (fpduPayload):
+	// an idle QP holds none.
+	writeBufs sync.Pool
 }
 
 // NewDevice creates a device on stack with configuration cfg.
@@ -43,10 +48,15 @@ func NewDevice(stack *netstack.Stack, cfg Config) (*Device, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Device{
+	d := &Device{
 		cfg: cfg, stack: stack, regions: NewRegions(cfg.MaxMR), log: log,
 		qps: make(map[uint32]*QP), nextQPN: 1, listeners: make(map[*Listener]struct{}),
-	}, nil
+	}
+	d.writeBufs.New = func() any {
+		b := make([]byte, 0, maxBatch)
+		return &b
+	}
+	return d, nil
 }
 
 // Config returns the device's configuration.

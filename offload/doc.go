@@ -13,7 +13,10 @@
 //	            Request/Reply, and start, which puts a connection under a QP
 //	qp.go       QP: work queues, posting, completions, states (see QP)
 //	rx.go       the receive loop and engine, rxState; rxops.go its opcodes
-//	tx.go       the transmit loop: send requests and Read Responses to FPDUs
+//	tx.go       the transmit loop: send requests and Read Responses to FPDUs;
+//	            txfpdu.go builds one TCP write's FPDUs in place
+//	imm.go      RFC 7306 Immediate Data, both ways (Write and Send with
+//	            Immediate Data), for peers that negotiated it (mpa.Ext)
 //	ooo.go      out-of-order placement of tagged FPDUs
 //	regions.go  memory regions and STags
 //	stats.go    counters; tap.go the segment, placement and completion tap

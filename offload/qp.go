@@ -43,6 +43,7 @@ type sendWQE struct {
 	raddr     uint64
 	rkey      uint32
 	invRKey   uint32
+	imm       uint32
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -90,10 +91,11 @@ type irqEntry struct {
 // QP is a reliable-connected iWARP queue pair: its work queues, the RDMAP
 // stream state of its connection, and the goroutines that move its data.
 //
-// Once connected, three goroutines run it: the RX goroutine (rxLoop: the
-// MPA receiver and rxState inside the TCP Read), the TX goroutine (txLoop:
-// send requests, Read Responses, the RTR and a Terminate into FPDUs), and
-// supervise, which waits for both and ends the connection. Each field says
+// Once connected, two goroutines run it: the RX goroutine (rxLoop: the
+// MPA receiver and rxState inside the TCP Read) and the TX goroutine
+// (txLoop: send requests, Read Responses, the RTR and a Terminate into
+// FPDUs); the second of them to end runs supervise, which ends the
+// connection. Each field says
 // who owns it: "mu" (read and written under the QP lock), "TX" or "RX"
 // (that goroutine only), "atomic", or "fixed" (set before anyone else can
 // see it: at creation, or by start before the goroutines run).
@@ -150,25 +152,26 @@ type QP struct {
 	irq      []irqEntry
 	irqBurst int // mu; TX: Read Responses sent in a row (see irqMaxBurst)
 
-	ird, ord  int                // mu; set by start
-	p2pRTR    mpa.RTR            // mu; RTR still to send (initiator)
-	term      *rdmap.Terminate   // mu; the Terminate RX queued for TX to send
-	termSent  bool               // mu; no (further) Terminate goes out
-	termDone  chan struct{}      // mu; closed by TX once term is on the wire (or failed to go)
-	closing   bool               // mu; the local side ends the connection
-	connected bool               // mu; a connection is set up or runs (claim to supervise)
-	conn      *netstack.Conn     // fixed by start; Close is safe from any goroutine
-	params    mpa.Params         // mu; set by start
-	local     netip.AddrPort     // mu; set by start
-	remote    netip.AddrPort     // mu; set by start
-	done      chan struct{}      // mu; closed by supervise when both goroutines have ended
-	running   sync.WaitGroup     // RX and TX
-	events    chan ibv.Event     // any goroutine (emit never blocks)
-	evDrops   atomic.Uint64      // atomic
-	inErr     atomic.Bool        // atomic, written under mu: state == QPErr, read between FPDUs
-	stats     QPStats            // atomic counters
-	wc        ibv.WorkCompletion // mu; scratch for pushing completions
-	flushErr  ibv.WCStatus       // mu
+	ird, ord  int                             // mu; set by start
+	p2pRTR    mpa.RTR                         // mu; RTR still to send (initiator)
+	term      *rdmap.Terminate                // mu; the Terminate RX queued for TX to send
+	termSent  bool                            // mu; no (further) Terminate goes out
+	termDone  chan struct{}                   // mu; closed by TX once term is on the wire (or failed to go)
+	closing   bool                            // mu; the local side ends the connection
+	connected bool                            // mu; a connection is set up or runs (claim to supervise)
+	conn      *netstack.Conn                  // fixed by start; Close is safe from any goroutine
+	params    mpa.Params                      // mu; set by start
+	local     netip.AddrPort                  // mu; set by start
+	remote    netip.AddrPort                  // mu; set by start
+	done      chan struct{}                   // mu; closed by supervise when both goroutines have ended
+	live      atomic.Int32                    // atomic; RX and TX goroutines still running
+	events    chan ibv.Event                  // any goroutine (emit never blocks); nil with onEvent
+	onEvent   atomic.Pointer[func(ibv.Event)] // atomic; replaces events (SetEventHandler)
+	evDrops   atomic.Uint64                   // atomic
+	inErr     atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
+	stats     QPStats                         // atomic counters
+	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
+	flushErr  ibv.WCStatus                    // mu
 
 	// alignTx and alignRx classify the connection's data segments by FPDU
 	// alignment (observeSegment, on the packet path; each has its own
@@ -243,7 +246,22 @@ func (qp *QP) Info() ibv.Info {
 	}
 }
 
+// SetEventHandler makes the queue pair hand its connection events to f
+// instead of queueing them for Events, whose channel it drops (an idle QP
+// then holds no queue). f runs on the engine's goroutines, outside the
+// QP's lock; it must not block. Set it before the QP connects.
+func (qp *QP) SetEventHandler(f func(ibv.Event)) {
+	qp.onEvent.Store(&f)
+	qp.mu.Lock()
+	qp.events = nil
+	qp.mu.Unlock()
+}
+
 func (qp *QP) emit(e ibv.Event) {
+	if f := qp.onEvent.Load(); f != nil {
+		(*f)(e)
+		return
+	}
 	select {
 	case qp.events <- e:
 	default:
@@ -303,12 +321,15 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		if err := ibv.CheckPostSend(qp.num, i, wr); err != nil {
 			return i, err
 		}
+		if err := ibv.CheckPostPeer(qp.num, i, wr, qp.params.Ext); err != nil {
+			return i, err
+		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
 			return i, fmt.Errorf("QP %d: %w (%d entries)", qp.num, ibv.ErrQueueFull, len(qp.sq))
 		}
 		w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
-		w.raddr, w.rkey, w.invRKey = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
+		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0
@@ -363,15 +384,7 @@ func (qp *QP) retireLocked() {
 		}
 		if w.status != ibv.WCSuccess || w.flags&ibv.FlagSignaled != 0 || qp.sigAll {
 			wc := &qp.wc
-			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, QPNum: qp.num, ByteLen: w.byteLen}
-			switch w.op {
-			case ibv.WRWrite:
-				wc.Opcode = ibv.WCWrite
-			case ibv.WRRead:
-				wc.Opcode = ibv.WCRead
-			default:
-				wc.Opcode = ibv.WCSend
-			}
+			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, Opcode: w.op.WC(), QPNum: qp.num, ByteLen: w.byteLen}
 			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
 		}
@@ -387,14 +400,29 @@ func (qp *QP) retireLocked() {
 // completeRecvLocked completes the receive at the head of the RQ with
 // status st (and, for a Send with Invalidate, the invalidated STag).
 func (qp *QP) completeRecvLocked(st ibv.WCStatus, byteLen uint32, inv uint32, solicited bool) {
-	wc := &qp.wc
-	*wc = ibv.WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: ibv.WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	wc := qp.recvWCLocked(st, byteLen)
 	if inv != 0 {
 		wc.Flags = ibv.WCWithInv
 		wc.InvalidatedRKey = inv
 	}
+	qp.pushRecvLocked(solicited)
+}
+
+// recvWCLocked starts the completion of the receive at the head of the RQ
+// in qp.wc (a WCRecv of byteLen octets with status st) for the caller to
+// finish and pushRecvLocked to deliver.
+func (qp *QP) recvWCLocked(st ibv.WCStatus, byteLen uint32) *ibv.WorkCompletion {
+	wc := &qp.wc
+	*wc = ibv.WorkCompletion{ID: qp.rq[qp.rqHead%uint64(len(qp.rq))].id, Status: st, Opcode: ibv.WCRecv, QPNum: qp.num, ByteLen: byteLen}
+	return wc
+}
+
+// pushRecvLocked retires the receive at the head of the RQ and delivers
+// its completion, qp.wc.
+func (qp *QP) pushRecvLocked(solicited bool) {
+	wc := &qp.wc
 	qp.rqHead++
-	if st == ibv.WCSuccess {
+	if wc.Status == ibv.WCSuccess {
 		qp.stats.RQCompleted.Add(1)
 	} else {
 		qp.stats.RQErrors.Add(1)

@@ -23,9 +23,9 @@ const drainTimeout = 3 * time.Second
 // the MPA receiver as the writer, so every in-order segment's payload is
 // parsed and placed as it is handed over.
 func (qp *QP) rxLoop() {
-	defer qp.running.Done()
+	defer qp.loopDone()
 	if pl := qp.rx.place; pl != nil {
-		defer pl.stop() // before running.Done: no placement once the QP stopped
+		defer pl.stop() // before loopDone: no placement once the QP stopped
 	}
 	qp.mu.Lock()
 	idle := qp.rxIdle
@@ -141,6 +141,18 @@ type rxState struct {
 	// Expected MSNs.
 	sendMSN, readMSN, termMSN uint32
 
+	// ext is the RDMAP extensions the connection negotiated.
+	ext mpa.Ext
+	// immPending holds imm, the value of an Immediate Data message of a
+	// Send with Immediate Data, for the Send that follows it.
+	immPending bool
+	imm        uint32
+	// writeLen counts the payload of the RDMA Write message in progress;
+	// lastWrite is the length of the last one that ended, for the
+	// Immediate Data message of a Write with Immediate Data (reset by
+	// every other untagged message).
+	writeLen, lastWrite uint64
+
 	// awaitRTR is the RTR type a P2P responder waits for: every FPDU is
 	// checked against it until it arrives (then 0).
 	awaitRTR mpa.RTR
@@ -151,8 +163,9 @@ type rxState struct {
 	place *oooPlacer
 }
 
-func (r *rxState) init(qp *QP, crc, markers bool, awaitRTR mpa.RTR, place *oooPlacer) {
-	*r = rxState{qp: qp, place: place}
+func (r *rxState) init(qp *QP, p *mpa.Params, awaitRTR mpa.RTR, place *oooPlacer) {
+	crc, markers := p.CRC, p.MarkersRx
+	*r = rxState{qp: qp, place: place, ext: p.Ext}
 	r.mpa.Init(crc, markers, r)
 	r.sendMSN, r.readMSN, r.termMSN = 1, 1, 1
 	r.awaitRTR = awaitRTR
@@ -233,7 +246,7 @@ func (r *rxState) headerStep() error {
 		_, r.op = rdmap.ParseCtrl(r.h.ULPCtrl)
 		// An RDMAP header follows only where the DDP header is one we
 		// read (a bad version is reported by headerDone).
-		if o := &rxOps[r.op]; o.hdr > 0 && !r.h.Tagged && r.h.Version == ddp.Version {
+		if o := &rxOps[r.op]; o.hdr > 0 && !r.h.Tagged && r.h.Version == ddp.Version && r.negotiated(r.op) {
 			r.need += o.hdr
 			if o.varHdr {
 				r.need = min(r.need, r.ulpduLen)
@@ -268,6 +281,9 @@ func (r *rxState) headerDone() error {
 	}
 	if r.awaitRTR != 0 && !r.isRTR(op) {
 		return r.fail(rdmap.TermLLPNoMatchingRTR, 0, fmt.Errorf("expected a %v RTR, got %v with %d bytes", r.awaitRTR, op, r.payload))
+	}
+	if err := r.checkImmPending(op); err != nil {
+		return err
 	}
 	if !h.Tagged && h.QN != op.QN() {
 		return r.fail(rdmap.TermDDPInvalidQN, 0, fmt.Errorf("%v on QN %d", op, h.QN))

@@ -69,7 +69,7 @@ func rxQP(tb testing.TB, crc, markers bool, n int) (*QP, *Region, *countCQ) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	qp.rx.init(qp, crc, markers, 0, nil)
+	qp.rx.init(qp, &mpa.Params{CRC: crc, MarkersRx: markers, Ext: mpa.ExtImmediate}, 0, nil)
 	return qp, reg, cq
 }
 

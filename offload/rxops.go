@@ -38,6 +38,8 @@ var rxOps = [16]rxOp{
 	rdmap.OpSendSE:       rxSend,
 	rdmap.OpSendSEInv:    rxSend,
 	rdmap.OpTerminate:    {hdr: rxHdrMax - ddp.UntaggedHeaderLen, varHdr: true, begin: (*rxState).beginTerminate, end: (*rxState).terminateArrived},
+	rdmap.OpImmediate:    rxImmediate,
+	rdmap.OpImmediateSE:  rxImmediate,
 }
 
 // rxSend is the handling of the four Send opcodes.
@@ -57,11 +59,14 @@ func (r *rxState) beginWrite() error {
 	return nil
 }
 
-// endWrite counts a placed Write segment.
+// endWrite counts a placed Write segment; the last one records the
+// message's length for an Immediate Data message behind it.
 func (r *rxState) endWrite() error {
 	r.qp.stats.PlacedBytes.Add(uint64(r.payload))
+	r.writeLen += uint64(r.payload)
 	if r.h.Last {
 		r.qp.stats.WritesRx.Add(1)
+		r.lastWrite, r.writeLen = r.writeLen, 0
 	}
 	return nil
 }
@@ -162,6 +167,7 @@ func (r *rxState) endSend() error {
 	}
 	r.sendMSN++
 	r.sendActive = false
+	r.lastWrite = 0
 	var inv uint32
 	if r.op.Invalidates() {
 		if err := r.invalidate(h.ULPData); err != nil {
@@ -177,7 +183,15 @@ func (r *rxState) endSend() error {
 		qp.mu.Unlock()
 		return errAborted
 	}
-	qp.completeRecvLocked(ibv.WCSuccess, uint32(r.sendPlaced), inv, r.op.Solicited())
+	wc := qp.recvWCLocked(ibv.WCSuccess, uint32(r.sendPlaced))
+	if inv != 0 {
+		wc.Flags, wc.InvalidatedRKey = ibv.WCWithInv, inv
+	}
+	if r.immPending {
+		wc.Flags, wc.ImmData = ibv.WCWithImm, r.imm
+		r.immPending = false
+	}
+	qp.pushRecvLocked(r.op.Solicited())
 	qp.mu.Unlock()
 	return nil
 }
@@ -258,22 +272,14 @@ func readResponseSink(h *ddp.Header, n int, stag uint32, to uint64, size uint32)
 // startSend takes the head of the receive queue for a new Send message and
 // resolves its SGEs to region memory.
 func (r *rxState) startSend() error {
+	if err := r.takeRecv(); err != nil {
+		return err
+	}
 	qp := r.qp
 	qp.mu.Lock()
-	if qp.rqHead == qp.rqTail && qp.refill != nil {
-		refill := qp.refill
+	if qp.rqHead == qp.rqTail { // flushed meanwhile: the QP entered ERR
 		qp.mu.Unlock()
-		refill()
-		qp.mu.Lock()
-	}
-	if qp.state == ibv.QPErr {
-		qp.mu.Unlock()
-		return errAborted // the receives were flushed: not the peer's error
-	}
-	if qp.rqHead == qp.rqTail {
-		qp.mu.Unlock()
-		qp.stats.RecvNoBuffer.Add(1)
-		return r.fail(rdmap.TermDDPNoBuffer, 0, fmt.Errorf("Send MSN %d with no receive posted", r.h.MSN))
+		return errAborted
 	}
 	wqe := qp.rq[qp.rqHead%uint64(len(qp.rq))]
 	qp.mu.Unlock()
@@ -319,6 +325,7 @@ func (r *rxState) readRequest() error {
 		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, err)
 	}
 	r.readMSN++
+	r.lastWrite = 0
 	var src []byte
 	if rr.Size > 0 {
 		reg, ok := qp.dev.regions.Lookup(rr.SrcSTag)

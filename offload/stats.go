@@ -46,6 +46,11 @@ type QPStats struct {
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
+	// FirstFPDUDelays counts connections this RNIC initiated whose first
+	// FPDU (or RTR) waited Config.FirstFPDUDelay after the MPA Reply: the
+	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as
+	// Linux siw's never does.
+	FirstFPDUDelays atomic.Uint64 `stat:"mpaFirstFpduDelays"`
 	// PlacedBytes counts payload octets placed directly into regions.
 	PlacedBytes atomic.Uint64 `stat:"ddpPlacedOctets"`
 	// RecvNoBuffer counts Sends that found no posted receive.
@@ -64,6 +69,11 @@ type QPStats struct {
 	SendBytesTx atomic.Uint64 `stat:"OutRdmaSendOctets"`
 	// SendsRx counts Send messages received into posted receives.
 	SendsRx atomic.Uint64 `stat:"InRdmaSends"`
+	// ImmediatesTx counts Immediate Data messages (RFC 7306) sent: one
+	// per RDMA Write or Send with Immediate Data.
+	ImmediatesTx atomic.Uint64 `stat:"OutRdmaImmediates"`
+	// ImmediatesRx counts Immediate Data messages received.
+	ImmediatesRx atomic.Uint64 `stat:"InRdmaImmediates"`
 	// ReadsTx counts RDMA Read Requests sent.
 	ReadsTx atomic.Uint64 `stat:"OutRdmaReads"`
 	// ReadsCompleted counts RDMA Reads whose response was fully placed.

@@ -3,7 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
-	"io"
+	"sync"
 	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -25,8 +25,12 @@ const rtrSTag = 1
 // txState is owned by the TX goroutine.
 type txState struct {
 	mpa  mpa.Sender
-	emss int    // FPDU size limit: the connection's effective MSS, capped
-	buf  []byte // one FPDU
+	emss int // FPDU size limit: the connection's effective MSS, capped
+	// ctl holds a control FPDU (Read Request, Terminate, zero-length
+	// Send: 80 octets at most, with Markers 88); bufs lends the buffer of
+	// a short write (the device's writeBufs).
+	ctl  [128]byte
+	bufs *sync.Pool
 	hdr  [ddp.UntaggedHeaderLen + rdmap.ReadRequestLen]byte
 	src  [ibv.MaxSGE][]byte // payload chunks of the message being sent
 	nsrc int
@@ -88,7 +92,7 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 // txLoop is the QP's transmit goroutine: it turns send requests, Read
 // Responses, the RTR and a Terminate into FPDUs, one FPDU per TCP write.
 func (qp *QP) txLoop() {
-	defer qp.running.Done()
+	defer qp.loopDone()
 	for {
 		qp.mu.Lock()
 		job, w := qp.nextJobLocked()
@@ -252,7 +256,6 @@ func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) ibv.WCStatus {
 // sendWQE transmits one send request. A non-success status is a local error
 // in the request (bad SGE); err is a transport error.
 func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
-	t := &qp.tx
 	if w.op == ibv.WRRead {
 		var rr rdmap.ReadRequest
 		if w.nsge == 1 {
@@ -267,34 +270,13 @@ func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 		}
 		return ibv.WCSuccess, err
 	}
-	// Gather the payload.
-	t.nsrc = 0
-	var total uint64
-	if w.flags&ibv.FlagInline != 0 {
-		t.src[0] = w.inline[:w.inlineLen]
-		t.nsrc = 1
-		total = uint64(w.inlineLen)
-	} else {
-		for _, s := range w.sgl[:w.nsge] {
-			if s.Length == 0 {
-				continue
-			}
-			r, ok := qp.dev.regions.Lookup(s.LKey)
-			if !ok || r.pd != qp.pd {
-				return ibv.WCLocProtErr, nil
-			}
-			b, ok := r.slice(s.Addr, uint64(s.Length))
-			if !ok {
-				return ibv.WCLocProtErr, nil
-			}
-			t.src[t.nsrc] = b
-			t.nsrc++
-			total += uint64(s.Length)
-		}
+	total, st := qp.gather(w)
+	if st != ibv.WCSuccess {
+		return st, nil
 	}
-	h := &t.msg
+	h := &qp.tx.msg
 	*h = ddp.Header{Version: ddp.Version}
-	if w.op == ibv.WRWrite {
+	if w.op == ibv.WRWrite || w.op == ibv.WRWriteWithImm {
 		h.Tagged = true
 		h.ULPCtrl = rdmap.Ctrl(rdmap.OpWrite)
 		h.STag = w.rkey
@@ -303,7 +285,15 @@ func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 			qp.stats.WritesTx.Add(1)
 			qp.stats.WriteBytesTx.Add(total)
 		}
+		if err == nil && w.op == ibv.WRWriteWithImm {
+			err = qp.sendWriteImmediate(w) // after the Write: RFC 7306
+		}
 		return ibv.WCSuccess, err
+	}
+	if w.op == ibv.WRSendWithImm {
+		if err := qp.sendSendImmediate(w); err != nil { // before the Send it belongs to
+			return ibv.WCSuccess, err
+		}
 	}
 	op := rdmap.OpSend
 	inv := w.op == ibv.WRSendWithInv
@@ -328,6 +318,36 @@ func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 		qp.stats.SendBytesTx.Add(total)
 	}
 	return ibv.WCSuccess, err
+}
+
+// gather resolves the payload of a Send or Write request into qp.tx.src
+// and returns its length, or the local error of a bad SGE.
+func (qp *QP) gather(w *sendWQE) (uint64, ibv.WCStatus) {
+	t := &qp.tx
+	t.nsrc = 0
+	if w.flags&ibv.FlagInline != 0 {
+		t.src[0] = w.inline[:w.inlineLen]
+		t.nsrc = 1
+		return uint64(w.inlineLen), ibv.WCSuccess
+	}
+	var total uint64
+	for _, s := range w.sgl[:w.nsge] {
+		if s.Length == 0 {
+			continue
+		}
+		r, ok := qp.dev.regions.Lookup(s.LKey)
+		if !ok || r.pd != qp.pd {
+			return 0, ibv.WCLocProtErr
+		}
+		b, ok := r.slice(s.Addr, uint64(s.Length))
+		if !ok {
+			return 0, ibv.WCLocProtErr
+		}
+		t.src[t.nsrc] = b
+		t.nsrc++
+		total += uint64(s.Length)
+	}
+	return total, ibv.WCSuccess
 }
 
 // maxBatch bounds the bytes of one TCP write: one gVisor buffer chunk
@@ -417,7 +437,7 @@ func (qp *QP) sendUntaggedControl(op rdmap.Opcode, qn, msn uint32, body []byte) 
 	t := &qp.tx
 	h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(op), QN: qn, MSN: msn}
 	n := h.Marshal(t.hdr[:])
-	t.mpa.Begin(t.buf[:0], n+len(body))
+	t.mpa.Begin(t.ctl[:0], n+len(body))
 	t.mpa.Write(t.hdr[:n])
 	t.mpa.Write(body)
 	return qp.writeFPDU(t.mpa.Finish())
@@ -476,114 +496,4 @@ func (qp *QP) sendTerminate(t *rdmap.Terminate) error {
 		qp.stats.TerminatesTx.Add(1)
 	}
 	return err
-}
-
-// fpduPayload is one write's FPDUs of a message as a netstack.Payload:
-// gVisor reads them straight into its send buffer, and each FPDU is built
-// there in place (header, payload from the registered memory, markers, pad,
-// CRC), so transmit copies the payload once. If gVisor offers a smaller
-// slice than the write (a short write), the FPDUs are built in the QP's own
-// buffer and copied from there.
-type fpduPayload struct {
-	t      *txState
-	h      *ddp.Header
-	hl     int
-	base   uint64 // TO of the message's first byte (tagged)
-	msgLen uint64
-	full   uint64 // payload bytes of a full FPDU (without Markers; see payloadAt)
-	off    uint64 // message offset of the next FPDU to build
-	si, so int    // source chunk and offset of that FPDU's payload
-	count  int    // FPDUs in this write
-	total  int    // wire bytes of this write
-	done   int    // bytes handed to gVisor
-	built  []byte // the fallback copy, if used
-}
-
-// payloadAt returns the payload bytes of a full FPDU starting at stream
-// offset pos: f.full, or with Markers what fits the EMSS with the Markers
-// that fall into an FPDU there (their number depends on the position),
-// 4-aligned.
-func (f *fpduPayload) payloadAt(pos uint64) uint64 {
-	if !f.t.mpa.Markers() {
-		return f.full
-	}
-	return uint64(f.t.mpa.MaxULPDULenAt(pos, f.t.emss)-f.hl) &^ 3
-}
-
-// fpduLen returns the payload bytes of the next FPDU of a message with left
-// bytes to go, starting at stream offset pos. With Markers, an FPDU that
-// would end exactly on a Marker position is made 4 bytes shorter (the rest
-// goes into the next FPDU): the Marker then falls inside the next FPDU
-// instead of at a segment's end, where Wireshark's iWARP dissector counts
-// it into the wrong segment and loses the FPDU boundaries from there on.
-// Both placements are valid MPA; this one is decoded by everyone.
-func (f *fpduPayload) fpduLen(pos, left uint64) uint64 {
-	n := min(left, f.payloadAt(pos))
-	if !f.t.mpa.Markers() || n < 8 {
-		return n
-	}
-	if end := pos + uint64(f.t.mpa.WireLenAt(pos, f.hl+int(n))); end%mpa.MarkerInterval == 0 {
-		n -= 4
-	}
-	return n
-}
-
-// Len implements netstack.Payload.
-func (f *fpduPayload) Len() int { return f.total - f.done }
-
-// Read implements netstack.Payload.
-func (f *fpduPayload) Read(p []byte) (int, error) {
-	if f.done == f.total {
-		return 0, io.EOF
-	}
-	if f.done == 0 && f.built == nil && len(p) >= f.total {
-		out := f.build(p[:0:len(p)])
-		if &out[0] != &p[0] {
-			copy(p, out) // cannot happen: p has room; kept for safety
-		}
-		f.done = f.total
-		return f.total, nil
-	}
-	if f.built == nil {
-		f.built = f.build(f.t.buf[:0])
-	}
-	n := copy(p, f.built[f.done:])
-	f.done += n
-	if f.done == f.total {
-		f.built = nil
-	}
-	return n, nil
-}
-
-// build appends this write's FPDUs to dst and advances the message cursor;
-// it runs once per write.
-func (f *fpduPayload) build(dst []byte) []byte {
-	t, h := f.t, f.h
-	for i := 0; i < f.count; i++ {
-		n := f.fpduLen(t.mpa.StreamOffset(), f.msgLen-f.off)
-		h.Last = f.off+n == f.msgLen
-		if h.Tagged {
-			h.TO = f.base + f.off
-		} else {
-			h.MO = uint32(f.off)
-		}
-		h.Marshal(t.hdr[:f.hl])
-		t.mpa.Begin(dst, f.hl+int(n))
-		t.mpa.Write(t.hdr[:f.hl])
-		for left := int(n); left > 0; {
-			c := t.src[f.si][f.so:]
-			if len(c) > left {
-				c = c[:left]
-			}
-			t.mpa.Write(c)
-			left -= len(c)
-			f.so += len(c)
-			if f.so == len(t.src[f.si]) {
-				f.si, f.so = f.si+1, 0
-			}
-		}
-		dst = t.mpa.Finish()
-		f.off += n
-	}
-	return dst
 }

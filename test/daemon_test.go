@@ -33,6 +33,14 @@ func newTwoRNICs(t testing.TB, mtu int, extra ...string) *twoRNICs {
 		a0: netip.MustParseAddr("198.18.1.2"), a1: netip.MustParseAddr("198.18.2.2")}
 	r.d0 = startDaemon(t, r.ns, r.bin, "siwtun0", "198.18.1.2/24", "198.18.1.1/24", mtu, extra...)
 	r.d1 = startDaemon(t, r.ns, r.bin, "siwtun1", "198.18.2.2/24", "198.18.2.1/24", mtu, extra...)
+	r.dial(t)
+	return r
+}
+
+// dial opens dev0 and dev1 through the daemons' verbs sockets; they are
+// closed when the test ends.
+func (r *twoRNICs) dial(t testing.TB) {
+	t.Helper()
 	var err error
 	if r.dev0, err = verbs.DialPath(filepath.Join(r.d0.socketDir, "siwtun0.sock")); err != nil {
 		t.Fatal(err)
@@ -42,7 +50,6 @@ func newTwoRNICs(t testing.TB, mtu int, extra ...string) *twoRNICs {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.dev1.Close() })
-	return r
 }
 
 // end is one side of a connection made through a daemon's verbs socket.

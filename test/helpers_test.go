@@ -60,6 +60,27 @@ func ctlVerbsCounters(t testing.TB, d *daemon) map[string]uint64 {
 	return m
 }
 
+// ctlCounters is every layer's counters of d (ctl stats), by name.
+func ctlCounters(t testing.TB, d *daemon) map[string]uint64 {
+	t.Helper()
+	c, err := ctl.Dial(ctl.SocketPath(d.socketDir, d.dev))
+	if err != nil {
+		t.Fatalf("ctl %s: %v", d.dev, err)
+	}
+	defer c.Close()
+	s, err := c.Stats()
+	if err != nil {
+		t.Fatalf("ctl stats %s: %v", d.dev, err)
+	}
+	m := map[string]uint64{}
+	for _, layer := range [][]ctl.Counter{s.TCP, s.MPA, s.DDP, s.RDMAP, s.Verbs} {
+		for _, c := range layer {
+			m[c.Name] = c.Value
+		}
+	}
+	return m
+}
+
 // statesOf counts queue pairs by state.
 func statesOf(qps []ctl.QP) map[string]int {
 	m := make(map[string]int)

@@ -163,6 +163,24 @@ func expectOK(t testing.TB, what string, wc verbs.WorkCompletion) {
 	}
 }
 
+// writeInBatches RDMA Writes msg bytes from smr to dmr n times, posted
+// eight at a time with only the eighth signaled, and waits for each
+// batch's completion.
+func writeInBatches(t testing.TB, cli *end, smr, dmr *verbs.MR, msg, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 8 {
+		wrs := make([]verbs.SendWR, 8)
+		for j := range wrs {
+			wrs[j] = verbs.SendWR{ID: uint64(i + j), Opcode: verbs.WRWrite, SGL: []verbs.SGE{smr.SGE(0, msg)}, RemoteAddr: dmr.Addr(), RKey: dmr.RKey()}
+		}
+		wrs[7].Flags = verbs.FlagSignaled
+		if _, err := cli.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		expectOK(t, "write", cli.wait(t, cli.scq))
+	}
+}
+
 // TestAlignmentDaemons moves 1 GiB of RDMA WRITE between two daemons with
 // default settings and no impairment, at MTU 1500 and 9000, markers off and
 // on (both directions), and checks from the daemons' own counters that at
@@ -176,18 +194,7 @@ func TestAlignmentDaemons(t *testing.T) {
 				const msg = 4 << 20
 				smr, _ := cli.mr(t, msg, verbs.AccessLocalWrite)
 				dmr, _ := srv.mr(t, msg, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-				const n = (1 << 30) / msg
-				for i := 0; i < n; i += 8 {
-					wrs := make([]verbs.SendWR, 8)
-					for j := range wrs {
-						wrs[j] = verbs.SendWR{ID: uint64(i + j), Opcode: verbs.WRWrite, SGL: []verbs.SGE{smr.SGE(0, msg)}, RemoteAddr: dmr.Addr(), RKey: dmr.RKey()}
-					}
-					wrs[7].Flags = verbs.FlagSignaled
-					if _, err := cli.qp.PostSend(wrs); err != nil {
-						t.Fatal(err)
-					}
-					expectOK(t, "write", cli.wait(t, cli.scq))
-				}
+				writeInBatches(t, cli, smr, dmr, msg, (1<<30)/msg)
 				s0, s1 := ctlStats(t, r.d0), ctlStats(t, r.d1)
 				for _, c := range []struct {
 					what           string

@@ -18,18 +18,9 @@ func TestDaemonsIPv6(t *testing.T) {
 	bin := siwtunBin(t)
 	d0 := startDaemon(t, ns, bin, "siwtun0", "2001:2:1::2/64", "2001:2:1::1/64", 1500)
 	d1 := startDaemon(t, ns, bin, "siwtun1", "2001:2:2::2/64", "2001:2:2::1/64", 1500)
-	dev0, err := verbs.DialPath(filepath.Join(d0.socketDir, "siwtun0.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev0.Close()
-	dev1, err := verbs.DialPath(filepath.Join(d1.socketDir, "siwtun1.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev1.Close()
-	r := &twoRNICs{ns: ns, bin: bin, d0: d0, d1: d1, dev0: dev0, dev1: dev1, mtu: 1500,
+	r := &twoRNICs{ns: ns, bin: bin, d0: d0, d1: d1, mtu: 1500,
 		a0: netip.MustParseAddr("2001:2:1::2"), a1: netip.MustParseAddr("2001:2:2::2")}
+	r.dial(t)
 	cli, srv := r.connect(t, 7174, 8)
 	const n = 256 << 10
 	smr, sbuf := cli.mr(t, n, verbs.AccessLocalWrite)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +43,7 @@ func TestMakeBenchTiny(t *testing.T) {
 	requireRoot(t)
 	bin := siwtunBin(t)
 	out := t.TempDir()
-	cmd := exec.Command(bin, "bench", "--quick", "--mtu", "1500", "-D", "1", "--rounds", "2", "--out", out)
+	cmd := exec.Command(bin, "bench", "--quick", "--suites", "perf", "--mtu", "1500", "-D", "1", "--rounds", "2", "--out", out)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -105,6 +106,71 @@ func TestMakeBenchTiny(t *testing.T) {
 	}
 	if res.ElapsedS <= 0 || !strings.Contains(stdout.String(), "total elapsed") {
 		t.Errorf("no elapsed time: %v", res.ElapsedS)
+	}
+}
+
+// TestMakeBenchSetupScale runs a tiny `siwtun bench` of the set-up, scale
+// and memory suites (MTU 1500, 40 connections by one client and by two,
+// RDMA WRITE over 1 and 4 QPs for 1 s, memory with 100 idle QPs): every
+// row has a positive figure, the rates and connect times come with kernel
+// TCP's, every target of these suites has a figure, and the namespaces
+// are gone afterwards. The figures themselves are not judged here.
+func TestMakeBenchSetupScale(t *testing.T) {
+	requireRoot(t)
+	bin := siwtunBin(t)
+	out := t.TempDir()
+	cmd := exec.Command(bin, "bench", "--suites", "connect,scale,memory", "--mtu", "1500", "-D", "1", "--rounds", "1",
+		"--connections", "40", "--clients", "2", "--scale-qps", "1,4", "--idle-qps", "100", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("siwtun bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	if ns := benchNamespaces(t, cmd.Process.Pid); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	files, _ := filepath.Glob(filepath.Join(out, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v, want one JSON file", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results JSON: %v\n%s", err, b)
+	}
+	// Kernel and siwtun: a connect time and two rates each; RDMA WRITE
+	// over 1 and 4 QPs; the two daemons' memory.
+	count := map[string]int{}
+	for _, r := range res.Rows {
+		count[r.Stack+" "+r.Kind]++
+		if r.Value <= 0 || r.QPs <= 0 {
+			t.Errorf("row without a figure: %+v", r)
+		}
+		if r.Stack == bench.StackSiwtun && (r.Kind == bench.KindConnect || r.Kind == bench.KindRate) && r.VsKernel <= 0 {
+			t.Errorf("set-up row without its ratio to kernel TCP: %+v", r)
+		}
+		if r.Kind == bench.KindMem && (r.QPs != 100 || r.RSSKiB <= r.RSSBaseKiB) {
+			t.Errorf("memory row: %+v", r)
+		}
+	}
+	want := map[string]int{"kernel connect": 1, "kernel rate": 2, "siwtun connect": 1, "siwtun rate": 2, "siwtun bw": 2, "siwtun mem": 2}
+	if !reflect.DeepEqual(count, want) {
+		t.Fatalf("rows %v, want %v:\n%s", count, want, stdout.String())
+	}
+	if len(res.Targets) != 5 { // connect time, two rates, 4 QPs / 1 QP, memory
+		t.Fatalf("targets %+v, want 5", res.Targets)
+	}
+	for _, tg := range res.Targets {
+		if tg.Missing != "" || tg.Figure == 0 {
+			t.Errorf("target without a figure: %+v", tg)
+		}
+	}
+	if !strings.Contains(stdout.String(), "SET-UP AND SCALE") {
+		t.Errorf("no set-up and scale table:\n%s", stdout.String())
 	}
 }
 

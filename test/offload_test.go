@@ -72,34 +72,15 @@ func wireAlignment(t *testing.T, bin string, mtu int, markers bool) {
 	defer stopDump()
 	time.Sleep(500 * time.Millisecond) // tcpdump opens the interface
 
-	dev0, err := verbs.DialPath(filepath.Join(d0.socketDir, "siwtun0.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev0.Close()
-	dev1, err := verbs.DialPath(filepath.Join(d1.socketDir, "siwtun1.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev1.Close()
-	r := &twoRNICs{ns: a, bin: bin, d0: d0, d1: d1, dev0: dev0, dev1: dev1, mtu: mtu,
+	r := &twoRNICs{ns: a, bin: bin, d0: d0, d1: d1, mtu: mtu,
 		a0: netip.MustParseAddr("198.18.1.2"), a1: netip.MustParseAddr("198.18.2.2")}
+	r.dial(t)
 	cli, srv := r.connect(t, 7174, 16)
 	const msg, total = 1 << 20, 48 << 20
 	smr, sbuf := cli.mr(t, msg, verbs.AccessLocalWrite)
 	copy(sbuf, pattern(msg, 3))
 	dmr, dbuf := srv.mr(t, msg, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	for i := 0; i < total/msg; i += 8 {
-		wrs := make([]verbs.SendWR, 8)
-		for j := range wrs {
-			wrs[j] = verbs.SendWR{ID: uint64(i + j), Opcode: verbs.WRWrite, SGL: []verbs.SGE{smr.SGE(0, msg)}, RemoteAddr: dmr.Addr(), RKey: dmr.RKey()}
-		}
-		wrs[7].Flags = verbs.FlagSignaled
-		if _, err := cli.qp.PostSend(wrs); err != nil {
-			t.Fatal(err)
-		}
-		expectOK(t, "write", cli.wait(t, cli.scq))
-	}
+	writeInBatches(t, cli, smr, dmr, msg, total/msg)
 	if string(dbuf) != string(sbuf) {
 		t.Fatal("the data written differs from the source")
 	}

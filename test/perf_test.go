@@ -36,6 +36,10 @@ var perfModes = []struct {
 	{"send-bw-q2", []string{"send", "-n", "2000", "-s", "4096", "-q", "2"}},
 	{"write-bw-gbits", []string{"write", "-n", "200", "-s", "1024", "--report_gbits"}},
 	{"send-lat-D1", []string{"send", "--lat", "-D", "1"}},
+	{"write-imm-bw", []string{"write", "--imm", "-n", "2000", "-s", "4096"}},
+	{"write-imm-lat", []string{"write", "--imm", "--lat", "-n", "200"}},
+	{"write-imm-bw-b", []string{"write", "--imm", "-n", "2000", "-s", "4096", "-b"}},
+	{"write-imm-bw-q2", []string{"write", "--imm", "-n", "2000", "-s", "4096", "-q", "2"}},
 }
 
 // TestPerfModes: siwtun perf as server on siwtun1 and as client on

@@ -12,7 +12,8 @@ import (
 	"github.com/siwtun/siwtun/tools/rping"
 )
 
-// pingProc is a `siwtun ping` process in the test's namespace.
+// pingProc is a `siwtun ping` (or other subcommand's) process in the
+// test's namespace.
 type pingProc struct {
 	cmd            *exec.Cmd
 	stdout, stderr *syncbuf.Buffer
@@ -20,13 +21,21 @@ type pingProc struct {
 	err            error
 }
 
+// startPingProc runs `siwtun ping args...` in the test's namespace.
 func startPingProc(t testing.TB, r *twoRNICs, args ...string) *pingProc {
 	t.Helper()
-	p := &pingProc{cmd: r.ns.command(append([]string{r.bin, "ping"}, args...)...),
+	return startToolProc(t, r, append([]string{"ping"}, args...)...)
+}
+
+// startToolProc runs `siwtun args...` in the test's namespace: any
+// subcommand, killed when the test ends if it is still running.
+func startToolProc(t testing.TB, r *twoRNICs, args ...string) *pingProc {
+	t.Helper()
+	p := &pingProc{cmd: r.ns.command(append([]string{r.bin}, args...)...),
 		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("siwtun ping: %v", err)
+		t.Fatalf("siwtun %s: %v", args[0], err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()

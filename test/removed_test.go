@@ -2,37 +2,9 @@ package test
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/siwtun/siwtun/internal/syncbuf"
 )
-
-// startToolProc runs `siwtun args...` in the test's namespace, like
-// startPingProc for any subcommand.
-func startToolProc(t testing.TB, r *twoRNICs, args ...string) *pingProc {
-	t.Helper()
-	p := &pingProc{cmd: r.ns.command(append([]string{r.bin}, args...)...),
-		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("siwtun %s: %v", args[0], err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.exited
-		}
-	})
-	return p
-}
 
 // waitFor waits until the process has printed s on stdout or stderr.
 func (p *pingProc) waitFor(t testing.TB, what, s string) {

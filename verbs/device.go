@@ -33,6 +33,12 @@ var (
 	// ErrNotShared is returned by RegMR over the verbs socket for memory
 	// that did not come from Device.AllocBuffer.
 	ErrNotShared = errors.New("verbs: memory not allocated with Device.AllocBuffer")
+	// ErrLimit is returned over the verbs socket when a call would take
+	// the client past one of the daemon's per-client limits (QPs, CQs,
+	// MRs, registered bytes, queued work requests, ...: siwtun up
+	// --max-client-*). The error also matches syscall.ENOMEM, which C
+	// programs get from libsiwtun. Destroying objects makes room again.
+	ErrLimit = errors.New("verbs: per-client limit of the daemon reached")
 )
 
 // Device is an open RNIC (ibv_context). It is reached over the daemon's

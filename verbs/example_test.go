@@ -33,13 +33,14 @@ func newRNIC(link *netstack.Link, name, addr string) *rnic.RNIC {
 	return r
 }
 
-// endpoint is one side of a connection: a PD, one CQ for both work
-// queues, a QP and 4 KiB of registered memory.
+// endpoint is one side of a connection: on dev a PD, one CQ for both
+// work queues, a QP and 4 KiB of registered memory.
 type endpoint struct {
-	pd *verbs.PD
-	cq *verbs.CQ
-	qp *verbs.QP
-	mr *verbs.MR
+	dev *verbs.Device
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
 }
 
 func newEndpoint(dev *verbs.Device) *endpoint {
@@ -63,21 +64,27 @@ func newEndpoint(dev *verbs.Device) *endpoint {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return &endpoint{pd: pd, cq: cq, qp: qp, mr: mr}
+	return &endpoint{dev: dev, pd: pd, cq: cq, qp: qp, mr: mr}
 }
 
-// connectPair starts two RNICs on one link and connects a QP of each: b
-// listens and accepts (rdma_listen, rdma_accept), a connects
-// (rdma_connect). done closes both RNICs.
-func connectPair() (a, b *endpoint, done func()) {
+// startPair starts two RNICs on one link, siwtun0 at 198.18.0.1 and siwtun1
+// at 198.18.0.2, with an endpoint on each. done closes both RNICs.
+func startPair() (a, b *endpoint, done func()) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	ra, rb := newRNIC(la, "siwtun0", "198.18.0.1/24"), newRNIC(lb, "siwtun1", "198.18.0.2/24")
-	a, b = newEndpoint(ra.Device), newEndpoint(rb.Device)
+	return newEndpoint(ra.Device), newEndpoint(rb.Device), func() { ra.Close(); rb.Close() }
+}
+
+// connectPair starts two RNICs and connects a QP of each: b listens and
+// accepts (rdma_listen, rdma_accept), a connects (rdma_connect), as
+// ExampleDevice_Listen shows step by step. done closes both RNICs.
+func connectPair() (a, b *endpoint, done func()) {
+	a, b, done = startPair()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
 	addr := netip.MustParseAddrPort("198.18.0.2:7174")
-	l, err := rb.Device.Listen(addr, 1)
+	l, err := b.dev.Listen(addr, 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +103,7 @@ func connectPair() (a, b *endpoint, done func()) {
 	if err := <-accepted; err != nil {
 		log.Fatal(err)
 	}
-	return a, b, func() { ra.Close(); rb.Close() }
+	return a, b, done
 }
 
 // wait blocks until cq has a completion and returns it.
@@ -152,6 +159,52 @@ func Example() {
 	// b: RECV 5 bytes "hello"
 	// a: RDMA_WRITE success
 	// a: RDMA_READ success "written"
+}
+
+// Connect two queue pairs: the server listens, takes the request and
+// accepts it into its QP (rdma_listen, rdma_get_request, rdma_accept); the
+// client connects (rdma_connect), here from a goroutine, in a real program
+// from another process. Each side's private data reaches the other.
+func ExampleDevice_Listen() {
+	client, server, done := startPair()
+	defer done()
+	l, err := server.dev.Listen(netip.MustParseAddrPort("198.18.0.2:7174"), 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	connected := make(chan error, 1)
+	go func() {
+		connected <- client.qp.Connect(ctx, l.Addr(), verbs.ConnParam{PrivateData: []byte("hello from siwtun0")})
+	}()
+
+	req, err := l.Accept(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("server: request from %v: %q\n", req.Remote.Addr(), req.PrivateData)
+	if err := req.Accept(server.qp, verbs.ConnParam{PrivateData: []byte("welcome")}); err != nil {
+		log.Fatal(err)
+	}
+	if err := <-connected; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("server:", server.qp.State())
+
+	// The client's EventEstablished carries the server's private data.
+	for e := range client.qp.Events() {
+		if e.Type == verbs.EventEstablished {
+			fmt.Printf("client: %v %q, %v\n", e.Type, e.PrivateData, client.qp.State())
+			break
+		}
+	}
+	// Output:
+	// server: request from 198.18.0.1: "hello from siwtun0"
+	// server: RTS
+	// client: ESTABLISHED "welcome", RTS
 }
 
 // Open an RNIC's verbs device and register memory with it.

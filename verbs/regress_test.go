@@ -77,7 +77,7 @@ func TestPartialPostSendStillSends(t *testing.T) {
 	dst := srv.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	n, err := cli.qp.PostSend([]verbs.SendWR{
 		{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("ok"), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()},
-		{ID: 2, Opcode: verbs.WROpcode(3)},
+		{ID: 2, Opcode: verbs.WROpcode(5)}, // IBV_WR_ATOMIC_CMP_AND_SWP
 	})
 	if n != 1 || !errors.Is(err, verbs.ErrInvalidWR) {
 		t.Fatalf("PostSend = %d, %v; want 1, ErrInvalidWR", n, err)

@@ -126,6 +126,9 @@ func (d *remoteDevice) reader() {
 				qp := d.qps[ev.QP]
 				d.mu.Unlock()
 				if qp != nil {
+					if ev.Type == uint32(EventEstablished) {
+						qp.ext.Store(uint32(ev.Ext))
+					}
 					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
 					if len(ev.PrivateData) > 0 {
 						e.PrivateData = ev.PrivateData
@@ -375,8 +378,11 @@ func (d *remoteDevice) statusErr(ctx context.Context, r rreply) error {
 		return rej
 	}
 	re := &RemoteError{Status: r.st, Msg: r.msg}
-	if r.st == uabi.StError {
+	switch r.st {
+	case uabi.StError:
 		re.Errno = uabi.DetailErrno(r.detail)
+	case uabi.StLimit:
+		re.Errno = syscall.ENOMEM
 	}
 	return re
 }
@@ -400,6 +406,12 @@ func (e *RemoteError) Unwrap() error {
 		return nil
 	}
 	return e.Errno
+}
+
+// Is reports whether the error is ErrLimit: a request refused for a
+// per-client limit of the daemon.
+func (e *RemoteError) Is(target error) bool {
+	return target == ErrLimit && e.Status == uabi.StLimit
 }
 
 func (d *remoteDevice) AllocBuffer(n int) ([]byte, error) {
@@ -558,9 +570,12 @@ func (r *remoteConnReq) Accept(qp ProviderQP, p ConnParam) error {
 	if !ok || q.dev != r.dev {
 		return fmt.Errorf("accept: QP %d is not on this device", qp.Num())
 	}
-	_, err := r.dev.call(context.Background(), uabi.OpAccept, &uabi.Accept{Request: r.h, QP: q.h, Param: uabi.ConnParamOf(p)}, nil)
+	var est uabi.Established
+	_, err := r.dev.call(context.Background(), uabi.OpAccept, &uabi.Accept{Request: r.h, QP: q.h, Param: uabi.ConnParamOf(p)}, &est)
 	if err == nil {
+		q.ext.Store(uint32(est.Ext))
 		q.postOK.Store(true)
+		q.inited.Store(true) // connected: receives may be posted, as after Connect
 	}
 	return err
 }

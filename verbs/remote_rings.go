@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
@@ -180,8 +181,9 @@ type remoteQP struct {
 	sigAll   bool
 	mem      []byte
 	doorbell int
-	postOK   atomic.Bool // connected (or in ERR): sends may be posted
-	inited   atomic.Bool // INIT or later: receives may be posted
+	postOK   atomic.Bool   // connected (or in ERR): sends may be posted
+	inited   atomic.Bool   // INIT or later: receives may be posted
+	ext      atomic.Uint32 // mpa.Ext the connection negotiated (Established)
 	events   chan Event
 
 	smu    sync.Mutex
@@ -302,7 +304,8 @@ func (q *remoteQP) Modify(s QPState) error {
 }
 
 func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error {
-	_, err := q.dev.call(ctx, uabi.OpConnect, &uabi.Connect{Handle: q.h, Remote: remote, Param: uabi.ConnParamOf(p)}, nil)
+	var est uabi.Established
+	_, err := q.dev.call(ctx, uabi.OpConnect, &uabi.Connect{Handle: q.h, Remote: remote, Param: uabi.ConnParamOf(p)}, &est)
 	if err != nil {
 		var rej *ibv.RejectedError
 		if errors.As(err, &rej) {
@@ -310,6 +313,7 @@ func (q *remoteQP) Connect(ctx context.Context, remote netip.AddrPort, p ConnPar
 		}
 		return err
 	}
+	q.ext.Store(uint32(est.Ext))
 	q.postOK.Store(true)
 	q.inited.Store(true)
 	return nil
@@ -393,6 +397,9 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 		if err = ibv.CheckPostSend(q.num, i, wr); err != nil {
 			break
 		}
+		if err = ibv.CheckPostPeer(q.num, i, wr, mpa.Ext(q.ext.Load())); err != nil {
+			break
+		}
 		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.WaitFree(q.sqProd, ringFreeWait) {
 			err = errQueueFull
 			break
@@ -449,7 +456,7 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 // completed retires the shadow entries a completion accounts for (called
 // by the CQ's poll with its lock held).
 func (q *remoteQP) completed(wc *WorkCompletion) {
-	if wc.Opcode == WCRecv {
+	if wc.Opcode.Recv() {
 		q.rmu.Lock()
 		if q.rHead < q.rTail {
 			q.rHead++
@@ -475,14 +482,7 @@ func (q *remoteQP) flush(cq *remoteCQ, wcs []WorkCompletion) int {
 		q.smu.Lock()
 		for n < len(wcs) && q.sHead < q.sTail {
 			w := q.sent[q.sHead%uint64(len(q.sent))]
-			op := WCSend
-			switch w.op {
-			case WRWrite:
-				op = WCWrite
-			case WRRead:
-				op = WCRead
-			}
-			wcs[n] = WorkCompletion{ID: w.id, Status: WCFlushErr, Opcode: op, QPNum: q.num}
+			wcs[n] = WorkCompletion{ID: w.id, Status: WCFlushErr, Opcode: w.op.WC(), QPNum: q.num}
 			q.sHead++
 			n++
 		}

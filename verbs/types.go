@@ -31,12 +31,17 @@ const (
 // WROpcode is a send work request's operation (ibv_wr_opcode).
 type WROpcode = ibv.WROpcode
 
-// Send work request opcodes.
+// Send work request opcodes. WRWriteWithImm and WRSendWithImm (RFC 7306
+// Immediate Data) need a peer that negotiated them (Info().Params.Ext has
+// mpa.ExtImmediate: another siwtun); toward any other peer PostSend
+// refuses them with ErrNotSupportedByPeer.
 const (
-	WRWrite       = ibv.WRWrite
-	WRSend        = ibv.WRSend
-	WRRead        = ibv.WRRead
-	WRSendWithInv = ibv.WRSendWithInv
+	WRWrite        = ibv.WRWrite
+	WRWriteWithImm = ibv.WRWriteWithImm
+	WRSend         = ibv.WRSend
+	WRSendWithImm  = ibv.WRSendWithImm
+	WRRead         = ibv.WRRead
+	WRSendWithInv  = ibv.WRSendWithInv
 )
 
 // SendFlags modify a send work request (ibv_send_flags).
@@ -53,12 +58,17 @@ const (
 // WCOpcode says what a completion completes (ibv_wc_opcode).
 type WCOpcode = ibv.WCOpcode
 
-// Completion opcodes.
+// Completion opcodes. A receive completes as WCRecv (a Send, with or
+// without immediate data) or WCRecvRDMAWithImm (the Immediate Data of an
+// RDMA Write with Immediate Data: ByteLen is the Write's length, the data
+// is in the region the Write named, none in the receive's buffers);
+// WCOpcode.Recv is true for both.
 const (
-	WCSend  = ibv.WCSend
-	WCWrite = ibv.WCWrite
-	WCRead  = ibv.WCRead
-	WCRecv  = ibv.WCRecv
+	WCSend            = ibv.WCSend
+	WCWrite           = ibv.WCWrite
+	WCRead            = ibv.WCRead
+	WCRecv            = ibv.WCRecv
+	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
 
 // WCStatus is a work request's result (ibv_wc_status).
@@ -83,8 +93,14 @@ const (
 // WCFlags qualify a completion (ibv_wc_flags).
 type WCFlags = ibv.WCFlags
 
-// WCWithInv marks a receive completed by a Send with Invalidate.
-const WCWithInv = ibv.WCWithInv
+// Completion flags.
+const (
+	// WCWithImm marks a receive completed with immediate data (in
+	// WorkCompletion.ImmData).
+	WCWithImm = ibv.WCWithImm
+	// WCWithInv marks a receive completed by a Send with Invalidate.
+	WCWithInv = ibv.WCWithInv
+)
 
 // QPState is a queue pair state (ibv_qp_state).
 type QPState = ibv.QPState
@@ -113,13 +129,14 @@ type SGE = ibv.SGE
 // SendWR is a send work request (ibv_send_wr):
 //
 //	ID             uint64    // returned in the work completion
-//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead
+//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead, WRWriteWithImm, WRSendWithImm
 //	Flags          SendFlags // FlagSignaled (a completion), FlagInline, FlagSolicited, FlagFence
 //	SGL            []SGE     // the local data: source of a Send or Write, sink of a Read (one element)
 //	Inline         []byte    // the payload of a Send or Write posted with FlagInline (copied at post)
 //	RemoteAddr     uint64    // the peer's memory for Write and Read: its address ...
 //	RKey           uint32    // ... and its region's rkey (the peer's MR.RKey())
 //	InvalidateRKey uint32    // the peer's STag a WRSendWithInv invalidates
+//	ImmData        uint32    // the immediate value of WRWriteWithImm, WRSendWithImm (libibverbs' imm_data is htonl of it)
 type SendWR = ibv.SendWR
 
 // RecvWR is a receive work request (ibv_recv_wr), posted before the peer's
@@ -133,12 +150,13 @@ type RecvWR = ibv.RecvWR
 //
 //	ID              uint64   // the work request's ID
 //	Status          WCStatus // WCSuccess, or why it failed (WCFlushErr, WCRemAccessErr, ...)
-//	Opcode          WCOpcode // WCSend, WCWrite, WCRead, WCRecv
+//	Opcode          WCOpcode // WCSend, WCWrite, WCRead, WCRecv, WCRecvRDMAWithImm
 //	VendorErr       uint32
-//	ByteLen         uint32   // bytes received (WCRecv) or moved
+//	ByteLen         uint32   // bytes received (WCRecv), written (WCRecvRDMAWithImm) or moved
 //	QPNum           uint32   // the queue pair
-//	Flags           WCFlags  // WCWithInv
+//	Flags           WCFlags  // WCWithImm, WCWithInv
 //	InvalidatedRKey uint32   // with WCWithInv
+//	ImmData         uint32   // with WCWithImm: the sender's SendWR.ImmData
 type WorkCompletion = ibv.WorkCompletion
 
 // ConnParam are connection parameters (rdma_conn_param) of QP.Connect and
@@ -200,6 +218,9 @@ var (
 	ErrQueueFull = ibv.ErrQueueFull
 	// ErrInvalidWR: a malformed work request (see CheckSendWR).
 	ErrInvalidWR = ibv.ErrInvalidWR
+	// ErrNotSupportedByPeer: a work request the connection's peer did
+	// not negotiate (immediate data toward Linux siw); nothing was sent.
+	ErrNotSupportedByPeer = ibv.ErrNotSupportedByPeer
 	// ErrMarkersRejected: the peer would not use the MPA markers this side
 	// required (RejectedError.Err).
 	ErrMarkersRejected = ibv.ErrMarkersRejected

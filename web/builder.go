@@ -564,6 +564,9 @@ var opClass = map[string][2]string{
 	rdmap.OpSendSE.String():       {"send", "SendSE"},
 	rdmap.OpSendSEInv.String():    {"send", "SendSEInv"},
 	rdmap.OpTerminate.String():    {"term", "Terminate"},
+	// RFC 7306: untagged on QN 0, consuming a receive as a Send does.
+	rdmap.OpImmediate.String():   {"send", "Imm"},
+	rdmap.OpImmediateSE.String(): {"send", "ImmSE"},
 }
 
 // classOf returns the class and label of a segment from its report; cls

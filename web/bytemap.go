@@ -78,7 +78,18 @@ func frameSpans(p []byte, n int) []Span {
 		at += 4
 	}
 	if n > at {
-		spans = append(spans, Span{At: at, Len: n - at, Field: FieldFramePD, FPDU: -1, Marker: -1})
+		end := n
+		if len(p) >= n {
+			if pd, ext := mpa.SplitExtBlock(p[at:n]); ext != 0 {
+				end = at + len(pd)
+			}
+		}
+		if end > at {
+			spans = append(spans, Span{At: at, Len: end - at, Field: FieldFramePD, FPDU: -1, Marker: -1})
+		}
+		if end < n {
+			spans = append(spans, Span{At: end, Len: n - end, Field: FieldFrameExt, FPDU: -1, Marker: -1})
+		}
 	}
 	return spans
 }
@@ -151,6 +162,9 @@ func fpduPieces(f *inspect.FPDU) []piece {
 		case !h.Tagged && h.Op == rdmap.OpReadRequest.String() && rest >= rdmap.ReadRequestLen:
 			ps = append(ps, piece{FieldReadReq, rdmap.ReadRequestLen})
 			rest -= rdmap.ReadRequestLen
+		case !h.Tagged && (h.Op == rdmap.OpImmediate.String() || h.Op == rdmap.OpImmediateSE.String()) && rest >= rdmap.ImmediateDataLen:
+			ps = append(ps, piece{FieldImmData, rdmap.ImmediateDataLen})
+			rest -= rdmap.ImmediateDataLen
 		case !h.Tagged && h.Op == rdmap.OpTerminate.String() && rest >= rdmap.TerminateHeaderLen:
 			ps = append(ps, piece{FieldTermHdr, rdmap.TerminateHeaderLen})
 			rest -= rdmap.TerminateHeaderLen

@@ -30,6 +30,8 @@ const (
 	FieldFPDU                     // FPDU octets whose ULPDU_Length is not known yet
 	FieldOther                    // not iWARP (the connection does not speak MPA)
 	FieldInvSTag                  // RDMAP Invalidate STag (reserved unless Send with Invalidate)
+	FieldImmData                  // RFC 7306 Immediate Data of an Immediate Data message
+	FieldFrameExt                 // siwtun's extension block at the end of the private data (RFC 7306 support)
 	numFields
 )
 
@@ -74,6 +76,8 @@ const (
 	RFCReadRequest = rfcBase + "rfc5040.html#section-4.4"
 	// RFCTerminate is the Terminate header.
 	RFCTerminate = rfcBase + "rfc5040.html#section-4.8"
+	// RFCImmediate is RFC 7306's Immediate Data.
+	RFCImmediate = rfcBase + "rfc7306.html#section-6"
 	// RFCRDMAPErrors is RDMAP's error codes.
 	RFCRDMAPErrors = rfcBase + "rfc5040.html#section-7.1"
 	// RFCStream is RDMAP stream initialisation and teardown (the QP's life).
@@ -109,6 +113,8 @@ var Fields = [numFields]FieldInfo{
 	FieldFPDU:        {"FPDU (length not yet seen)", "mpa", RFCFPDU, "RFC 5044 §4.1"},
 	FieldOther:       {"not iWARP", "tcp", RFCTCP, "RFC 9293 §3.1"},
 	FieldInvSTag:     {"Invalidate STag (reserved)", "rdmap", RFCRDMAPHeader, "RFC 5040 §4"},
+	FieldImmData:     {"Immediate Data", "rdmap", RFCImmediate, "RFC 7306 §6"},
+	FieldFrameExt:    {"siwtun extension block (RFC 7306 support)", "mpa", RFCMPAFrame, "RFC 5044 §7.1"},
 }
 
 // String returns the field's name.

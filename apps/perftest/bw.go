@@ -88,7 +88,11 @@ func (s *session) runRDMABW() error {
 // the run, and each side prints what it measured.
 func (s *session) runSendBW() error {
 	c := &s.cfg
-	if err := s.exchangeDests(false); err != nil {
+	if c.Imm {
+		if err := s.exchangeDataDests(); err != nil {
+			return err
+		}
+	} else if err := s.exchangeDests(false); err != nil {
 		return err
 	}
 	if err := s.sync("after the credit exchange"); err != nil {
@@ -219,7 +223,7 @@ type bwRun struct {
 func (s *session) bwRun(size int, send, recv bool) (*bwRun, error) {
 	c := &s.cfg
 	nq := len(s.qps)
-	r := &bwRun{s: s, c: c, size: size, send: send, recv: recv, credits: c.Verb == Send,
+	r := &bwRun{s: s, c: c, size: size, send: send, recv: recv, credits: c.recvs(),
 		noPeak: c.noPeak(!s.client) || !send, iters: uint64(c.Iters), mod: uint64(c.cqMod()),
 		creditCnt: uint64(max(c.RxDepth/3, 1)),
 		scnt:      make([]uint64, nq), ccnt: make([]uint64, nq), rcnt: make([]uint64, nq),
@@ -436,6 +440,10 @@ func (r *bwRun) post() (posted, creditBlocked bool, err error) {
 			switch c.Verb {
 			case Write:
 				wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRWrite, s.rem[i].VAddr, s.rem[i].RKey
+				if c.Imm {
+					wr.Opcode, wr.ImmData = verbs.WRWriteWithImm, uint32(seq)
+					wr.RemoteAddr, wr.RKey = s.remData[i].VAddr, s.remData[i].RKey
+				}
 			case Read:
 				wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRead, s.rem[i].VAddr, s.rem[i].RKey
 			default:
@@ -540,7 +548,7 @@ func (r *bwRun) complete(wcs []verbs.WorkCompletion) error {
 	for k := range wcs {
 		wc := &wcs[k]
 		switch {
-		case wc.Opcode == verbs.WCRecv:
+		case wc.Opcode.Recv():
 			if err := r.received(wc, now); err != nil {
 				return err
 			}
@@ -718,4 +726,19 @@ func (r *bwRun) result() BWResult {
 	default:
 		return bwResult(r.c, r.size, r.iters*nq, nil, r.firstRxNs, r.lastRxNs, true)
 	}
+}
+
+// exchangeDests' first handshake for a Write test with immediate data:
+// it carries the data buffers the Writes target (kept in remData), while
+// the printed exchange after it carries the receive credits' slots, as in
+// a Send test.
+func (s *session) exchangeDataDests() error {
+	credits := append([]Dest(nil), s.my...)
+	for i := range s.my {
+		s.my[i].RKey, s.my[i].VAddr = s.mem.mr.RKey(), s.mem.addr(s.recvOff(i))
+	}
+	err := s.exchangeDests(false)
+	copy(s.my, credits)
+	s.remData = append(s.remData[:0], s.rem...)
+	return err
 }

@@ -78,6 +78,11 @@ type Config struct {
 	Verb Verb
 	// Latency runs the latency test (ib_*_lat) instead of bandwidth.
 	Latency bool
+	// Imm makes a Write test use RDMA Write with Immediate Data (--imm,
+	// perftest's --write_with_imm; RFC 7306, siwtun peers only): each
+	// message also consumes a receive at the peer, which the receiver
+	// posts and polls as in a Send test (receive credits included).
+	Imm bool
 	// Size is the message size (-s).
 	Size int
 	// All runs every size from 2 to 2^23 (-a).
@@ -146,6 +151,9 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	if c.Verb != Send && c.Verb != Write && c.Verb != Read {
 		return c, badf("verb %d", int(c.Verb))
 	}
+	if c.Imm && c.Verb != Write {
+		return c, badf("--imm applies to RDMA Write tests only")
+	}
 	if c.Size < 0 {
 		return c, badf("size %d: must be positive", c.Size)
 	}
@@ -211,12 +219,12 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	if c.TxDepth < 1 || c.TxDepth > maxTx {
 		return c, badf("tx depth %d: want 1..%d", c.TxDepth, maxTx)
 	}
-	if c.RxDepth != 0 && c.Verb != Send {
-		return c, badf("--rx-depth applies to send tests only")
+	if c.RxDepth != 0 && !c.recvs() {
+		return c, badf("--rx-depth applies to send and write --imm tests only")
 	}
 	if c.RxDepth == 0 {
 		c.RxDepth = defRxRDMA
-		if c.Verb == Send {
+		if c.recvs() {
 			c.RxDepth = defRxSend
 		}
 	}
@@ -225,12 +233,12 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.Duration == 0 {
 		c.TxDepth = min(c.TxDepth, c.Iters)
-		if c.Verb == Send {
+		if c.recvs() {
 			c.RxDepth = min(c.RxDepth, c.Iters)
 		}
 	}
-	if c.Verb == Send && !c.Latency && c.RxDepth < 3 {
-		return c, badf("rx depth %d: send bandwidth tests need at least 3 (credits every third)", c.RxDepth)
+	if c.recvs() && !c.Latency && c.RxDepth < 3 {
+		return c, badf("rx depth %d: send and write --imm bandwidth tests need at least 3 (credits every third)", c.RxDepth)
 	}
 	switch {
 	case c.Verb == Read:
@@ -276,6 +284,10 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	return c, nil
 }
 
+// recvs reports whether the receiver of the test's messages consumes
+// receives: Send tests and Write tests with immediate data.
+func (c *Config) recvs() bool { return c.Verb == Send || c.Imm }
+
 // cqMod is the completion moderation: one signaled request in cqMod.
 func (c *Config) cqMod() int {
 	m := defCQMod
@@ -305,5 +317,5 @@ func (c *Config) margin() time.Duration {
 
 // noPeak reports whether the peak bandwidth is not measured.
 func (c *Config) noPeak(server bool) bool {
-	return c.Duration > 0 || (c.Verb == Send && server && !c.Bidirectional)
+	return c.Duration > 0 || (c.recvs() && server && !c.Bidirectional)
 }

@@ -69,7 +69,7 @@ func TestNormalizeErrors(t *testing.T) {
 		{Config{Verb: Write, All: true, Duration: time.Second}, "--duration does not run on all sizes"},
 		{Config{Verb: Write, Duration: 1500 * time.Millisecond}, "whole seconds"},
 		{Config{Verb: Write, TxDepth: 20000}, "tx depth 20000"},
-		{Config{Verb: Write, RxDepth: 10}, "--rx-depth applies to send tests only"},
+		{Config{Verb: Write, RxDepth: 10}, "--rx-depth applies to send and write --imm tests only"},
 		{Config{Verb: Send, RxDepth: 20000}, "rx depth 20000"},
 		{Config{Verb: Send, RxDepth: 2}, "at least 3"},
 		{Config{Verb: Read, Inline: 16}, "--inline_size does not apply to RDMA Read"},

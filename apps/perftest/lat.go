@@ -49,7 +49,7 @@ func (s *session) runLatency() error {
 	printLatHeader(s.out, c)
 	var last *latRun
 	for _, size := range c.sizes() {
-		if c.Verb == Send {
+		if c.recvs() {
 			if err := s.postReceives(size); err != nil {
 				return err
 			}
@@ -66,12 +66,12 @@ func (s *session) runLatency() error {
 		printLatRow(s.out, res)
 		s.report.Lat = append(s.report.Lat, res)
 	}
-	switch c.Verb {
-	case Write:
+	switch {
+	case c.Verb == Write && !c.Imm:
 		// ib_write_lat ends without a closing handshake.
 		fmt.Fprint(s.out, resultLine)
 		return nil
-	case Read:
+	case c.Verb == Read:
 		if err := s.closeSync(); err != nil {
 			return err
 		}
@@ -167,12 +167,14 @@ func (l *latRun) run() (LatResult, error) {
 	}
 	l.prepare()
 	var err error
-	switch c.Verb {
-	case Write:
+	switch {
+	case c.Verb == Write && !c.Imm:
 		if err = l.pingPongWrite(); errors.Is(err, errPeerDone) {
 			err = nil
 		}
-	case Send:
+	case c.recvs():
+		// Send, and Write with Immediate Data: the peer's receive
+		// completion is the ping.
 		err = l.pingPongSend()
 	default:
 		err = l.readLoop()
@@ -197,6 +199,9 @@ func (l *latRun) prepare() {
 	switch c.Verb {
 	case Write:
 		wr.Opcode = verbs.WRWrite
+		if c.Imm {
+			wr.Opcode = verbs.WRWriteWithImm
+		}
 	case Read:
 		wr.Opcode = verbs.WRRead
 	default:
@@ -244,7 +249,7 @@ func (l *latRun) waitSend(onRecv func(*verbs.WorkCompletion) error) error {
 		sent := false
 		for k := range l.wcs[:n] {
 			wc := &l.wcs[k]
-			if wc.Opcode == verbs.WCRecv {
+			if wc.Opcode.Recv() {
 				if onRecv == nil {
 					return fmt.Errorf("unexpected receive completion in a %v test", l.c.Verb)
 				}
@@ -369,7 +374,7 @@ func (l *latRun) pingPongSend() error {
 					}
 					continue
 				}
-				if l.wcs[0].Opcode != verbs.WCRecv {
+				if !l.wcs[0].Opcode.Recv() {
 					return fmt.Errorf("unexpected %v completion while waiting for a receive", l.wcs[0].Opcode)
 				}
 				if err := onRecv(&l.wcs[0]); err != nil {
@@ -427,7 +432,7 @@ func (l *latRun) serve(ctx context.Context) error {
 			return errServeFlushed
 		case wc.Status != verbs.WCSuccess:
 			return fmt.Errorf("%v %d after the run: %v: %w", wc.Opcode, wc.ID, wc.Status, errIncomplete)
-		case wc.Opcode == verbs.WCRecv:
+		case wc.Opcode.Recv():
 			if err := l.answer(); err != nil {
 				return err
 			}

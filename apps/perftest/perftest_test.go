@@ -44,6 +44,12 @@ var modes = []mode{
 	{"write-bw-D1", Config{Verb: Write, Duration: time.Second, Size: 4096, Inline: -1}},
 	{"send-bw-D1", Config{Verb: Send, Duration: time.Second, Size: 4096, Inline: -1}},
 	{"send-lat-D1", Config{Verb: Send, Latency: true, Duration: time.Second, Inline: -1}},
+	// RDMA Write with Immediate Data (--imm): receives and credits as in Send.
+	{"write-imm-bw", Config{Verb: Write, Imm: true, Iters: 2000, Size: 4096, Inline: -1}},
+	{"write-imm-lat", Config{Verb: Write, Imm: true, Latency: true, Iters: 200, Inline: -1}},
+	{"write-imm-bw-b", Config{Verb: Write, Imm: true, Iters: 2000, Size: 4096, Inline: -1, Bidirectional: true}},
+	{"write-imm-bw-q2", Config{Verb: Write, Imm: true, Iters: 2000, Size: 4096, Inline: -1, QPs: 2}},
+	{"write-imm-bw-a", Config{Verb: Write, Imm: true, Iters: 5, All: true, Inline: -1, allUpTo: 1 << 16}},
 }
 
 // traceLog records the control messages of one side.
@@ -141,7 +147,7 @@ func checkAgreement(t *testing.T, m mode, cli, srv *Report) {
 				t.Fatalf("row %d: client %+v server %+v", i, cli.Lat[i], srv.Lat[i])
 			}
 		}
-	case c.Verb != Send && !c.Bidirectional:
+	case !c.recvs() && !c.Bidirectional:
 		if len(srv.BW) != 1 || srv.BW[0] != cli.BW[len(cli.BW)-1] {
 			t.Fatalf("server row %+v, want the client's last %+v", srv.BW, cli.BW[len(cli.BW)-1])
 		}

@@ -168,7 +168,10 @@ func printBanner(w io.Writer, c *Config, info *TestInfo, server bool) {
 	if !server || c.Bidirectional {
 		fmt.Fprintf(w, " TX depth        : %d\n", c.TxDepth)
 	}
-	if c.Verb == Send && (server || c.Bidirectional) {
+	if c.Imm {
+		fmt.Fprintf(w, " Write with imm. : ON (RFC 7306 Immediate Data)\n")
+	}
+	if c.recvs() && (server || c.Bidirectional) {
 		fmt.Fprintf(w, " RX depth        : %d\n", c.RxDepth)
 	}
 	if !c.Latency {

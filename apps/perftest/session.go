@@ -37,9 +37,12 @@ type session struct {
 	dev    *verbs.Device
 	cfg    Config
 	client bool
-	out    io.Writer
-	report *Report
-	rng    *rand.Rand
+	// peerLingers: the control connection's peer is siwtun perf, whose
+	// client lingers after the closing handshake (lingerForPeer).
+	peerLingers bool
+	out         io.Writer
+	report      *Report
+	rng         *rand.Rand
 
 	pd       *verbs.PD
 	ctl      *control
@@ -55,7 +58,8 @@ type session struct {
 	credit   *region // send tests: receive credits
 	buffSize int
 	my, rem  []Dest
-	qpErr    error // a test connection ended (checkQPs)
+	remData  []Dest // write --imm bandwidth: the peer's data buffers (rem has its credit slots)
+	qpErr    error  // a test connection ended (checkQPs)
 	qpEvent  verbs.Event
 }
 
@@ -137,20 +141,27 @@ func (s *session) close() {
 	}
 }
 
-// closeLinger bounds how long a client waits, after the closing handshake,
-// for the server to disconnect first.
+// closeLinger bounds how long a side waits, after the closing handshake,
+// for the peer to disconnect first.
 const closeLinger = 500 * time.Millisecond
 
-// lingerForPeer lets the server end the connection first after the closing
-// handshake, as its message was the last. Linux siw moves a queue pair to
-// ERROR as soon as the peer's FIN arrives, which can fail the completion of
-// a Send it has just put on the wire: perftest's ib_read_bw as server then
-// exited 1 after its report ("Bad wc status 2") in about 1 of 6 `make
-// interop` runs, when this client tore its connections down within a
-// millisecond of the server's last message. Only the client lingers, so two
+// lingerTag is the private data siwtun perf's client sends with its
+// control connection, so a siwtun perf server knows its peer lingers.
+// perftest ignores the private data of its connections.
+const lingerTag = "siwtun perf: lingers"
+
+// lingerForPeer lets the peer end the connection first after the closing
+// handshake. Linux siw moves a queue pair to ERROR as soon as the peer's
+// FIN arrives, which can fail the completion of a Send it has put on the
+// wire and that reached this side: perftest's ib_read_bw exited 1 after
+// its report ("Bad wc status 2") in about 1 of 6 `make interop` runs, as
+// server when this side's client tore its connections down within a
+// millisecond of the server's last message, and as client when this
+// side's server did so after the client's. The client always lingers; the
+// server lingers unless its client is siwtun perf (lingerTag), so two
 // siwtun perf processes do not wait for each other.
 func (s *session) lingerForPeer() {
-	if !s.client || s.ctl == nil || s.ctl.qp == nil || !s.ctl.lastExchange {
+	if (!s.client && s.peerLingers) || s.ctl == nil || s.ctl.qp == nil || !s.ctl.lastExchange {
 		return
 	}
 	timer := time.NewTimer(closeLinger)
@@ -201,7 +212,7 @@ func (s *session) run(addr netip.AddrPort) error {
 	switch {
 	case c.Latency:
 		err = s.runLatency()
-	case c.Verb == Send:
+	case c.recvs():
 		err = s.runSendBW()
 	default:
 		err = s.runRDMABW()
@@ -223,8 +234,8 @@ func processCPU() (CPUUsage, error) {
 
 // connectControl makes the control connection: the server accepts one
 // client on the port (rdma_server_connect), the client connects
-// (rdma_client_connect); both with no private data and IRD/ORD 0 (the
-// control queue pair only sends).
+// (rdma_client_connect); IRD/ORD 0 (the control queue pair only sends),
+// no private data but the client's lingerTag.
 func (s *session) connectControl(addr netip.AddrPort) error {
 	var err error
 	if s.ctl, err = newControl(s.dev, s.pd, s.client); err != nil {
@@ -232,7 +243,7 @@ func (s *session) connectControl(addr netip.AddrPort) error {
 	}
 	s.ctl.trace = s.cfg.trace
 	if s.client {
-		if err := s.connectRetry(s.ctl.qp, addr, verbs.ConnParam{}); err != nil {
+		if err := s.connectRetry(s.ctl.qp, addr, verbs.ConnParam{PrivateData: []byte(lingerTag)}); err != nil {
 			return fmt.Errorf("control connection to %v: %w", addr, err)
 		}
 		if s.cfg.SettleDelay > 0 {
@@ -253,6 +264,7 @@ func (s *session) connectControl(addr netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("waiting for a client on port %d: %w", addr.Port(), err)
 	}
+	s.peerLingers = string(req.PrivateData) == lingerTag
 	if err := req.Accept(s.ctl.qp, verbs.ConnParam{}); err != nil {
 		return fmt.Errorf("accepting the control connection from %v: %w", req.Remote, err)
 	}
@@ -316,13 +328,13 @@ func (s *session) createTestResources() error {
 	if s.mem, err = newRegion(s.dev, s.pd, 2*c.QPs*s.buffSize); err != nil {
 		return fmt.Errorf("test buffer: %w", err)
 	}
-	if c.Verb == Send && !c.Latency {
+	if c.recvs() && !c.Latency {
 		if s.credit, err = newRegion(s.dev, s.pd, 2*c.QPs*creditLen); err != nil {
 			return fmt.Errorf("credit buffer: %w", err)
 		}
 	}
 	rx := 1
-	if c.Verb == Send {
+	if c.recvs() {
 		rx = c.RxDepth
 	}
 	depth := c.QPs*(c.TxDepth+2+rx) + 16

@@ -24,13 +24,17 @@ import (
 
 // benchOptions are the flags of siwtun bench.
 type benchOptions struct {
-	mtus     []int
-	duration int
-	out      string
-	quick    bool
-	rounds   int
-	tests    []string
-	nice     int
+	mtus        []int
+	duration    int
+	out         string
+	quick       bool
+	rounds      int
+	suites      []string
+	connections int
+	clients     int
+	scaleQPs    []int
+	idleQPs     []int
+	nice        int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -43,16 +47,21 @@ TUN devices (each its own siwtun up) and a veth pair, and measures in one run:
 kernel TCP over the veth pair (bulk and request/response), raw gVisor TCP
 between the two daemons' own stacks through their TUN devices (the engine's
 floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
-and latency (4 B, 64 KiB) with MPA CRC on and off, and Debian's perftest
-through libsiwtun (ib_write_lat -R 2 B, ib_write_bw -R 64 KiB) each next to
-siwtun perf with the same arguments, at each MTU. It prints one table with
-the figures, their ratios to both baselines and the receiving application's
-CPU seconds per GB, judges the targets, and writes the same as JSON to
---out. Without Debian's perftest or libsiwtun the comparison is skipped,
-with a note.`,
-		Example: `  siwtun bench                       # everything, about 5 minutes
+and latency (4 B, 64 KiB) with MPA CRC on and off, at each MTU (the perf
+suite); connect time and connections per second between the daemons, one
+client and several at once, next to kernel TCP over the veth pair
+(connect); aggregate RDMA WRITE bandwidth over several queue pairs
+(scale); the daemons' memory per idle connected queue pair (memory, at
+the first MTU); Debian's perftest through libsiwtun (ib_write_lat -R 2 B,
+ib_write_bw -R 64 KiB), each next to siwtun perf with the same arguments
+(clib; skipped, with a note, without perftest or the library). It prints
+one table with the figures, their ratios to both baselines and the
+receiving application's CPU seconds per GB, a table of set-up, scale and
+memory, judges the targets, and writes the same as JSON to --out.`,
+		Example: `  siwtun bench                       # everything, about 15 minutes
   siwtun bench --mtu 9000 -D 2 --out /tmp
-  siwtun bench --tests clib --mtu 9000 --rounds 5 --out ''   # perftest through libsiwtun only`,
+  siwtun bench --suites connect,memory --mtu 1500 --rounds 1 --idle-qps 1000
+  siwtun bench --suites clib --mtu 9000 --rounds 5 --out ''   # perftest through libsiwtun`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, o)
@@ -63,10 +72,14 @@ with a note.`,
 	f.IntVarP(&o.duration, "duration", "D", 3, "seconds per bandwidth and request/response run")
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
-	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off)")
+	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
+	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
 	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
-	f.StringSliceVar(&o.tests, "tests", bench.AllGroups, "groups of measurements: kernel (kernel TCP), gvisor (raw gVisor TCP), siwtun (siwtun perf, CRC on and off), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf)")
-	cmd.AddCommand(newBenchTCPCmd())
+	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
+	f.IntVar(&o.clients, "clients", 4, "client processes of the second connect run, connecting at once")
+	f.IntSliceVar(&o.scaleQPs, "scale-qps", nil, "queue pairs of the aggregate RDMA WRITE runs (default 1,4,16,64; 1,64 with --quick)")
+	f.IntSliceVar(&o.idleQPs, "idle-qps", nil, "idle connected queue pairs at which the daemons' memory is read (default 1000,10000; 1000 with --quick)")
+	cmd.AddCommand(newBenchTCPCmd(), newBenchConnCmd())
 	return cmd
 }
 
@@ -86,23 +99,15 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 			return fmt.Errorf("--mtu %d: want 1280..65535", m)
 		}
 	}
-	for _, g := range o.tests {
-		if !slices.Contains(bench.AllGroups, g) {
-			return fmt.Errorf("--tests %s: want some of %s", g, strings.Join(bench.AllGroups, ","))
-		}
-	}
 	cfg := bench.DefaultConfig(self)
 	cfg.MTUs, cfg.Duration, cfg.Rounds, cfg.Log = o.mtus, time.Duration(o.duration)*time.Second, o.rounds, cmd.ErrOrStderr()
-	cfg.DaemonNice = o.nice
-	if len(o.tests) != len(bench.AllGroups) {
-		cfg.Groups = o.tests
-	}
-	if slices.Contains(o.tests, bench.GroupCLib) {
-		cfg.CLibSkip = clibMissing()
-	}
 	if o.quick {
 		cfg.BWSizes, cfg.LatSizes, cfg.Ops = []int{1 << 20}, []int{4}, []string{"write"}
 		cfg.LatIters = func(int) int { return 200 }
+		cfg.Connections, cfg.ScaleQPs, cfg.IdleQPs = 200, []int{1, 64}, []int{1000}
+	}
+	if err := benchSuiteFlags(&cfg, o); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -119,20 +124,45 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 			return err
 		}
 		path := filepath.Join(o.out, res.Started.Format("20060102-150405")+".json")
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := res.WriteJSON(f); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := createFile(path, res.WriteJSON); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "results: %s\n", path)
 	}
 	return runErr
+}
+
+// benchSuiteFlags applies the suite flags of siwtun bench to cfg.
+func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
+	for _, s := range o.suites {
+		if !slices.Contains(bench.AllSuites, s) {
+			return fmt.Errorf("--suites: %q: want some of %s", s, strings.Join(bench.AllSuites, ", "))
+		}
+	}
+	cfg.Suites = o.suites
+	cfg.DaemonNice = o.nice
+	if slices.Contains(o.suites, bench.SuiteCLib) {
+		cfg.CLibSkip = clibMissing()
+	}
+	if o.connections != 0 {
+		cfg.Connections = o.connections
+	}
+	if o.clients < 1 || cfg.Connections < o.clients {
+		return fmt.Errorf("--clients %d: want 1..%d (the connections)", o.clients, cfg.Connections)
+	}
+	cfg.Clients = o.clients
+	if o.scaleQPs != nil {
+		cfg.ScaleQPs = o.scaleQPs
+	}
+	if o.idleQPs != nil {
+		cfg.IdleQPs = o.idleQPs
+	}
+	for _, n := range append(slices.Clone(cfg.ScaleQPs), cfg.IdleQPs...) {
+		if n < 1 {
+			return fmt.Errorf("--scale-qps, --idle-qps: %d: at least 1", n)
+		}
+	}
+	return nil
 }
 
 // clibMissing says what the comparison of perftest through libsiwtun

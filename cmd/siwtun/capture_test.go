@@ -68,15 +68,7 @@ func (p *watchedPair) traffic(t *testing.T, n int) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	accepted := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			accepted <- err
-			return
-		}
-		accepted <- req.Accept(srv.qp, verbs.ConnParam{})
-	}()
+	accepted := acceptOne(ctx, l, srv.qp, verbs.ConnParam{})
 	if err := cli.qp.Connect(ctx, remote, verbs.ConnParam{InitiatorDepth: 4}); err != nil {
 		t.Fatal(err)
 	}

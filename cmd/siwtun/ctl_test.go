@@ -136,15 +136,7 @@ func startEngines(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	accepted := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			accepted <- err
-			return
-		}
-		accepted <- req.Accept(srv.qp, verbs.ConnParam{})
-	}()
+	accepted := acceptOne(ctx, l, srv.qp, verbs.ConnParam{})
 	if err := cli.qp.Connect(ctx, remote, verbs.ConnParam{}); err != nil {
 		t.Fatal(err)
 	}

@@ -176,6 +176,12 @@ func describe(p []byte, markers bool) []string {
 				line += fmt.Sprintf(" [%v]", rr)
 			}
 		}
+		if op.Extended() && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.ImmediateDataLen {
+			var m rdmap.Immediate
+			if m.Unmarshal(p[2+ddp.UntaggedHeaderLen:]) == nil {
+				line += fmt.Sprintf(" [%v]", m)
+			}
+		}
 		out = append(out, line)
 		p = p[total:]
 	}
@@ -311,9 +317,10 @@ func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
 	return nil
 }
 
-// demoEnd is one side of a demo application's connection: a PD, a send
-// and a receive CQ and a QP in INIT.
+// demoEnd is one side of a demo application's connection: on dev a PD, a
+// send and a receive CQ and a QP in INIT.
 type demoEnd struct {
+	dev      *verbs.Device
 	pd       *verbs.PD
 	scq, rcq *verbs.CQ
 	qp       *verbs.QP
@@ -340,7 +347,65 @@ func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
 	if err := qp.Modify(verbs.QPInit); err != nil {
 		return nil, err
 	}
-	return &demoEnd{pd, scq, rcq, qp}, nil
+	return &demoEnd{d, pd, scq, rcq, qp}, nil
+}
+
+// region allocates n bytes on the end's device and registers them with
+// access.
+func (e *demoEnd) region(n int, access verbs.Access) ([]byte, *verbs.MR, error) {
+	buf, err := e.dev.AllocBuffer(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf = buf[:n]
+	mr, err := e.pd.RegMR(buf, access)
+	if err != nil {
+		return nil, nil, err
+	}
+	return buf, mr, nil
+}
+
+// newDemoEnds creates the client's demoEnd on cdev and the server's on
+// sdev.
+func newDemoEnds(cdev, sdev *verbs.Device) (c, s *demoEnd, err error) {
+	if c, err = newDemoEnd(cdev); err != nil {
+		return nil, nil, err
+	}
+	if s, err = newDemoEnd(sdev); err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// acceptOne accepts the first connection request on l into qp with p, in
+// a goroutine; the channel gives the result.
+func acceptOne(ctx context.Context, l *verbs.Listener, qp *verbs.QP, p verbs.ConnParam) <-chan error {
+	acc := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			acc <- err
+			return
+		}
+		acc <- req.Accept(qp, p)
+	}()
+	return acc
+}
+
+// connectDemo connects c's queue pair with cp to addr, where l listens,
+// and accepts the request there into s's queue pair with sp, telling it
+// as step. It returns how long the connection took from the Connect call.
+func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, addr netip.AddrPort, c, s *demoEnd, cp, sp verbs.ConnParam) (time.Duration, error) {
+	acc := acceptOne(ctx, l, s.qp, sp)
+	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, addr.Addr(), addr.Port())
+	t0 := time.Now()
+	if err := c.qp.Connect(ctx, addr, cp); err != nil {
+		return 0, err
+	}
+	if err := <-acc; err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
 }
 
 // runApp is the demo's verbs application: it connects a QP on cdev to one
@@ -350,11 +415,7 @@ func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
 func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := newDemoEnd(cdev)
-	if err != nil {
-		return nil, err
-	}
-	s, err := newDemoEnd(sdev)
+	c, s, err := newDemoEnds(cdev, sdev)
 	if err != nil {
 		return nil, err
 	}
@@ -368,44 +429,28 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	if err != nil {
 		return nil, err
 	}
-	target, err := sdev.AllocBuffer(size)
-	if err != nil {
-		return nil, err
-	}
-	target = target[:size]
-	targetMR, err := s.pd.RegMR(target, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	target, targetMR, err := s.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
 		return nil, err
 	}
-	l, err := sdev.Listen(netip.AddrPortFrom(srv, 7174), 1)
+	at := netip.AddrPortFrom(srv, 7174)
+	l, err := sdev.Listen(at, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	acc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			acc <- err
-			return
-		}
-		acc <- req.Accept(s.qp, verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
-	}()
-
-	fmt.Fprintf(w, "1. connect siwtun0 -> %v:7174 (TCP, then MPA Request/Reply)\n", srv)
-	t0 := time.Now()
-	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, 7174), verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-		return nil, err
-	}
-	if err := <-acc; err != nil {
+	took, err := connectDemo(ctx, w, 1, l, at, c, s,
+		verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4},
+		verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
+	if err != nil {
 		return nil, err
 	}
 	p := c.qp.Info()
 	fmt.Fprintf(w, "   established in %v: MPA rev %d, CRC %v, markers tx/rx %v/%v, IRD %d ORD %d, EMSS %d\n\n",
-		time.Since(t0).Round(time.Microsecond), p.Params.Rev, onOff(p.Params.CRC), onOff(p.Params.MarkersTx), onOff(p.Params.MarkersRx), p.IRD, p.ORD, p.EMSS)
+		took.Round(time.Microsecond), p.Params.Rev, onOff(p.Params.CRC), onOff(p.Params.MarkersTx), onOff(p.Params.MarkersRx), p.IRD, p.ORD, p.EMSS)
 
 	wcs := make([]verbs.WorkCompletion, 4)
 	wait := func(cq *verbs.CQ, what string) (verbs.WorkCompletion, error) {
@@ -420,24 +465,19 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	}
 
 	// 2. Send: the client tells the server where its buffer is, rping-style.
-	cbuf, err := cdev.AllocBuffer(size)
+	cbuf, cmr, err := c.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return nil, err
 	}
-	cbuf = cbuf[:size]
 	for i := range cbuf {
 		cbuf[i] = byte('A' + i%58)
-	}
-	cmr, err := c.pd.RegMR(cbuf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		return nil, err
 	}
 	msg := make([]byte, 16)
 	binary.BigEndian.PutUint64(msg, cmr.Addr())
 	binary.BigEndian.PutUint32(msg[8:], cmr.RKey())
 	binary.BigEndian.PutUint32(msg[12:], uint32(size))
 	fmt.Fprintf(w, "2. Send 16 bytes (address 0x%x, rkey 0x%08x, size %d)\n", cmr.Addr(), cmr.RKey(), size)
-	t0 = time.Now()
+	t0 := time.Now()
 	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 10, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: msg}}); err != nil {
 		return nil, err
 	}
@@ -480,12 +520,7 @@ func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*v
 	for i := range target {
 		target[i] = byte('z' - i%26)
 	}
-	sink, err := cdev.AllocBuffer(size)
-	if err != nil {
-		return nil, err
-	}
-	sink = sink[:size]
-	smr, err := c.pd.RegMR(sink, verbs.AccessLocalWrite)
+	sink, smr, err := c.region(size, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}

@@ -149,15 +149,7 @@ func (v *demoView) stop() {
 
 // writeHTML writes the view to path and says so on w.
 func (v *demoView) writeHTML(w io.Writer, path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := v.b.WriteHTML(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := createFile(path, v.b.WriteHTML); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "view written to %s (open it in a browser; it needs no network)\n", path)

@@ -24,14 +24,7 @@ func TestDemoViewImpaired(t *testing.T) {
 	if err := runDemo(&out, o); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	data, err := os.ReadFile(page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := web.ReadPage(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := readView(t, page)
 	var drops, dataDrops, ooo, again int
 	for i, s := range v.Segments {
 		if !s.Drop {
@@ -91,4 +84,18 @@ func TestDemoViewImpaired(t *testing.T) {
 		}
 	}
 	t.Logf("%d segments: %d dropped (%d with data), %d out-of-order placements, %d placed again", len(v.Segments), drops, dataDrops, ooo, again)
+}
+
+// readView reads the view a page written with --html holds.
+func readView(t *testing.T, page string) web.View {
+	t.Helper()
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := web.ReadPage(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

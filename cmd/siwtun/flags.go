@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -140,4 +142,59 @@ func joinWordValues(root *cobra.Command, args []string) []string {
 		}
 	}
 	return out
+}
+
+// sizeValue is a byte count: a number, optionally with a binary suffix K,
+// M, G or T (KiB, MiB, GiB, TiB; a trailing "iB" or "B" is allowed).
+type sizeValue struct{ p *uint64 }
+
+func (v sizeValue) String() string { return formatSize(*v.p) }
+
+func (v sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v.p = n
+	return nil
+}
+
+func (sizeValue) Type() string { return "bytes" }
+
+// sizeVar defines a byte-count flag (sizeValue).
+func sizeVar(f *pflag.FlagSet, p *uint64, name string, def uint64, usage string) {
+	*p = def
+	f.Var(sizeValue{p}, name, usage)
+}
+
+var sizeSuffixes = []struct {
+	suffix string
+	shift  uint
+}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}}
+
+// parseSize reads a sizeValue.
+func parseSize(s string) (uint64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	shift := uint(0)
+	for _, x := range sizeSuffixes {
+		if strings.HasSuffix(t, x.suffix) {
+			t, shift = strings.TrimSuffix(t, x.suffix), x.shift
+			break
+		}
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil || n > math.MaxUint64>>shift {
+		return 0, fmt.Errorf("size %q: want a number of bytes, optionally with K, M, G or T (binary)", s)
+	}
+	return n << shift, nil
+}
+
+// formatSize writes n as parseSize reads it, with the largest exact suffix.
+func formatSize(n uint64) string {
+	for _, x := range sizeSuffixes {
+		if n != 0 && n%(1<<x.shift) == 0 {
+			return strconv.FormatUint(n>>x.shift, 10) + x.suffix
+		}
+	}
+	return strconv.FormatUint(n, 10)
 }

@@ -203,41 +203,21 @@ func faultApp(faults ...string) func(io.Writer, *verbs.Device, *verbs.Device, ne
 func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16, fault string, step int) (*verbs.QP, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := newDemoEnd(cdev)
+	c, s, err := newDemoEnds(cdev, sdev)
 	if err != nil {
 		return nil, err
 	}
-	s, err := newDemoEnd(sdev)
-	if err != nil {
-		return nil, err
-	}
-	l, err := sdev.Listen(netip.AddrPortFrom(srv, port), 1)
+	at := netip.AddrPortFrom(srv, port)
+	l, err := sdev.Listen(at, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	acc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			acc <- err
-			return
-		}
-		acc <- req.Accept(s.qp, verbs.ConnParam{})
-	}()
-	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, srv, port)
-	if err := c.qp.Connect(ctx, netip.AddrPortFrom(srv, port), verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}); err != nil {
-		return nil, err
-	}
-	if err := <-acc; err != nil {
+	if _, err := connectDemo(ctx, w, step, l, at, c, s, verbs.ConnParam{InitiatorDepth: 4, ResponderResources: 4}, verbs.ConnParam{}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "   established\n\n")
-	buf, err := cdev.AllocBuffer(128)
-	if err != nil {
-		return nil, err
-	}
-	mr, err := c.pd.RegMR(buf[:128], verbs.AccessLocalWrite)
+	_, mr, err := c.region(128, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -247,22 +227,14 @@ func runFault(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, port uint16
 		fmt.Fprintf(w, "%d. RDMA Write 64 bytes to rkey 0x00dead00, which names no region at siwtun1\n", step+1)
 		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xdead00}
 	case "out-of-bounds":
-		sbuf, err := sdev.AllocBuffer(64)
-		if err != nil {
-			return nil, err
-		}
-		dst, err := s.pd.RegMR(sbuf[:64], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		_, dst, err := s.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(w, "%d. RDMA Write 128 bytes into siwtun1's 64-byte region (rkey 0x%08x)\n", step+1, dst.RKey())
 		wr = verbs.SendWR{ID: 1, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{mr.SGE(0, 128)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
 	case "bad-crc":
-		rbuf, err := sdev.AllocBuffer(64)
-		if err != nil {
-			return nil, err
-		}
-		rmr, err := s.pd.RegMR(rbuf[:64], verbs.AccessLocalWrite)
+		_, rmr, err := s.region(64, verbs.AccessLocalWrite)
 		if err != nil {
 			return nil, err
 		}

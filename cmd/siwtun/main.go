@@ -4,6 +4,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -60,6 +61,19 @@ func defaultSocketDir() string {
 }
 
 // execute runs the command line args (without the program name) on root.
+// createFile creates the file path and writes it with write.
+func createFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func execute(root *cobra.Command, args []string) error {
 	root.SetArgs(joinWordValues(root, args))
 	c, err := root.ExecuteC()

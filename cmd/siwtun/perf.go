@@ -38,6 +38,7 @@ type perfOptions struct {
 	bidir         bool
 	gbits         bool
 	legacyUnits   bool
+	imm           bool
 	json          bool
 	rdmaCM        bool
 	settle        time.Duration
@@ -63,6 +64,7 @@ queue.`,
 		Example: `  siwtun perf write                      # server on siwtun0, port 18515
   siwtun perf write 198.18.2.2           # client
   siwtun perf send --lat -a 198.18.2.2   # send latency, every size 2..8 MiB
+  siwtun perf write --imm 198.18.2.2     # RDMA Write with Immediate Data bandwidth (server: siwtun perf write --imm)
   siwtun perf read -b -q 2 -D 5 198.18.2.2 --json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -115,10 +117,13 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 	f.IntVarP(&o.port, "port", "p", perftest.DefaultPort, "port to listen on or connect to")
 	f.IntVarP(&o.qps, "qp", "q", 1, "number of queue pairs (bandwidth tests)")
 	f.IntVarP(&o.txDepth, "tx-depth", "t", 0, "send queue depth (default 128, 1 with --lat)")
-	f.IntVarP(&o.rxDepth, "rx-depth", "r", 0, "receive queue depth of send tests (default 512)")
+	f.IntVarP(&o.rxDepth, "rx-depth", "r", 0, "receive queue depth of send and write --imm tests (default 512)")
 	f.IntVarP(&o.inline, "inline_size", "I", -1, "largest message sent inline; -1: perftest's default (0, or 220/236 with --lat)")
 	f.IntVarP(&o.outs, "outs", "o", 0, "outstanding RDMA Reads (default: the device maximum)")
 	f.BoolVarP(&o.bidir, "bidirectional", "b", false, "measure both directions at once (bandwidth tests)")
+	if verb == perftest.Write {
+		f.BoolVar(&o.imm, "imm", false, "RDMA Write with Immediate Data (RFC 7306, perftest's --write_with_imm): the receiver consumes a receive per message; both sides siwtun")
+	}
 	f.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MiB/sec")
 	f.BoolVar(&o.legacyUnits, "legacy-units", false, "name the columns MB/sec as perftest 4.5 did (the figures stay MiB/sec)")
 	f.BoolVar(&o.json, "json", false, "print one JSON document instead of the text report")
@@ -137,7 +142,7 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 func (o *perfOptions) config(verb perftest.Verb) (perftest.Config, error) {
 	c := perftest.Config{Verb: verb, Latency: o.lat, Size: o.size, All: o.all, Iters: o.iters,
 		QPs: o.qps, TxDepth: o.txDepth, RxDepth: o.rxDepth, Inline: o.inline, OutReads: o.outs,
-		Bidirectional: o.bidir, Gbits: o.gbits, LegacyUnits: o.legacyUnits, JSON: o.json,
+		Bidirectional: o.bidir, Imm: o.imm, Gbits: o.gbits, LegacyUnits: o.legacyUnits, JSON: o.json,
 		SettleDelay: o.settle, ConnectRetries: o.connectTries, ConnectRetryDelay: o.connectPeriod}
 	switch {
 	case !o.rdmaCM:

@@ -32,7 +32,7 @@ func TestPerfBadFlags(t *testing.T) {
 		{[]string{"perf", "write", "-I", "1000"}, "inline size 1000: the device allows 256"},
 		{[]string{"perf", "read", "-I", "8"}, "--inline_size does not apply to RDMA Read"},
 		{[]string{"perf", "write", "-o", "4"}, "--outs applies to RDMA Read tests only"},
-		{[]string{"perf", "write", "-r", "8"}, "--rx-depth applies to send tests only"},
+		{[]string{"perf", "write", "-r", "8"}, "--rx-depth applies to send and write --imm tests only"},
 		{[]string{"perf", "send", "-r", "2"}, "at least 3"},
 		{[]string{"perf", "write", "--rdma_cm=false"}, "always connects with rdma_cm"},
 		{[]string{"perf", "write", "1.2.3"}, `server address "1.2.3": want an IPv4 or IPv6 address`},

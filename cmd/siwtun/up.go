@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/siwtun/siwtun/apps/tcpperf"
@@ -39,6 +40,7 @@ type upOptions struct {
 	mtu         int
 	mpaRev      uint8
 	crc         bool
+	rdmapExt    bool
 	markers     string
 	p2p         string
 	ird, ord    uint16
@@ -52,6 +54,8 @@ type upOptions struct {
 	cpuProfile  string
 	perWrite    int
 	nice        int
+	limits      uverbs.Limits
+	maxQP       int
 }
 
 func newUpCmd() *cobra.Command {
@@ -64,6 +68,12 @@ func newUpCmd() *cobra.Command {
 serves verbs applications on the verbs socket and ctl on the control
 socket, until SIGINT or SIGTERM. Then every connection is closed in order,
 clients are told, the sockets are removed and the TUN device deleted.
+
+The verbs socket, <socket-dir>/<dev>.sock, has mode 0660: root and the
+members of --socket-group (default: root's group) can connect, no one else.
+Each client (one connection to the socket) gets at most the --max-client-*
+limits; a call past one fails with ENOMEM (verbs.ErrLimit in Go) and
+changes nothing, and 0 is no limit.
 
   siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000`,
 		Args: cobra.NoArgs,
@@ -78,23 +88,53 @@ clients are told, the sockets are removed and the TUN device deleted.
 	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
+	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
 	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
 		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
 	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
-	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR (Linux siw leaves one that arrives right after its Reply unread); 0 sends at once")
+	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
 	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the verbs and control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun; one per network namespace)")
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.IntVar(&o.maxQP, "max-qp", offload.DefaultConfig("").MaxQP, "most queue pairs the device holds at once")
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
 	f.IntVar(&o.nice, "nice", 0, "scheduling priority (nice, -20..19) of the daemon's threads, 0 leaving it as started; -10 lets them take the processor from applications that busy-poll without yielding (perftest's latency tests), as an RNIC's hardware does not wait for them; below the current value needs CAP_SYS_NICE (root has it)")
+	limitFlags(f, &o.limits)
 	return cmd
+}
+
+// limitFlags defines the --max-client-* flags of l, with the defaults of
+// uverbs.DefaultLimits.
+func limitFlags(f *pflag.FlagSet, l *uverbs.Limits) {
+	def := uverbs.DefaultLimits()
+	f.IntVar(&l.QPs, "max-client-qps", def.QPs, "most QPs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.CQs, "max-client-cqs", def.CQs, "most CQs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.MRs, "max-client-mrs", def.MRs, "most memory regions one verbs client may hold (0: no limit)")
+	f.IntVar(&l.PDs, "max-client-pds", def.PDs, "most PDs one verbs client may hold (0: no limit)")
+	f.IntVar(&l.Listeners, "max-client-listeners", def.Listeners, "most listeners one verbs client may hold (0: no limit)")
+	sizeVar(f, &l.MRBytes, "max-client-mr-bytes", def.MRBytes, "most bytes one verbs client may have registered, all its regions together, e.g. 64G (0: no limit)")
+	f.IntVar(&l.WRs, "max-client-wrs", def.WRs, "most outstanding work requests of one verbs client: its QPs' send and receive queue depths together, each rounded up to a power of two (0: no limit)")
+	f.IntVar(&l.CQEs, "max-client-cqes", def.CQEs, "most completion queue entries of one verbs client, its CQs together, each rounded up to a power of two (0: no limit)")
+}
+
+// checkLimits refuses negative --max-client-* values.
+func checkLimits(l uverbs.Limits) error {
+	for _, v := range []struct {
+		flag string
+		n    int
+	}{{"qps", l.QPs}, {"cqs", l.CQs}, {"mrs", l.MRs}, {"pds", l.PDs}, {"listeners", l.Listeners}, {"wrs", l.WRs}, {"cqes", l.CQEs}} {
+		if v.n < 0 {
+			return fmt.Errorf("--max-client-%s %d: want 0 (no limit) or more", v.flag, v.n)
+		}
+	}
+	return nil
 }
 
 // peerTimeoutOption maps --peer-timeout (0: off) to netstack.Options.
@@ -283,13 +323,21 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	cfg := offload.DefaultConfig(o.dev)
 	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
+	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
 	if o.perWrite < 0 {
 		return fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
 	}
 	cfg.FPDUsPerWrite = o.perWrite
+	if o.maxQP < 1 {
+		return fmt.Errorf("--max-qp %d: at least 1", o.maxQP)
+	}
+	cfg.MaxQP = o.maxQP
 	cfg.Logger = log
+	if err := checkLimits(o.limits); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
 		return needsRoot(fmt.Errorf("socket directory: %w", err))
 	}
@@ -335,6 +383,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("verbs socket: %w", err)
 	}
+	vsrv.SetLimits(o.limits)
 	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
 	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
 	if err != nil {
@@ -361,8 +410,8 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 			"nice", o.nice, "err", niceErr)
 	}
 	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
-		"mpa_rev", o.mpaRev, "crc", o.crc, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
-		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath)
+		"mpa_rev", o.mpaRev, "crc", o.crc, "rdmap_ext", o.rdmapExt, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
+		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -231,15 +231,7 @@ func (s *htmlSink) finish(dropped uint64) error {
 	}
 	pollState(s.b, []ctlOptions{s.o.ctl})
 	s.b.Finish()
-	f, err := os.Create(s.path)
-	if err != nil {
-		return err
-	}
-	if err := s.b.WriteHTML(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := createFile(s.path, s.b.WriteHTML); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.w, "%d segments written to %s (open it in a browser; it needs no network)\n", s.segs, s.path)

@@ -5,18 +5,26 @@
  *   siwtun-ctest DEV_A DEV_B [PORT]
  *
  * DEV_A connects to a listener on DEV_B. It covers what rping and perftest
- * do not: device queries, the verbs the library refuses (EOPNOTSUPP), every
- * memory-registration case (malloc'd, static, stack, unaligned, two regions
- * on one page, the same buffer twice), each written by the peer's RDMA
- * WRITE and read back by RDMA READ with guard bytes around it checked,
- * Send/Receive, completion channels with poll(2) (solicited-only included),
- * ibv_query_qp, and the flush of posted receives on disconnect (with
- * --terminate: on the Terminate a Write to a bad rkey draws, after
- * IBV_EVENT_QP_FATAL on both sides). Prints
- * "ok NAME" per check; exits 1 at the first failure. */
+ * do not: device queries (P_Key index, device index, the GID table), the
+ * verbs the library refuses (EOPNOTSUPP: SRQs, address handles, memory
+ * windows, ECE, imports, dma-buf and re-registration, UD), the ports and
+ * addresses of connected ids, rdma_notify, rdma_get_devices, rdma_reject
+ * with private data reaching the REJECTED side, every memory-registration
+ * case (malloc'd, static, stack, unaligned, two regions on one page, the
+ * same buffer twice, an IOVA other than the address), each written by the
+ * peer's RDMA WRITE and read back by RDMA READ with guard bytes around it
+ * checked, Send/Receive, completion channels with poll(2) (solicited-only
+ * included), RDMA Write and Send with Immediate Data (RFC 7306: imm_data,
+ * IBV_WC_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM; with --no-imm, against a
+ * daemon with --rdmap-ext off, the post's EOPNOTSUPP instead),
+ * ibv_query_qp, and the flush of posted receives on disconnect
+ * (with --terminate: on the Terminate a Write to a bad rkey draws, after
+ * IBV_EVENT_QP_FATAL on both sides). Prints "ok NAME" per check; exits 1
+ * at the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +34,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 #define CHECK(cond, ...)                                                  \
 	do {                                                              \
@@ -75,6 +84,9 @@ static struct ibv_context *open_dev(const char *name)
 			continue;
 		CHECK(l[i]->transport_type == IBV_TRANSPORT_IWARP && l[i]->node_type == IBV_NODE_RNIC, "%s type", name);
 		CHECK(ibv_get_device_guid(l[i]) != 0, "guid");
+		/* No kernel device, so no kernel index: -1, as rdma-core gives
+		 * when the kernel reports none. */
+		CHECK(ibv_get_device_index(l[i]) == -1, "device index %d", ibv_get_device_index(l[i]));
 		c = ibv_open_device(l[i]);
 	}
 	ibv_free_device_list(l);
@@ -97,6 +109,25 @@ static void check_queries(struct ibv_context *c)
 	CHECK(ibv_query_device_ex(c, NULL, &dx) == 0 && dx.orig_attr.vendor_id == 0x736977, "query device ex");
 	struct ibv_gid_entry ge;
 	CHECK(ibv_query_gid_ex(c, 1, 0, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_IB, "query gid ex");
+	CHECK(ibv_get_pkey_index(c, 1, htobe16(0xffff)) == 0, "pkey index of the default P_Key");
+	CHECK(ibv_get_pkey_index(c, 1, htobe16(0x8001)) == -1 && ibv_get_pkey_index(c, 2, htobe16(0xffff)) == -1,
+	      "pkey index of a P_Key or port the device lacks");
+	/* The GID table: one entry, the RNIC's address, on the TUN device of
+	 * the same name (in this namespace). */
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
+	struct ibv_gid_entry tab[4];
+	memset(tab, 0x5a, sizeof(tab));
+	ssize_t ng = ibv_query_gid_table(c, tab, 4, 0);
+	CHECK(ng == 1, "gid table: %zd entries", ng);
+	unsigned ifx = if_nametoindex(ibv_get_device_name(c->device));
+	CHECK(!memcmp(&tab[0].gid, &gid, sizeof(gid)) && tab[0].gid_index == 0 && tab[0].port_num == 1 &&
+	      tab[0].gid_type == IBV_GID_TYPE_IB && ifx != 0 && tab[0].ndev_ifindex == ifx,
+	      "gid table entry: index %u port %u type %u ifindex %u (want %u)", tab[0].gid_index, tab[0].port_num,
+	      tab[0].gid_type, tab[0].ndev_ifindex, ifx);
+	CHECK(tab[1].gid_index == 0x5a5a5a5a, "gid table wrote past its one entry");
+	CHECK(ibv_query_gid_table(c, tab, 0, 0) == -EINVAL && ibv_query_gid_table(c, tab, 4, 1) == -EINVAL,
+	      "gid table: no room, or unknown flags");
 	OK("queries");
 }
 
@@ -123,6 +154,48 @@ static void check_unsupported(struct ibv_context *c, struct ibv_pd *pd, struct i
 	CHECK(!ibv_reg_mr(pd, &g, sizeof(g), IBV_ACCESS_ZERO_BASED) && errno == EOPNOTSUPP, "zero-based MR");
 	errno = 0;
 	CHECK(!ibv_reg_mr(pd, &g, sizeof(g), IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "REMOTE_WRITE without LOCAL_WRITE");
+
+	/* SRQs: the constructors, the extended one through the context's
+	 * (absent) create_srq_ex op, and the calls on an SRQ: none exists, so a
+	 * zeroed one of this context stands in. */
+	struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 4, .max_sge = 1},
+					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ,
+					  .srq_type = IBV_SRQT_TM, .pd = pd, .cq = cq};
+	errno = 0;
+	CHECK(!ibv_create_srq_ex(c, &sx) && errno == EOPNOTSUPP, "create srq ex");
+	struct ibv_srq fake = {.context = c, .pd = pd};
+	struct ibv_srq_attr sattr = {.max_wr = 8};
+	CHECK(ibv_modify_srq(&fake, &sattr, IBV_SRQ_MAX_WR) == EOPNOTSUPP, "modify srq");
+	CHECK(ibv_query_srq(&fake, &sattr) == EOPNOTSUPP, "query srq");
+	uint64_t word;
+	struct ibv_sge ss = {(uintptr_t)&word, sizeof(word), 0};
+	struct ibv_recv_wr srw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1}, *sbad = NULL;
+	CHECK(ibv_post_srq_recv(&fake, &srw, &sbad) == EOPNOTSUPP && sbad == &srw, "post srq recv");
+	CHECK(ibv_destroy_srq(&fake) == EOPNOTSUPP, "destroy srq");
+	struct rdma_cm_id *sid;
+	CHECK(rdma_create_id(NULL, &sid, NULL, RDMA_PS_TCP) == 0, "create id");
+	errno = 0;
+	CHECK(rdma_create_srq(sid, pd, &sa) == -1 && errno == EOPNOTSUPP, "rdma_create_srq");
+	CHECK(rdma_destroy_id(sid) == 0, "destroy id");
+
+	/* Importing another process's objects: there is no kernel object to
+	 * share. */
+	errno = 0;
+	CHECK(!ibv_import_device(c->cmd_fd) && errno == EOPNOTSUPP, "import device");
+	errno = 0;
+	CHECK(!ibv_import_pd(c, 1) && errno == EOPNOTSUPP, "import pd");
+	errno = 0;
+	CHECK(!ibv_import_mr(pd, 1) && errno == EOPNOTSUPP, "import mr");
+	errno = 0;
+	CHECK(!ibv_import_dm(c, 1) && errno == EOPNOTSUPP, "import dm");
+
+	/* dma-buf memory (device memory of a GPU) is not ordinary memory a
+	 * software RNIC can map. */
+	errno = 0;
+	CHECK(!ibv_reg_dmabuf_mr(pd, 0, 4096, 0, c->async_fd, IBV_ACCESS_LOCAL_WRITE) && errno == EOPNOTSUPP, "reg dmabuf mr");
+	uint8_t mac[6];
+	uint16_t vid;
+	CHECK(ibv_resolve_eth_l2_from_gid(c, &aa, mac, &vid) == EOPNOTSUPP, "resolve eth l2");
 	OK("unsupported");
 }
 
@@ -169,6 +242,79 @@ static void poll_one(struct ibv_cq *cq, enum ibv_wc_opcode op, enum ibv_wc_statu
 }
 
 static uint8_t static_buf[GUARD + 1000 + GUARD];
+
+/* check_imm: RDMA Write with Immediate Data from A into B's region m, each
+ * consuming one of B's receives and completing it as
+ * IBV_WC_RECV_RDMA_WITH_IMM with the immediate value (in network order, as
+ * posted) and the Write's length, the data in place by then; a zero-length
+ * one; and Send with Immediate Data, completing as IBV_WC_RECV with
+ * IBV_WC_WITH_IMM and the data in the receive's buffer. */
+static void check_imm(struct ibv_qp *qpa, struct ibv_qp *qpb, struct ibv_cq *cqa, struct ibv_cq *cqb, uint8_t *src,
+		      struct ibv_mr *srcmr, struct mcase *m)
+{
+	struct ibv_sge rs = {(uintptr_t)m->p, (uint32_t)m->len, m->mr->lkey};
+	struct ibv_recv_wr rw = {.sg_list = &rs, .num_sge = 1}, *rbad;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	for (int i = 0; i < 40; i++) {
+		uint32_t len = i % 5 == 0 ? 0 : (uint32_t)((i * 997) % (int)m->len) + 1;
+		for (uint32_t k = 0; k < len; k++)
+			src[k] = (uint8_t)(k * 13 + (uint32_t)i);
+		rw.wr_id = 600 + (uint64_t)i;
+		CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for write with imm %d", i);
+		struct ibv_sge sge = {(uintptr_t)src, len, srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 700 + (uint64_t)i, .sg_list = &sge, .num_sge = len ? 1 : 0,
+					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
+					 .imm_data = htonl(0xc0de0000u + (uint32_t)i), .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}};
+		if (i % 3 == 1)
+			wr.send_flags |= IBV_SEND_SOLICITED;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write with imm %d", i);
+		poll_one(cqb, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS, rw.wr_id, &wc);
+		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0xc0de0000u + (uint32_t)i) && wc.byte_len == len &&
+			      wc.qp_num == qpb->qp_num,
+		      "write with imm %d: flags 0x%x imm 0x%x len %u", i, wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
+		CHECK(!memcmp(m->p, src, len), "write with imm %d: data not placed before its completion", i);
+		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+	}
+	check_guards(m);
+	OK("write-with-imm");
+
+	static const char note[] = "send with immediate data";
+	memset(m->p, 0, sizeof(note));
+	rw.wr_id = 650;
+	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for send with imm");
+	struct ibv_sge ns = {(uintptr_t)note, sizeof(note), 0};
+	struct ibv_send_wr sw = {.wr_id = 750, .sg_list = &ns, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE, .imm_data = htonl(0x5157u)};
+	CHECK(ibv_post_send(qpa, &sw, &bad) == 0, "post send with imm");
+	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 650, &wc);
+	CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0x5157u) && wc.byte_len == sizeof(note) &&
+		      !memcmp(m->p, note, sizeof(note)),
+	      "send with imm: flags 0x%x imm 0x%x len %u", wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
+	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 750, NULL);
+	check_guards(m);
+	OK("send-with-imm");
+}
+
+/* check_no_imm: toward a peer without RFC 7306 (--rdmap-ext off) both
+ * requests with immediate data fail at post time with EOPNOTSUPP, bad_wr
+ * naming them, and nothing completes. */
+static void check_no_imm(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_mr *srcmr, struct mcase *m)
+{
+	const enum ibv_wr_opcode ops[2] = {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM};
+	for (int k = 0; k < 2; k++) {
+		struct ibv_sge sge = {srcmr->addr ? (uintptr_t)srcmr->addr : 0, 8, srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 800 + (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = ops[k],
+					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(1),
+					 .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}}, *bad = NULL;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without RFC 7306",
+		      ops[k]);
+	}
+	struct ibv_wc wc;
+	usleep(100000);
+	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused request completed");
+	OK("imm-refused");
+}
 
 /* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
  * completion channel and a listening rdma_cm id on DEV, prints "ready" and
@@ -220,13 +366,16 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 3 && !strcmp(argv[1], "--removal"))
 		return removal(argv[2]);
-	int terminate = 0;
-	if (argc > 1 && !strcmp(argv[1], "--terminate")) {
-		terminate = 1;
-		argc--;
-		argv++;
+	int terminate = 0, noimm = 0;
+	for (; argc > 1 && !strncmp(argv[1], "--", 2); argc--, argv++) {
+		if (!strcmp(argv[1], "--terminate"))
+			terminate = 1;
+		else if (!strcmp(argv[1], "--no-imm"))
+			noimm = 1;
+		else
+			break;
 	}
-	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] DEV_A DEV_B [PORT] | --removal DEV");
+	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] [--no-imm] DEV_A DEV_B [PORT] | --removal DEV");
 	int port = argc > 3 ? atoi(argv[3]) : 17999;
 	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
 	check_queries(ca);
@@ -295,6 +444,140 @@ int main(int argc, char **argv)
 	CHECK(init.send_cq == cqa && init.qp_type == IBV_QPT_RC, "query qp init attr");
 	OK("connect");
 
+	/* Ports and addresses of the three ids: the listener's and the
+	 * accepted id's source port is the listening port, which is the
+	 * connecting id's destination; the connecting id's source port is its
+	 * TCP connection's, which the accepted id sees as its peer's. */
+	CHECK(rdma_get_src_port(lid) == htons((uint16_t)port) && rdma_get_dst_port(lid) == 0, "listener ports %u %u",
+	      ntohs(rdma_get_src_port(lid)), ntohs(rdma_get_dst_port(lid)));
+	CHECK(rdma_get_dst_port(aid) == htons((uint16_t)port) && rdma_get_src_port(bid) == htons((uint16_t)port),
+	      "listening port: connecting id's destination %u, accepted id's source %u", ntohs(rdma_get_dst_port(aid)),
+	      ntohs(rdma_get_src_port(bid)));
+	CHECK(rdma_get_src_port(aid) != 0 && rdma_get_src_port(aid) == rdma_get_dst_port(bid),
+	      "connection's port: connecting id's source %u, accepted id's destination %u", ntohs(rdma_get_src_port(aid)),
+	      ntohs(rdma_get_dst_port(bid)));
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(aid), *pa = (struct sockaddr_in *)rdma_get_peer_addr(bid);
+	CHECK(la->sin_family == AF_INET && pa->sin_family == AF_INET && la->sin_addr.s_addr == addr_a.sin_addr.s_addr &&
+	      pa->sin_addr.s_addr == addr_a.sin_addr.s_addr, "connecting side's address");
+	OK("ports");
+
+	/* rdma_notify: iWARP's connection manager has nothing to learn from
+	 * QP events (rdma_cm's answer for every non-IB device), but an id
+	 * with no connection has nothing to notify (EINVAL, as rdma_cm). */
+	CHECK(rdma_notify(aid, IBV_EVENT_COMM_EST) == 0 && rdma_notify(bid, IBV_EVENT_COMM_EST) == 0, "notify");
+	{
+		struct rdma_cm_id *nid;
+		CHECK(rdma_create_id(cha, &nid, NULL, RDMA_PS_TCP) == 0, "create id");
+		errno = 0;
+		CHECK(rdma_notify(nid, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "notify on an id without connection");
+		CHECK(rdma_destroy_id(nid) == 0, "destroy id");
+	}
+	OK("notify");
+
+	/* UD: rdma_cm makes datagram ids before a device is chosen, and an
+	 * iWARP RNIC has no UD service (RDMAP over DDP over MPA over TCP;
+	 * Linux's siw creates RC QPs only): what needs it fails with
+	 * EOPNOTSUPP. An unknown port space is EINVAL, as rdma_cm's. */
+	{
+		const enum rdma_port_space ud[2] = {RDMA_PS_UDP, RDMA_PS_IPOIB};
+		for (int k = 0; k < 2; k++) {
+			struct rdma_cm_id *uid;
+			CHECK(rdma_create_id(cha, &uid, NULL, ud[k]) == 0, "create id in port space %#x", ud[k]);
+			CHECK(uid->ps == ud[k] && uid->qp_type == IBV_QPT_UD, "UD id: ps %#x qp type %d", uid->ps, uid->qp_type);
+			struct sockaddr_in ua = addr_a;
+			ua.sin_port = htons((uint16_t)(port + 1));
+			CHECK(rdma_bind_addr(uid, (struct sockaddr *)&ua) == 0, "bind UD id");
+			errno = 0;
+			CHECK(rdma_listen(uid, 1) == -1 && errno == EOPNOTSUPP, "listen on a UD id");
+			struct ibv_qp_init_attr uq = qa;
+			uq.qp_type = IBV_QPT_UD;
+			errno = 0;
+			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "UD QP on a UD id");
+			uq.qp_type = IBV_QPT_RC;
+			errno = 0;
+			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "RC QP on a UD id");
+			errno = 0;
+			CHECK(rdma_connect(uid, NULL) == -1 && errno == EOPNOTSUPP, "connect a UD id");
+			CHECK(rdma_destroy_id(uid) == 0, "destroy UD id");
+		}
+		struct rdma_addrinfo hints = {.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST, .ai_port_space = RDMA_PS_UDP}, *res;
+		CHECK(rdma_getaddrinfo("198.18.0.1", "7174", &hints, &res) == 0 && res->ai_qp_type == IBV_QPT_UD &&
+		      res->ai_port_space == RDMA_PS_UDP, "rdma_getaddrinfo for UDP");
+		rdma_freeaddrinfo(res);
+		struct rdma_cm_id *bad;
+		errno = 0;
+		CHECK(rdma_create_id(cha, &bad, NULL, (enum rdma_port_space)0x0999) == -1 && errno == EINVAL,
+		      "unknown port space");
+	}
+	OK("ud");
+
+	/* What a QP does not offer: ECE (an IB CM extension), the extended
+	 * QP; and no promise that data is placed in order (DDP places tagged
+	 * segments as they come). */
+	struct ibv_ece ece = {.vendor_id = 0x15b3, .options = 1};
+	CHECK(ibv_query_ece(qpa, &ece) == EOPNOTSUPP && ibv_set_ece(qpa, &ece) == EOPNOTSUPP, "QP ECE");
+	errno = 0;
+	CHECK(rdma_set_local_ece(aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_set_local_ece");
+	errno = 0;
+	CHECK(rdma_get_remote_ece(aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_get_remote_ece");
+	errno = 0;
+	CHECK(!ibv_qp_to_qp_ex(qpa) && errno == EOPNOTSUPP, "qp to qp_ex");
+	CHECK(ibv_query_qp_data_in_order(qpa, IBV_WR_RDMA_WRITE, 0) == 0 && ibv_query_qp_data_in_order(qpa, IBV_WR_SEND, 0) == 0 &&
+	      ibv_query_qp_data_in_order(qpb, IBV_WR_RDMA_READ, 0) == 0, "data in order");
+	OK("qp-extras");
+
+	/* rdma_get_devices: both devices, as the contexts rdma_cm's ids use. */
+	{
+		int nd = -1;
+		struct ibv_context **dl = rdma_get_devices(&nd);
+		CHECK(dl && nd == 2 && dl[2] == NULL, "rdma_get_devices: %d", nd);
+		int seen_a = 0, seen_b = 0;
+		for (int i = 0; i < nd; i++) {
+			CHECK(dl[i]->device->transport_type == IBV_TRANSPORT_IWARP, "rdma device transport");
+			seen_a += dl[i] == aid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), argv[1]);
+			seen_b += dl[i] == bid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), argv[2]);
+		}
+		CHECK(seen_a == 1 && seen_b == 1, "rdma_get_devices lists %s %d times and %s %d times", argv[1], seen_a,
+		      argv[2], seen_b);
+		rdma_free_devices(dl);
+	}
+	OK("rdma-devices");
+
+	/* rdma_reject: a second connection, refused with private data, which
+	 * reaches the connecting side's REJECTED. */
+	{
+		struct rdma_cm_id *rid;
+		CHECK(rdma_create_id(cha, &rid, NULL, RDMA_PS_TCP) == 0, "create id");
+		CHECK(rdma_resolve_addr(rid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve addr");
+		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+		CHECK(rdma_resolve_route(rid, 2000) == 0, "resolve route");
+		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+		struct ibv_qp_init_attr rq = qa;
+		CHECK(rdma_create_qp(rid, pda, &rq) == 0, "rdma_create_qp");
+		static const char ask[] = "may I?";
+		struct rdma_conn_param rp = {.private_data = ask, .private_data_len = sizeof(ask)};
+		CHECK(rdma_connect(rid, &rp) == 0, "connect");
+		ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+		CHECK(ev->listen_id == lid && ev->param.conn.private_data_len >= sizeof(ask) &&
+		      !memcmp(ev->param.conn.private_data, ask, sizeof(ask)), "request's private data");
+		struct rdma_cm_id *refused = ev->id;
+		rdma_ack_cm_event(ev);
+		static const char no[] = "siwtun-ctest says no";
+		CHECK(rdma_reject(refused, no, sizeof(no)) == 0, "reject");
+		errno = 0;
+		CHECK(rdma_reject(refused, NULL, 0) == -1 && errno == EINVAL, "second reject of one request");
+		ev = wait_event(cha, RDMA_CM_EVENT_REJECTED);
+		CHECK(ev->id == rid && ev->status == -ECONNREFUSED, "REJECTED status %d", ev->status);
+		CHECK(ev->param.conn.private_data_len >= sizeof(no) && !memcmp(ev->param.conn.private_data, no, sizeof(no)),
+		      "REJECTED carries %u bytes of private data, not the rejection's", ev->param.conn.private_data_len);
+		rdma_ack_cm_event(ev);
+		struct pollfd bp = {.fd = chb->fd, .events = POLLIN};
+		CHECK(poll(&bp, 1, 200) == 0, "the refusing side got an event");
+		rdma_destroy_qp(rid);
+		CHECK(rdma_destroy_id(rid) == 0 && rdma_destroy_id(refused) == 0, "destroy ids");
+	}
+	OK("reject");
+
 	/* Memory registration cases on B, written by A's RDMA WRITE and read
 	 * back by A's RDMA READ. */
 	uint8_t *heap = malloc(GUARD + 5000 + GUARD);
@@ -354,6 +637,55 @@ int main(int argc, char **argv)
 	}
 	/* The page both shared-page regions live on holds both writes. */
 	CHECK(cases[4].p[0] != 0 && cases[5].p[63] != 0, "shared page");
+
+	/* ibv_reg_mr_iova: the peer addresses the region from the IOVA given,
+	 * not from its virtual address. The header's ibv_reg_mr_iova calls
+	 * ibv_reg_mr_iova when the access flags are a constant without
+	 * optional bits, else ibv_reg_mr_iova2: one region each. */
+	{
+		volatile int vaccess = access;
+		const uint64_t iovas[2] = {0x5157000000ull + 3, 0x10000};
+		for (int k = 0; k < 2; k++) {
+			uint8_t *buf = malloc(GUARD + 512 + GUARD);
+			CHECK(buf, "malloc");
+			struct mcase im = {k ? "iova2" : "iova", buf + GUARD, 512, NULL};
+			fill_guards(&im);
+			memset(im.p, 0, im.len);
+			im.mr = k ? ibv_reg_mr_iova(pdb, im.p, im.len, iovas[k], vaccess)
+				  : ibv_reg_mr_iova(pdb, im.p, im.len, iovas[k], access);
+			CHECK(im.mr && im.mr->addr == im.p && im.mr->length == im.len, "%s: region", im.name);
+			for (int i = 0; i < 200; i++)
+				src[i] = (uint8_t)(0x80 + i + k);
+			struct ibv_sge sge = {(uintptr_t)src, 200, srcmr->lkey};
+			struct ibv_send_wr wr = {.wr_id = 150 + (uint64_t)k, .sg_list = &sge, .num_sge = 1,
+						 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+						 .wr = {.rdma = {iovas[k] + 100, im.mr->rkey}}}, *bad;
+			CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write %s", im.name);
+			poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+			memset(back, 0, 512);
+			struct ibv_sge bs = {(uintptr_t)back, 512, backmr->lkey};
+			struct ibv_send_wr rd = {.wr_id = 250 + (uint64_t)k, .sg_list = &bs, .num_sge = 1,
+						 .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+						 .wr = {.rdma = {iovas[k], im.mr->rkey}}};
+			CHECK(ibv_post_send(qpa, &rd, &bad) == 0, "post read %s", im.name);
+			poll_one(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
+			/* Bytes 100..299 of the region, and nothing else, were written. */
+			CHECK(!memcmp(im.p + 100, src, 200) && !memcmp(back + 100, src, 200), "%s: data not at IOVA + 100", im.name);
+			for (int i = 0; i < 512; i++)
+				CHECK((i >= 100 && i < 300) || (im.p[i] == 0 && back[i] == 0), "%s: byte %d written", im.name, i);
+			check_guards(&im);
+			CHECK(ibv_dereg_mr(im.mr) == 0, "dereg %s", im.name);
+			free(buf);
+		}
+		OK("reg-mr-iova");
+	}
+
+	/* ibv_rereg_mr is refused and leaves the region as it was: the
+	 * receives below land in it. */
+	errno = 0;
+	CHECK(ibv_rereg_mr(cases[0].mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+		      IBV_REREG_MR_ERR_INPUT && errno == EOPNOTSUPP, "rereg mr");
+	OK("rereg-refused");
 	OK("memory-registration");
 
 	/* Send/Receive with a comp channel and poll(2): B arms, A sends. */
@@ -400,6 +732,11 @@ int main(int argc, char **argv)
 	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 9, NULL);
 	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
 	OK("solicited");
+
+	if (noimm)
+		check_no_imm(qpa, cqa, srcmr, &cases[0]);
+	else
+		check_imm(qpa, qpb, cqa, cqb, src, srcmr, &cases[0]);
 
 	/* Bad work requests fail at post with EINVAL, as a provider's do. */
 	struct ibv_send_wr badop = sw;

@@ -32,6 +32,9 @@ const (
 	flagCRC      = 0x40
 	flagReject   = 0x20
 	flagEnhanced = 0x10
+	// flagReady is a reserved bit of the flags octet that siwtun sets in
+	// a Reply (see Frame.Ready).
+	flagReady = 0x04
 
 	irdP2P     = 0x8000 // IRD word: peer-to-peer mode
 	irdSendRTR = 0x4000 // IRD word: zero-length Send RTR
@@ -82,14 +85,33 @@ type Frame struct {
 	Enhanced bool  // RFC 6581 enhanced flag: a 4-octet IRD/ORD block leads the private data
 	Rev      uint8 // MPA revision: 1 = RFC 5044, 2 = RFC 6581
 
+	// Ready, in a Reply only, says that the responder reads FPDUs arriving
+	// right after its Reply, so the initiator need not hold its first FPDU
+	// back (the engine's Config.FirstFPDUDelay, a workaround for Linux
+	// siw). It is a siwtun extension in reserved bit 0x04 of the flags
+	// octet, which RFC 5044 §7.1 has sent as zero and not checked on
+	// receipt. Append refuses it in a Request, and that is what makes it
+	// safe to trust: Linux siw answers with its copy of the Request's
+	// flags octet (siw_proc_mpareq, siw_accept), so a siw Reply to a
+	// siwtun Request never carries it. Receivers ignore it: siw reads only
+	// reserved bit 0x08 (its experimental GSO flag, off by default) and
+	// Wireshark shows the bits of a Reply as Reserved, without an expert
+	// item (it checks them in Requests only).
+	Ready bool
+
 	// The RFC 6581 IRD/ORD block, only when Enhanced.
 	IRD, ORD uint16 // 14-bit values, at most IRDORDMax
 	P2P      bool   // IRD word bit 15: peer-to-peer (RTR) mode
 	RTR      RTR    // Send = IRD bit 14, Write = ORD bit 15, Read = ORD bit 14
 
-	// PrivateData is the ULP private data after the IRD/ORD block. From
-	// ParseFrame it aliases the parsed buffer.
+	// PrivateData is the ULP private data after the IRD/ORD block (and
+	// before siwtun's extension block). From ParseFrame it aliases the
+	// parsed buffer.
 	PrivateData []byte
+
+	// Ext is what siwtun's extension block at the end of the private data
+	// announces (see Ext); 0: the frame has no block.
+	Ext Ext
 }
 
 // pdLen returns the PD_Length field f encodes to.
@@ -97,6 +119,9 @@ func (f *Frame) pdLen() int {
 	n := len(f.PrivateData)
 	if f.Enhanced {
 		n += irdOrdBlockLen
+	}
+	if f.Ext != 0 {
+		n += ExtBlockLen
 	}
 	return n
 }
@@ -122,6 +147,9 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 	if f.RTR&^(RTRWrite|RTRRead|RTRSend) != 0 {
 		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: unknown RTR bits %#x", uint8(f.RTR))
 	}
+	if f.Ready && !f.Reply {
+		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: the ready bit in a Request (it belongs in Replies only)")
+	}
 	if f.Reply {
 		b = append(b, keyRep...)
 	} else {
@@ -139,6 +167,9 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 	}
 	if f.Enhanced {
 		flags |= flagEnhanced
+	}
+	if f.Ready {
+		flags |= flagReady
 	}
 	b = append(b, flags, f.Rev)
 	b = binary.BigEndian.AppendUint16(b, uint16(f.pdLen()))
@@ -159,7 +190,11 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, ird)
 		b = binary.BigEndian.AppendUint16(b, ord)
 	}
-	return append(b, f.PrivateData...), nil
+	b = append(b, f.PrivateData...)
+	if f.Ext != 0 {
+		b = appendExtBlock(b, f.Ext)
+	}
+	return b, nil
 }
 
 // checkHeader validates the fixed 20-octet header h and returns PD_Length.
@@ -181,7 +216,10 @@ func checkHeader(h []byte) (pdLen int, err error) {
 // The enhanced flag is honoured only at Rev ≥ 2; in a Rev 0/1 frame bit
 // 0x10 is a reserved bit and is ignored, so the whole private data is ULP
 // private data. A Rev 2 frame without the flag is a plain (non-enhanced)
-// frame, as Linux siw treats it. Errors are *Error with CodeInvalidFrame.
+// frame, as Linux siw treats it. siwtun's extension block at the end of
+// the private data, if there is one, goes to Ext and not to PrivateData.
+// The ready bit is read in Replies only; the other reserved bits are
+// ignored. Errors are *Error with CodeInvalidFrame.
 func ParseFrame(b []byte) (Frame, error) {
 	if len(b) < FrameHeaderLen {
 		return Frame{}, newError(CodeInvalidFrame, "short MPA frame: %d octets, the header alone is %d", len(b), FrameHeaderLen)
@@ -204,6 +242,7 @@ func ParseFrame(b []byte) (Frame, error) {
 		Reject:  flags&flagReject != 0,
 		Rev:     b[17],
 	}
+	f.Ready = f.Reply && flags&flagReady != 0
 	pd := b[FrameHeaderLen:]
 	if flags&flagEnhanced != 0 && f.Rev >= 2 {
 		if pdLen < irdOrdBlockLen {
@@ -226,6 +265,7 @@ func ParseFrame(b []byte) (Frame, error) {
 		}
 		pd = pd[irdOrdBlockLen:]
 	}
+	pd, f.Ext = SplitExtBlock(pd)
 	if len(pd) > 0 {
 		f.PrivateData = pd
 	}
@@ -233,7 +273,8 @@ func ParseFrame(b []byte) (Frame, error) {
 }
 
 // String returns a tcpdump-like one-line summary, for example
-// "mpa req rev 2 C M enhanced ird 1 ord 1 p2p rtr=write pd 12".
+// "mpa req rev 2 C M enhanced ird 1 ord 1 p2p rtr=write pd 12 ext imm"
+// (pd counts the ULP's private data; ext names the extension block's).
 func (f Frame) String() string {
 	var sb strings.Builder
 	if f.Reply {
@@ -251,6 +292,9 @@ func (f Frame) String() string {
 	if f.Reject {
 		sb.WriteString(" R")
 	}
+	if f.Ready {
+		sb.WriteString(" ready")
+	}
 	if f.Enhanced {
 		sb.WriteString(" enhanced ird ")
 		sb.WriteString(strconv.Itoa(int(f.IRD)))
@@ -266,6 +310,10 @@ func (f Frame) String() string {
 	}
 	sb.WriteString(" pd ")
 	sb.WriteString(strconv.Itoa(len(f.PrivateData)))
+	if f.Ext != 0 {
+		sb.WriteString(" ext ")
+		sb.WriteString(f.Ext.String())
+	}
 	return sb.String()
 }
 

@@ -95,6 +95,12 @@ func frameVectors(t testing.TB) []struct {
 			str:   "mpa rep rev 1 R pd 0",
 		},
 		{
+			name:  "rep rev2 ready (siwtun)",
+			wire:  testkit.Hex(t, hexRep+"54 02 0004 0010 0004"),
+			frame: Frame{Reply: true, Rev: 2, CRC: true, Ready: true, Enhanced: true, IRD: 16, ORD: 4},
+			str:   "mpa rep rev 2 C ready enhanced ird 16 ord 4 pd 0",
+		},
+		{
 			name:  "rep rev2 without enhanced flag",
 			wire:  testkit.Hex(t, hexRep+"80 02 0002 0102"),
 			frame: Frame{Reply: true, Rev: 2, Markers: true, PrivateData: []byte{1, 2}},
@@ -105,6 +111,36 @@ func frameVectors(t testing.TB) []struct {
 			wire:  append(testkit.Hex(t, hexReq+"10 02 0100 0004 0004"), pd256...),
 			frame: Frame{Rev: 2, Enhanced: true, IRD: 4, ORD: 4, PrivateData: pd256},
 			str:   "mpa req rev 2 enhanced ird 4 ord 4 pd 252",
+		},
+		{
+			name:  "req rev2 with siwtun extension block",
+			wire:  testkit.Hex(t, hexReq+"50 02 000f 0010 0010 616263 7369777475 6e 01 01"),
+			frame: Frame{Rev: 2, CRC: true, Enhanced: true, IRD: 16, ORD: 16, PrivateData: []byte("abc"), Ext: ExtImmediate},
+			str:   "mpa req rev 2 C enhanced ird 16 ord 16 pd 3 ext imm",
+		},
+		{
+			name:  "rep rev1 extension block only",
+			wire:  testkit.Hex(t, hexRep+"40 01 0008 73697774756e 01 01"),
+			frame: Frame{Reply: true, Rev: 1, CRC: true, Ext: ExtImmediate},
+			str:   "mpa rep rev 1 C pd 0 ext imm",
+		},
+		{
+			name:  "unknown extension bits kept",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 83"),
+			frame: Frame{Rev: 1, Ext: 0x83},
+			str:   "mpa req rev 1 pd 0 ext imm|0x82",
+		},
+		{
+			name:  "block with no extensions is ULP data",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 00"),
+			frame: Frame{Rev: 1, PrivateData: testkit.Hex(t, "73697774756e 01 00")},
+			str:   "mpa req rev 1 pd 8",
+		},
+		{
+			name:  "block of another version is ULP data",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 02 01"),
+			frame: Frame{Rev: 1, PrivateData: testkit.Hex(t, "73697774756e 02 01")},
+			str:   "mpa req rev 1 pd 8",
 		},
 		{
 			name:  "req rev1 pd 512",
@@ -148,6 +184,33 @@ func TestParseFrameIgnoresEnhancedBelowRev2(t *testing.T) {
 	want := Frame{Rev: 1, PrivateData: testkit.Hex(t, "8001c001")}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("ParseFrame = %+v, want = %+v", f, want)
+	}
+}
+
+// TestReadyInRepliesOnly: the ready bit (0x04) means something in a Reply
+// only. A Request that carries it parses as if it did not (reserved bits
+// are not checked), and Append refuses to put it in one: a siwtun Request
+// never carries it, so a Reply that echoes the Request's flags octet, as
+// Linux siw's does, never says ready.
+func TestReadyInRepliesOnly(t *testing.T) {
+	f, err := ParseFrame(testkit.Hex(t, hexReq+"54 02 0004 0001 0001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Frame{Rev: 2, CRC: true, Enhanced: true, IRD: 1, ORD: 1}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("ParseFrame = %+v, want = %+v", f, want)
+	}
+	if b, err := (&Frame{Rev: 2, Ready: true}).Append(nil); err == nil {
+		t.Errorf("Append of a Request with Ready = %x, want an error", b)
+	}
+	c := Config{Rev: 2, CRC: true, IRD: 4, ORD: 4, Ready: true}
+	req, err := c.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := req.Append(nil); err != nil || b[16]&flagReady != 0 {
+		t.Errorf("Request with Config.Ready = %x, %v; want the bit clear", b, err)
 	}
 }
 

@@ -10,6 +10,14 @@ type Config struct {
 	P2P         RTR
 	IRD, ORD    uint16 // local inbound / outbound RDMA Read depth
 	PrivateData []byte // ULP private data to send
+	// Ext is the RDMAP extensions (RFC 7306) this side supports: an
+	// initiator offers them, a responder accepts those of them the
+	// initiator offered (see Ext).
+	Ext Ext
+	// Ready makes a responder say in its accepting Replies that it reads
+	// FPDUs arriving right after the Reply (Frame.Ready). Only an engine
+	// whose receive path owns the stream before the Reply leaves may set it.
+	Ready bool
 }
 
 // Params is the outcome of the MPA exchange for one connection.
@@ -32,6 +40,13 @@ type Params struct {
 	// PeerPrivateData is the ULP private data of the peer's frame (after
 	// its IRD/ORD block); it aliases that frame's buffer.
 	PeerPrivateData []byte
+
+	// Ext is the RDMAP extensions both sides support, which the stream
+	// may carry: what the Reply's extension block announced.
+	Ext Ext
+	// PeerReady (initiator only) is the Reply's Frame.Ready: the responder
+	// reads FPDUs that follow its Reply at once.
+	PeerReady bool
 }
 
 // check validates c for use in a frame with enhanced set or not.
@@ -78,7 +93,18 @@ func (c *Config) Request() (Frame, error) {
 		f.P2P = c.P2P != 0
 		f.RTR = c.P2P
 	}
+	f.Ext = c.extFitting(&f)
 	return f, nil
+}
+
+// extFitting is the extensions c offers in frame f: c.Ext, or none when
+// the extension block would push f's private data past
+// MaxPrivateDataSend.
+func (c *Config) extFitting(f *Frame) Ext {
+	if c.Ext == 0 || f.pdLen()+ExtBlockLen > MaxPrivateDataSend {
+		return 0
+	}
+	return c.Ext
 }
 
 // replyRev is the revision a responder with revision own answers a request
@@ -129,6 +155,11 @@ const MaxRev = 2
 //     offered ∩ c.P2P, preferring Write > Read > Send (Read only if our
 //     IRD ≥ 1, since the Read RTR uses one IRD slot); nothing common is
 //     refused with CodeNoMatchingRTR. A Request without P2P gets no P2P.
+//   - Extensions: the Reply carries an extension block only if the
+//     Request had one, announcing c.Ext ∩ the Request's (if that is not
+//     empty and the block fits); that is the connection's Ext. A Request
+//     without a block (Linux siw) gets a Reply without one.
+//   - Ready: the Reply carries Frame.Ready when c.Ready is set.
 //
 // On refusal err is an *Error and reply is a reject Reply (R=1, no ULP
 // private data) the engine may send before closing. A Request with M=1
@@ -177,12 +208,17 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 		CRC:         p.CRC,
 		Enhanced:    enhanced,
 		Rev:         rev,
+		Ready:       c.Ready,
 		PrivateData: c.PrivateData,
 	}
 	if enhanced {
 		reply.IRD, reply.ORD = p.IRD, p.ORD
 		reply.P2P, reply.RTR = p.P2P, p.RTR
 	}
+	if both := c.Ext & req.Ext; both != 0 {
+		reply.Ext = (&Config{Ext: both}).extFitting(&reply)
+	}
+	p.Ext = reply.Ext
 	return reply, p, nil
 }
 
@@ -217,6 +253,9 @@ func (c *Config) RejectReply(req Frame, pd []byte) Frame {
 // Complete runs the initiator's side: it checks the peer's Reply rep to our
 // Request req (built by c.Request) and returns the connection parameters.
 //
+// The connection's extensions are those our Request offered that the
+// Reply's extension block announces.
+//
 // A Reply with R=1 gives a *RejectedError carrying the peer's private data.
 // Other failures are *Error: not a Reply, or a revision of 0 or above ours
 // (CodeInvalidFrame); the peer's ORD above our IRD (CodeInsufficientIRD —
@@ -244,6 +283,7 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 		IRD:             c.IRD,
 		ORD:             c.ORD,
 		PeerPrivateData: rep.PrivateData,
+		PeerReady:       rep.Ready,
 	}
 	if enhanced {
 		p.PeerIRD, p.PeerORD = rep.IRD, rep.ORD
@@ -271,5 +311,7 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 	case rep.P2P:
 		return Params{}, newError(CodeNoMatchingRTR, "peer's Reply sets peer-to-peer mode we did not ask for")
 	}
+	// Only what we offered counts, whatever else the Reply announces.
+	p.Ext = req.Ext & rep.Ext
 	return p, nil
 }

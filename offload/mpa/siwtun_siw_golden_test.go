@@ -162,3 +162,57 @@ func TestSiwtunSiwFPDUs(t *testing.T) {
 		})
 	}
 }
+
+// TestSiwRepliesNotReady: no Reply of Linux siw says ready (Frame.Ready),
+// so a siwtun initiator keeps holding its first FPDU back for siw (the
+// engine's Config.FirstFPDUDelay). siw answers with its copy of the
+// Request's flags octet, and a siwtun Request never has the bit: the
+// Replies siw sent to siwtun (make interop) and to siw (rping in the peer
+// VM, CRC on and off) complete with PeerReady false; a siwtun responder's
+// Reply to the same Request completes with PeerReady true.
+func TestSiwRepliesNotReady(t *testing.T) {
+	replies := map[string][]byte{
+		"siw reply to siwtun, crc": testkit.Hex(t, "4d504120494420526570204672616d65 5002 0004 00010001"),
+	}
+	for _, path := range []string{pcapCRC, pcapNoCRC} {
+		s := readPcap(t, path)
+		rep, _ := splitFrame(t, s.resp)
+		replies["siw reply to siw, "+path] = rep
+	}
+	for name, wire := range replies {
+		t.Run(name, func(t *testing.T) {
+			rep, err := ParseFrame(wire)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Config{Rev: 2, CRC: rep.CRC, IRD: 1, ORD: 1}
+			req, err := c.Request()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := Complete(&c, req, rep)
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if rep.Ready || p.PeerReady {
+				t.Errorf("siw's Reply %x says ready", wire)
+			}
+			// A siwtun responder answering the same Request says ready.
+			own, _, err := Respond(&Config{Rev: 2, CRC: rep.CRC, IRD: 1, ORD: 1, Ready: true}, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := own.Append(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ParseFrame(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, err := Complete(&c, req, back); err != nil || !p.PeerReady {
+				t.Errorf("siwtun's Reply %x: PeerReady %v, %v; want true", b, p.PeerReady, err)
+			}
+		})
+	}
+}

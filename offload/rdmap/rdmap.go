@@ -1,8 +1,9 @@
 // Package rdmap encodes and decodes the Remote Direct Memory Access Protocol
 // (RDMAP, RFC 5040) headers that ride on DDP (package ddp): the RDMAP
-// control octet, the RDMA Read Request header and the Terminate header with
-// its error codes, plus the Error type the engine uses to carry a Terminate
-// code out of its receive path.
+// control octet, the RDMA Read Request header, the Terminate header with
+// its error codes and the Immediate Data of RFC 7306's Immediate Data
+// messages, plus the Error type the engine uses to carry a Terminate code
+// out of its receive path.
 //
 // RDMAP owns octet 1 of the DDP control word (ddp.Header.ULPCtrl):
 //
@@ -42,9 +43,10 @@ const (
 // RDMAP control octet).
 type Opcode uint8
 
-// RDMAP opcodes of RFC 5040. The RFC 7306 extensions (0x8 to 0xB) are not
-// supported: Valid reports them as invalid, which is how Linux siw treats
-// them too (Terminate, Unexpected OpCode).
+// RDMAP opcodes of RFC 5040, and the Immediate Data pair of RFC 7306 (its
+// atomics, 0xA and 0xB, are not supported: Valid reports them as invalid,
+// which is how Linux siw treats every RFC 7306 opcode: Terminate,
+// Unexpected OpCode).
 const (
 	// OpWrite is RDMA Write (tagged).
 	OpWrite Opcode = 0x0
@@ -63,6 +65,13 @@ const (
 	OpSendSEInv Opcode = 0x6
 	// OpTerminate is Terminate (untagged, QN 2).
 	OpTerminate Opcode = 0x7
+	// OpImmediate is Immediate Data (RFC 7306; untagged, QN 0): eight
+	// octets of Immediate Data (ImmediateDataLen) that consume an untagged
+	// buffer (a posted receive) at the Data Sink.
+	OpImmediate Opcode = 0x8
+	// OpImmediateSE is Immediate Data with Solicited Event (RFC 7306;
+	// untagged, QN 0).
+	OpImmediateSE Opcode = 0x9
 )
 
 // NoQN is what Opcode.QN returns for opcodes that have no untagged queue
@@ -94,23 +103,34 @@ func (o Opcode) String() string {
 		return "Send with SE and Invalidate"
 	case OpTerminate:
 		return "Terminate"
+	case OpImmediate:
+		return "Immediate Data"
+	case OpImmediateSE:
+		return "Immediate Data with SE"
 	}
 	return fmt.Sprintf("Opcode(0x%x)", uint8(o))
 }
 
-// Valid reports whether o is one of the eight RFC 5040 opcodes.
-func (o Opcode) Valid() bool { return o <= OpTerminate }
+// Valid reports whether o is one of the eight RFC 5040 opcodes or one of
+// RFC 7306's two Immediate Data opcodes. Whether a stream may carry the
+// latter is negotiated (see the engine); Valid only knows the opcode.
+func (o Opcode) Valid() bool { return o <= OpImmediateSE }
+
+// Extended reports whether o is one of the RFC 7306 opcodes this package
+// knows (Immediate Data, Immediate Data with SE): a peer without RFC 7306,
+// such as Linux siw, must never receive them.
+func (o Opcode) Extended() bool { return o == OpImmediate || o == OpImmediateSE }
 
 // Tagged reports whether messages with opcode o use the tagged buffer model
 // (RDMA Write and RDMA Read Response).
 func (o Opcode) Tagged() bool { return o == OpWrite || o == OpReadResponse }
 
 // QN returns the untagged queue number that carries opcode o: ddp.QNSend for
-// the Sends, ddp.QNReadRequest for RDMA Read Request, ddp.QNTerminate for
+// the Sends and the Immediate Data pair, ddp.QNReadRequest for RDMA Read Request, ddp.QNTerminate for
 // Terminate, and NoQN for tagged and invalid opcodes.
 func (o Opcode) QN() uint32 {
 	switch {
-	case o.IsSend():
+	case o.IsSend(), o.Extended():
 		return ddp.QNSend
 	case o == OpReadRequest:
 		return ddp.QNReadRequest
@@ -124,8 +144,8 @@ func (o Opcode) QN() uint32 {
 func (o Opcode) IsSend() bool { return o >= OpSend && o <= OpSendSEInv }
 
 // Solicited reports whether o asks for a solicited event (Send with SE, Send
-// with SE and Invalidate).
-func (o Opcode) Solicited() bool { return o == OpSendSE || o == OpSendSEInv }
+// with SE and Invalidate, Immediate Data with SE).
+func (o Opcode) Solicited() bool { return o == OpSendSE || o == OpSendSEInv || o == OpImmediateSE }
 
 // Invalidates reports whether o carries an Invalidate STag (Send with
 // Invalidate, Send with SE and Invalidate).

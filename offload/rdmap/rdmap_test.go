@@ -33,6 +33,8 @@ func TestCanonicalControl(t *testing.T) {
 		{name: "send with invalidate", op: OpSendInv, last: true, want: "4144"},
 		{name: "send with SE", op: OpSendSE, last: true, want: "4145"},
 		{name: "send with SE and invalidate not last", op: OpSendSEInv, want: "0146"},
+		{name: "immediate data (RFC 7306)", op: OpImmediate, last: true, want: "4148"},
+		{name: "immediate data with SE (RFC 7306)", op: OpImmediateSE, last: true, want: "4149"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +85,7 @@ func TestOpcode(t *testing.T) {
 		ctrl                                        uint8
 		str                                         string
 		valid, tagged, send, solicited, invalidates bool
+		ext                                         bool
 		qn                                          uint32
 	}{
 		{name: "write", op: OpWrite, ctrl: 0x40, str: "RDMA Write", valid: true, tagged: true, qn: NoQN},
@@ -93,7 +96,8 @@ func TestOpcode(t *testing.T) {
 		{name: "send se", op: OpSendSE, ctrl: 0x45, str: "Send with SE", valid: true, send: true, solicited: true, qn: ddp.QNSend},
 		{name: "send se inv", op: OpSendSEInv, ctrl: 0x46, str: "Send with SE and Invalidate", valid: true, send: true, solicited: true, invalidates: true, qn: ddp.QNSend},
 		{name: "terminate", op: OpTerminate, ctrl: 0x47, str: "Terminate", valid: true, qn: ddp.QNTerminate},
-		{name: "immediate data (RFC 7306)", op: 0x8, ctrl: 0x48, str: "Opcode(0x8)", qn: NoQN},
+		{name: "immediate data (RFC 7306)", op: OpImmediate, ctrl: 0x48, str: "Immediate Data", valid: true, ext: true, qn: ddp.QNSend},
+		{name: "immediate data with SE (RFC 7306)", op: OpImmediateSE, ctrl: 0x49, str: "Immediate Data with SE", valid: true, ext: true, solicited: true, qn: ddp.QNSend},
 		{name: "atomic request (RFC 7306)", op: 0xa, ctrl: 0x4a, str: "Opcode(0xa)", qn: NoQN},
 		{name: "out of range", op: 0x1f, ctrl: 0x4f, str: "Opcode(0x1f)", qn: NoQN},
 	}
@@ -107,9 +111,9 @@ func TestOpcode(t *testing.T) {
 				t.Errorf("String = %q, want %q", got, tc.str)
 			}
 			if o.Valid() != tc.valid || o.Tagged() != tc.tagged || o.IsSend() != tc.send ||
-				o.Solicited() != tc.solicited || o.Invalidates() != tc.invalidates || o.QN() != tc.qn {
-				t.Errorf("Valid %v Tagged %v IsSend %v Solicited %v Invalidates %v QN %d",
-					o.Valid(), o.Tagged(), o.IsSend(), o.Solicited(), o.Invalidates(), o.QN())
+				o.Solicited() != tc.solicited || o.Invalidates() != tc.invalidates || o.Extended() != tc.ext || o.QN() != tc.qn {
+				t.Errorf("Valid %v Tagged %v IsSend %v Solicited %v Invalidates %v Extended %v QN %d",
+					o.Valid(), o.Tagged(), o.IsSend(), o.Solicited(), o.Invalidates(), o.Extended(), o.QN())
 			}
 		})
 	}
@@ -294,6 +298,7 @@ func TestZeroAllocs(t *testing.T) {
 	term := NewTerminate(TermRDMAPInvalidSTag, 46,
 		testkit.Hex(t, "4141 00000000 00000001 00000001 00000000"), rrWire)
 	termBuf := make([]byte, 64)
+	immWire := testkit.Hex(t, "0000002a 00000001")
 	tests := []struct {
 		name string
 		fn   func()
@@ -318,6 +323,13 @@ func TestZeroAllocs(t *testing.T) {
 		}},
 		{name: "new terminate", fn: func() {
 			_ = NewTerminate(TermDDPInvalidMSN, 34, rrWire, nil)
+		}},
+		{name: "immediate", fn: func() {
+			var m Immediate
+			if err := m.Unmarshal(immWire); err != nil {
+				t.Fatal(err)
+			}
+			m.Marshal(termBuf)
 		}},
 		{name: "ctrl", fn: func() {
 			_, _ = ParseCtrl(Ctrl(OpSendSEInv))

@@ -1,4 +1,4 @@
-// Package capps runs unmodified C verbs programs — Debian's rping,
+// Package capps runs unmodified C verbs programs — Debian's rping, udaddy,
 // perftest and ibverbs-utils, and libsiwtun's own C test — on two siwtun
 // daemons through libsiwtun (`siwtun exec`), in a network namespace of
 // its own with addresses from 198.18.0.0/15. It needs root, gcc and the
@@ -124,12 +124,13 @@ func (e *env) run(args ...string) {
 	}
 }
 
-// daemon starts siwtun up and waits for its sockets; cleanup stops it
-// (SIGINT, by PID) and waits.
-func (e *env) daemon(dev, addr, host string) {
+// daemon starts siwtun up (with the extra flags) and waits for its
+// sockets; cleanup stops it (SIGINT, by PID) and waits.
+func (e *env) daemon(dev, addr, host string, extra ...string) {
 	e.t.Helper()
 	var log bytes.Buffer
-	cmd := e.command(e.bin, "up", "--dev", dev, "--addr", addr, "--host-addr", host, "--socket-dir", e.sockDir, "--log-level", "warn")
+	args := append([]string{e.bin, "up", "--dev", dev, "--addr", addr, "--host-addr", host, "--socket-dir", e.sockDir, "--log-level", "warn"}, extra...)
+	cmd := e.command(args...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -295,7 +296,13 @@ func TestDevices(t *testing.T) {
 
 func TestCTest(t *testing.T) {
 	e := newEnv(t)
-	for i, mode := range [][]string{nil, {"--terminate"}} {
+	for i, mode := range [][]string{nil, {"--terminate"}, {"--no-imm"}} {
+		if mode != nil && mode[0] == "--no-imm" {
+			// siwtun1 again, without RFC 7306: immediate data toward it
+			// fails at post time.
+			e.stops["siwtun1"]()
+			e.daemon("siwtun1", "198.18.2.2/24", "198.18.2.1/24", "--rdmap-ext", "off")
+		}
 		// The library built with ASan and UBSan, under the ASan-built test.
 		args := append(append([]string{e.ctest}, mode...), "siwtun0", "siwtun1", strconv.Itoa(17990+i))
 		out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
@@ -448,6 +455,47 @@ func TestRping(t *testing.T) {
 	}
 }
 
+// TestUdaddy runs rdma-core's udaddy, which sends datagrams on UD queue
+// pairs found through rdma_cm's RDMA_PS_UDP (or RDMA_PS_IPOIB) port space.
+// iWARP has no UD service (RDMAP, RFC 5040, is carried by DDP over MPA over
+// TCP: connection-oriented only; Linux's siw creates RC QPs only and
+// refuses the rest with EOPNOTSUPP), so both sides must stop at once with
+// EOPNOTSUPP and udaddy's own error lines: the server at rdma_listen, the
+// client at rdma_create_qp, as on siw. No crash, no hang, nothing left in
+// the daemons.
+func TestUdaddy(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name, dev string
+		args      []string
+		want      string
+	}{
+		{"server", "siwtun1", []string{"udaddy", "-b", "198.18.2.2"}, "udaddy: failure trying to listen: Operation not supported\n"},
+		{"client", "siwtun0", []string{"udaddy", "-s", "198.18.2.2"}, "udaddy: unable to create QP: Operation not supported\n"},
+		{"client-ipoib", "siwtun0", []string{"udaddy", "-s", "198.18.2.2", "-P", "ipoib"}, "udaddy: unable to create QP: Operation not supported\n"},
+	} {
+		start := time.Now()
+		out, err := e.start(tc.dev, nil, tc.args...).wait(t, 30*time.Second)
+		took := time.Since(start)
+		ee, ok := err.(*exec.ExitError)
+		// udaddy returns its status -1 from main: exit status 255, not a
+		// signal.
+		if !ok || ee.ExitCode() != 255 || !strings.Contains(out, tc.want) || !strings.Contains(out, "return status -1\n") {
+			t.Fatalf("%s %v: %v after %v\n%s", tc.name, tc.args, err, took.Round(time.Millisecond), out)
+		}
+		if took > 10*time.Second {
+			t.Errorf("%s took %v to fail", tc.name, took)
+		}
+		t.Logf("udaddy %s: %q, exit 255 after %v", tc.name, strings.TrimSpace(tc.want), took.Round(time.Millisecond))
+	}
+	for _, dev := range []string{"siwtun0", "siwtun1"} {
+		out, err := e.command(e.bin, "ctl", "qp", "-j", "--dev", dev, "--socket-dir", e.sockDir).Output()
+		if s := strings.TrimSpace(string(out)); err != nil || (s != "[]" && s != "null") {
+			t.Errorf("%s has queue pairs after udaddy: %v\n%s", dev, err, out)
+		}
+	}
+}
+
 // TestRdmaServerClient runs rdma-core's rdma_server and rdma_client
 // examples: librdmacm's synchronous endpoint API (rdma_create_ep,
 // rdma_get_request, blocking rdma_connect/rdma_accept) and rdma_verbs.h's
@@ -498,39 +546,129 @@ func lastLines(s string, n int) string {
 // t_stdev, percentiles.
 var perfReport = regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+([\d.]+))?`)
 
+// perfCase is one perftest test: the program (ib_write_bw ...), siwtun
+// perf's verb for it, the message size and whether it measures latency.
+type perfCase struct {
+	prog, verb, size string
+	lat              bool
+}
+
+var perfCases = []perfCase{
+	{"ib_write_bw", "write", "65536", false}, {"ib_read_bw", "read", "65536", false}, {"ib_send_bw", "send", "65536", false},
+	{"ib_write_lat", "write", "2", true}, {"ib_read_lat", "read", "2", true}, {"ib_send_lat", "send", "2", true},
+}
+
+// iters is a fixed count, not a duration: each side would time its own
+// seconds, and a server that ends first flushes the client.
+func (c perfCase) iters() string {
+	if c.lat {
+		return "300"
+	}
+	return "1000"
+}
+
+// perfFigures is one side's parsed report row.
+type perfFigures struct {
+	row, size, iters string
+	// Bandwidth: peak, average (MiB/s), message rate (Mpps), 0.
+	// Latency: t_min, t_max, t_typical, t_avg (µs).
+	v [4]float64
+}
+
+func parsePerf(out string) *perfFigures {
+	m := perfReport.FindStringSubmatch(out)
+	if m == nil {
+		return nil
+	}
+	f := &perfFigures{row: strings.Join(strings.Fields(m[0][strings.LastIndex(m[0], "\n")+1:]), " "), size: m[1], iters: m[2]}
+	for i := range f.v {
+		f.v[i], _ = strconv.ParseFloat(m[3+i], 64)
+	}
+	return f
+}
+
+// checkPerf checks the reports of a perftest run, cout the client's output
+// and sout the server's, and returns the client's figure (bandwidth average
+// in MiB/s, or t_avg in µs). Both sides must report the size and count
+// asked for, with sane figures: bandwidth average and message rate above
+// zero; latency 0 < t_min <= t_typical, t_avg <= t_max, under a second.
+// The two reports must agree: bandwidth averages within 20 % (Write and
+// Read: the server prints the client's row, which perftest sends it; Send:
+// each side measures its own), latency t_avg within a factor of 2 (each
+// side times the same ping-pong). Read latency is timed by the client
+// alone: perftest's server prints no report.
+func checkPerf(t *testing.T, c perfCase, cout, sout string) float64 {
+	t.Helper()
+	cf, sf := parsePerf(cout), parsePerf(sout)
+	serverReports := !(c.lat && c.verb == "read")
+	if cf == nil || (sf != nil) != serverReports {
+		t.Fatalf("reports: client's %v, server's %v (want one: %v):\nclient:\n%s\nserver:\n%s",
+			cf != nil, sf != nil, serverReports, cout, sout)
+	}
+	check := func(side string, f *perfFigures) float64 {
+		if f.size != c.size || f.iters != c.iters() {
+			t.Fatalf("%s report %q: want %s bytes, %s iterations", side, f.row, c.size, c.iters())
+		}
+		if !c.lat {
+			peak, avg, rate := f.v[0], f.v[1], f.v[2]
+			if avg <= 0 || rate <= 0 || peak < 0 {
+				t.Fatalf("%s report %q: bandwidth or message rate not above zero", side, f.row)
+			}
+			return avg
+		}
+		tMin, tMax, tTyp, tAvg := f.v[0], f.v[1], f.v[2], f.v[3]
+		if !(tMin > 0 && tMin <= tTyp && tTyp <= tMax && tMin <= tAvg && tAvg <= tMax && tMax < 1e6) {
+			t.Fatalf("%s report %q: want 0 < t_min <= t_typical, t_avg <= t_max < 1 s", side, f.row)
+		}
+		return tAvg
+	}
+	cv := check("client", cf)
+	if sf != nil {
+		sv := check("server", sf)
+		tol := 1.2
+		if c.lat {
+			tol = 2
+		}
+		if cv/sv > tol || sv/cv > tol {
+			t.Errorf("client and server disagree (more than %gx):\n%s\n%s", tol, cf.row, sf.row)
+		}
+	}
+	return cv
+}
+
+func (c perfCase) unit() string {
+	if c.lat {
+		return "µs t_avg"
+	}
+	return "MiB/s average"
+}
+
 // TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
 // perf (Go, over the verbs socket), each as server and as client: RDMA
-// WRITE bandwidth 64 KiB and latency 2 B.
+// WRITE, RDMA READ and Send bandwidth at 64 KiB and latency at 2 B, both
+// sides' reports checked.
 func TestPerftestVsSiwtunPerf(t *testing.T) {
 	e := newEnv(t)
 	port := 18600
-	for _, lat := range []bool{false, true} {
-		prog, size, col := "ib_write_bw", "65536", 4 // BW average[MB/sec]
+	for _, c := range perfCases {
 		var goArgs []string
-		if lat {
-			prog, size, col = "ib_write_lat", "2", 6 // t_avg[usec]
+		if c.lat {
 			goArgs = []string{"--lat"}
 		}
 		for _, cServer := range []bool{true, false} {
 			port++
-			name := prog + "/siwtun-perf-client-perftest-server"
+			name := c.prog + "/siwtun-perf-client-perftest-server"
 			if !cServer {
-				name = prog + "/perftest-client-siwtun-perf-server"
+				name = c.prog + "/perftest-client-siwtun-perf-server"
 			}
 			t.Run(name, func(t *testing.T) {
-				// A fixed count, not a duration: each side would time its own
-				// second, and a server that ends first flushes the client.
-				iters := "1000"
-				if lat {
-					iters = "300"
-				}
-				args := []string{"-s", size, "-n", iters, "-p", strconv.Itoa(port)}
+				args := []string{"-s", c.size, "-n", c.iters(), "-p", strconv.Itoa(port)}
 				goCmd := func(dev string, extra ...string) []string {
-					return append(append(append([]string{e.bin, "perf", "write", "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
+					return append(append(append([]string{e.bin, "perf", c.verb, "--dev", dev, "--socket-dir", e.sockDir}, goArgs...), args...), extra...)
 				}
 				var srv *app
 				if cServer {
-					srv = e.start("siwtun1", nil, append([]string{prog, "-R", "-d", "siwtun1"}, args...)...)
+					srv = e.start("siwtun1", nil, append([]string{c.prog, "-R", "-d", "siwtun1"}, args...)...)
 				} else {
 					srv = &app{done: make(chan struct{})}
 					srv.cmd = e.command(goCmd("siwtun1")...)
@@ -556,24 +694,26 @@ func TestPerftestVsSiwtunPerf(t *testing.T) {
 					b, err := c.CombinedOutput()
 					cout, cerr = string(b), err
 				} else {
-					cout, cerr = e.start("siwtun0", nil, append(append([]string{prog, "-R", "-d", "siwtun0"}, args...), "198.18.2.2")...).wait(t, time.Minute)
+					cout, cerr = e.start("siwtun0", nil, append(append([]string{c.prog, "-R", "-d", "siwtun0"}, args...), "198.18.2.2")...).wait(t, time.Minute)
 				}
 				sout, serr := srv.wait(t, time.Minute)
 				if cerr != nil || serr != nil {
 					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
 				}
-				cm := perfReport.FindStringSubmatch(cout)
-				if cm == nil {
-					t.Fatalf("no report from the client:\n%s", cout)
-				}
-				v, _ := strconv.ParseFloat(cm[col], 64)
-				if v <= 0 || cm[1] != size {
-					t.Fatalf("client report %q", cm[0])
-				}
-				t.Logf("%s: %s iterations, %s %s", name, cm[2], cm[col], map[bool]string{false: "MiB/s", true: "µs t_avg"}[lat])
+				v := checkPerf(t, c, cout, sout)
+				t.Logf("%s -s %s: %s iterations, client %.2f %s; server %s", name, c.size, c.iters(), v, c.unit(),
+					serverRow(sout))
 			})
 		}
 	}
+}
+
+// serverRow is the server's report row, or a note that it printed none.
+func serverRow(out string) string {
+	if f := parsePerf(out); f != nil {
+		return f.row
+	}
+	return "printed no report (read latency: the client alone times it, as in perftest)"
 }
 
 func TestPerftest(t *testing.T) {
@@ -581,49 +721,21 @@ func TestPerftest(t *testing.T) {
 	type dir struct{ srvDev, cliDev, srvAddr string }
 	dirs := []dir{{"siwtun1", "siwtun0", "198.18.2.2"}, {"siwtun0", "siwtun1", "198.18.1.2"}}
 	port := 18515
-	for _, tc := range []struct {
-		prog, size string
-		bw         bool
-	}{{"ib_write_bw", "65536", true}, {"ib_read_bw", "65536", true}, {"ib_send_bw", "65536", true}, {"ib_write_lat", "2", false}} {
+	for _, c := range perfCases {
 		for _, d := range dirs {
 			port++
-			name := fmt.Sprintf("%s/%s-to-%s", tc.prog, d.cliDev, d.srvDev)
+			name := fmt.Sprintf("%s/%s-to-%s", c.prog, d.cliDev, d.srvDev)
 			t.Run(name, func(t *testing.T) {
-				iters := "1000"
-				if !tc.bw {
-					iters = "300"
-				}
-				args := []string{"-R", "-s", tc.size, "-n", iters, "-p", strconv.Itoa(port)}
-				srv := e.start(d.srvDev, nil, append([]string{tc.prog, "-d", d.srvDev}, args...)...)
+				args := []string{"-R", "-s", c.size, "-n", c.iters(), "-p", strconv.Itoa(port)}
+				srv := e.start(d.srvDev, nil, append([]string{c.prog, "-d", d.srvDev}, args...)...)
 				time.Sleep(time.Second) // the server's listener
-				cout, cerr := e.start(d.cliDev, nil, append([]string{tc.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
+				cout, cerr := e.start(d.cliDev, nil, append([]string{c.prog, "-d", d.cliDev}, append(args, d.srvAddr)...)...).wait(t, time.Minute)
 				sout, serr := srv.wait(t, time.Minute)
 				if cerr != nil || serr != nil {
 					t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout, serr, sout)
 				}
-				cm, sm := perfReport.FindStringSubmatch(cout), perfReport.FindStringSubmatch(sout)
-				if cm == nil || sm == nil {
-					t.Fatalf("no report:\nclient:\n%s\nserver:\n%s", cout, sout)
-				}
-				col := 4 // BW average[MB/sec]
-				if !tc.bw {
-					col = 6 // t_avg[usec]
-				}
-				v, _ := strconv.ParseFloat(cm[col], 64)
-				if v <= 0 || cm[1] != tc.size {
-					t.Fatalf("client report %q", cm[0])
-				}
-				// Write and Read: the server prints the client's figures;
-				// Send: each side measures its own, within 20%.
-				sv, _ := strconv.ParseFloat(sm[col], 64)
-				if tc.bw && (sv <= 0 || v/sv > 1.2 || sv/v > 1.2) {
-					t.Errorf("client and server disagree:\n%s\n%s", cm[0], sm[0])
-				}
-				unit := "MB/s average"
-				if !tc.bw {
-					unit = "µs t_avg"
-				}
-				t.Logf("%s -R -s %s: %s iterations, %s %s", tc.prog, tc.size, cm[2], cm[col], unit)
+				v := checkPerf(t, c, cout, sout)
+				t.Logf("%s -R -s %s: %s iterations, client %.2f %s; server %s", c.prog, c.size, c.iters(), v, c.unit(), serverRow(sout))
 			})
 		}
 	}

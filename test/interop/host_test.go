@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -191,11 +192,15 @@ type tcpdumpCapture struct {
 // uncut. siwtun check counts a super-segment of whole FPDUs as aligned.
 // (With -s 0 the ring's slots are 256 KiB each and a 64 MiB buffer holds
 // only 256 packets: bandwidth tests overran it; captureBufferKiB keeps
-// 4096 slots of 64 KiB.)
+// 16384 slots of 64 KiB: with 4096, siw's 64,000 segments of an
+// ib_send_bw run on a quiet host overran it.)
 const (
 	captureSnaplen   = 65535
-	captureBufferKiB = 262144
+	captureBufferKiB = 1048576
 )
+
+// errCaptureDropped: the kernel dropped packets of a capture.
+var errCaptureDropped = errors.New("packets dropped by the kernel")
 
 // startCapture starts tcpdump on the daemon's TUN device (the segments
 // siwtun sends and receives) and waits until it listens. --immediate-mode:
@@ -230,7 +235,7 @@ func (c *tcpdumpCapture) finish() (string, error) {
 		return "", fmt.Errorf("tcpdump said nothing about what it captured: %s", strings.TrimSpace(c.stderr.String()))
 	}
 	if dropped > 0 {
-		return captured, fmt.Errorf("tcpdump: %d packets dropped by the kernel, the capture %s is incomplete", dropped, filepath.Base(c.file))
+		return captured, fmt.Errorf("tcpdump: %d %w, the capture %s is incomplete", dropped, errCaptureDropped, filepath.Base(c.file))
 	}
 	return captured, nil
 }

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -48,8 +49,28 @@ func (e *env) runPerftest(t *testing.T) {
 			pcap := filepath.Join(e.out, fmt.Sprintf("%s-%s.pcap", pt.name, map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
 			c := startCapture(t, e.netns, pcap)
 			fig, err := e.perfRun(t, d, pt, dir)
+			if errors.Is(err, errDisagree) {
+				// The emulated VM's clock is calibrated at start-up and
+				// starved by a loaded host: once a server reported 0.00
+				// MiB/s for a run the other side measured at 12.53. Both
+				// runs' figures go into the table.
+				t.Logf("%s %s: %v; running it again", pt.name, name, err)
+				var again string
+				again, err = e.perfRun(t, d, pt, dir)
+				fig = again + " (the first run disagreed: " + fig + ")"
+			}
 			captured, cerr := c.finish()
-			_, figs, terr := e.checkCapture(pcap, true) // siwtun asks for CRC
+			var figs string
+			var terr error
+			if errors.Is(cerr, errCaptureDropped) {
+				// The run's own checks (both reports) stand; only its
+				// capture is incomplete and goes unchecked, as the
+				// table says.
+				t.Logf("%s %s: %v: capture not checked", pt.name, name, cerr)
+				figs, cerr = "capture not checked: "+cerr.Error(), nil
+			} else {
+				_, figs, terr = e.checkCapture(pcap, true) // siwtun asks for CRC
+			}
 			err = joinErrs(nonNil(err, cerr, terr))
 			fig += "\n" + figs + " (" + captured + ")"
 			if err != nil {
@@ -112,13 +133,17 @@ func (e *env) perfRun(t *testing.T, d *daemon, pt perfTest, dir int) (string, er
 	}
 	fig := fmt.Sprintf("siwtun perf %.2f %s, %s %.2f %s (%d iterations)", ours, unit, pt.name, theirs, unit, pt.iters)
 	if !agree(ours, theirs, pt.lat) {
-		return fig, fmt.Errorf("the two reports disagree on the %s: siwtun perf %.2f, %s %.2f", what, ours, pt.name, theirs)
+		return fig, fmt.Errorf("%w on the %s: siwtun perf %.2f, %s %.2f", errDisagree, what, ours, pt.name, theirs)
 	}
 	if err := d.noQPsLeft(); err != nil {
 		return fig, err
 	}
 	return fig, nil
 }
+
+// errDisagree: both sides of a perftest run finished, but their figures
+// do not agree.
+var errDisagree = errors.New("the two reports disagree")
 
 // agree reports whether two figures agree within the noise of the
 // emulated VM.

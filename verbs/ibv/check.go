@@ -3,6 +3,8 @@ package ibv
 import (
 	"errors"
 	"fmt"
+
+	"github.com/siwtun/siwtun/offload/mpa"
 )
 
 // Device limits (what a device reports in its attributes).
@@ -29,6 +31,12 @@ var (
 	ErrQueueFull = errors.New("verbs: work queue full")
 	// ErrInvalidWR is returned for a malformed work request.
 	ErrInvalidWR = errors.New("verbs: invalid work request")
+	// ErrNotSupportedByPeer is returned for a work request the
+	// connection's peer did not say it supports: RDMA Write or Send with
+	// Immediate Data (RFC 7306) toward a peer without siwtun's extension
+	// block in its MPA frame (Linux siw, or a siwtun with extensions off).
+	// The request goes nowhere: the opcode never reaches the wire.
+	ErrNotSupportedByPeer = errors.New("verbs: operation not supported by the connection's peer")
 )
 
 // sendFlags are the send flags an iWARP RNIC implements.
@@ -45,7 +53,7 @@ func CheckSendWR(wr *SendWR) error {
 		return fmt.Errorf("%w: send flags 0x%x", ErrInvalidWR, uint32(wr.Flags))
 	}
 	switch wr.Opcode {
-	case WRSend, WRSendWithInv, WRWrite:
+	case WRSend, WRSendWithInv, WRWrite, WRSendWithImm, WRWriteWithImm:
 		if wr.Flags&FlagInline != 0 {
 			if len(wr.Inline) > MaxInline {
 				return fmt.Errorf("%w: %d inline bytes, at most %d", ErrInvalidWR, len(wr.Inline), MaxInline)
@@ -93,6 +101,20 @@ func CheckPostSend(qpn uint32, i int, wr *SendWR) error {
 func CheckPostRecv(qpn uint32, i int, wr *RecvWR) error {
 	if err := CheckRecvWR(wr); err != nil {
 		return fmt.Errorf("QP %d recv WR %d (id %d): %w", qpn, i, wr.ID, err)
+	}
+	return nil
+}
+
+// CheckPostPeer is, for request i of a PostSend on QP qpn, the check of
+// what the connection's peer supports: ext is the RDMAP extensions the
+// connection negotiated (mpa.Params.Ext). A request with immediate data
+// toward a peer without mpa.ExtImmediate fails, wrapping
+// ErrNotSupportedByPeer, before anything is queued: the opcode never
+// reaches the wire. Every backend applies it after CheckPostSend.
+func CheckPostPeer(qpn uint32, i int, wr *SendWR, ext mpa.Ext) error {
+	if wr.Opcode.WithImm() && ext&mpa.ExtImmediate == 0 {
+		return fmt.Errorf("QP %d send WR %d (id %d): %v: %w: RFC 7306 Immediate Data was not negotiated (the peer's MPA frame had no siwtun extension block: Linux siw, or siwtun with --rdmap-ext off)",
+			qpn, i, wr.ID, wr.Opcode, ErrNotSupportedByPeer)
 	}
 	return nil
 }

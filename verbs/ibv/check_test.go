@@ -2,7 +2,10 @@ package ibv
 
 import (
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/siwtun/siwtun/offload/mpa"
 )
 
 func TestCheckSendWR(t *testing.T) {
@@ -19,6 +22,10 @@ func TestCheckSendWR(t *testing.T) {
 		{"inline write", SendWR{Opcode: WRWrite, Flags: FlagInline, Inline: make([]byte, MaxInline)}, ""},
 		{"inline send ignores the SGL", SendWR{Opcode: WRSend, Flags: FlagInline, SGL: sgl(MaxSGE + 1)}, ""},
 		{"read", SendWR{Opcode: WRRead, SGL: sgl(MaxSGERead)}, ""},
+		{"write with immediate", SendWR{Opcode: WRWriteWithImm, SGL: sgl(MaxSGE), ImmData: 1}, ""},
+		{"zero-length write with immediate", SendWR{Opcode: WRWriteWithImm}, ""},
+		{"inline send with immediate", SendWR{Opcode: WRSendWithImm, Flags: FlagInline | FlagSolicited, Inline: make([]byte, MaxInline)}, ""},
+		{"send with immediate, too many SGEs", SendWR{Opcode: WRSendWithImm, SGL: sgl(MaxSGE + 1)}, "verbs: invalid work request: 7 SGEs, at most 6"},
 		{"unknown opcode", SendWR{Opcode: 99}, "verbs: invalid work request: opcode WR_OPCODE(99) not supported"},
 		{"unknown flags", SendWR{Opcode: WRSend, Flags: 1 << 10}, "verbs: invalid work request: send flags 0x400"},
 		{"too many SGEs", SendWR{Opcode: WRSend, SGL: sgl(MaxSGE + 1)}, "verbs: invalid work request: 7 SGEs, at most 6"},
@@ -61,5 +68,51 @@ func TestCheckPostNamesTheRequest(t *testing.T) {
 	}
 	if CheckPostSend(3, 0, &SendWR{Opcode: WRSend}) != nil || CheckPostRecv(3, 0, &RecvWR{}) != nil {
 		t.Error("a good request refused")
+	}
+}
+
+func TestCheckPostPeer(t *testing.T) {
+	for _, op := range []WROpcode{WRWrite, WRWriteWithImm, WRSend, WRSendWithImm, WRRead, WRSendWithInv} {
+		for _, ext := range []mpa.Ext{0, mpa.ExtImmediate} {
+			err := CheckPostPeer(5, 2, &SendWR{ID: 9, Opcode: op}, ext)
+			refused := op.WithImm() && ext == 0
+			if (err != nil) != refused || (err != nil && !errors.Is(err, ErrNotSupportedByPeer)) {
+				t.Errorf("%v with ext %v: %v", op, ext, err)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "QP 5 send WR 2 (id 9): "+op.String()+": ") {
+				t.Errorf("error %q does not name the request", err)
+			}
+		}
+	}
+}
+
+func TestOpcodes(t *testing.T) {
+	tests := []struct {
+		op   WROpcode
+		name string
+		wc   WCOpcode
+		imm  bool
+	}{
+		{WRWrite, "RDMA_WRITE", WCWrite, false},
+		{WRWriteWithImm, "RDMA_WRITE_WITH_IMM", WCWrite, true},
+		{WRSend, "SEND", WCSend, false},
+		{WRSendWithImm, "SEND_WITH_IMM", WCSend, true},
+		{WRRead, "RDMA_READ", WCRead, false},
+		{WRSendWithInv, "SEND_WITH_INV", WCSend, false},
+	}
+	for _, tt := range tests {
+		if tt.op.String() != tt.name || tt.op.WC() != tt.wc || tt.op.WithImm() != tt.imm {
+			t.Errorf("%d: %v %v %v", uint32(tt.op), tt.op, tt.op.WC(), tt.op.WithImm())
+		}
+	}
+	for _, c := range []struct {
+		op   WCOpcode
+		name string
+		recv bool
+	}{{WCSend, "SEND", false}, {WCWrite, "RDMA_WRITE", false}, {WCRead, "RDMA_READ", false},
+		{WCRecv, "RECV", true}, {WCRecvRDMAWithImm, "RECV_RDMA_WITH_IMM", true}} {
+		if c.op.String() != c.name || c.op.Recv() != c.recv {
+			t.Errorf("%d: %v recv %v", uint32(c.op), c.op, c.op.Recv())
+		}
 	}
 }

@@ -48,12 +48,16 @@ func (a Access) String() string {
 // WROpcode is the operation of a send work request (enum ibv_wr_opcode).
 type WROpcode uint32
 
-// Send work request opcodes supported by an iWARP RNIC.
+// Send work request opcodes supported by an iWARP RNIC. The two with
+// immediate data are RFC 7306's, and only connections whose peer
+// negotiated them (mpa.ExtImmediate) take them.
 const (
-	WRWrite       WROpcode = 0 // IBV_WR_RDMA_WRITE
-	WRSend        WROpcode = 2 // IBV_WR_SEND
-	WRRead        WROpcode = 4 // IBV_WR_RDMA_READ
-	WRSendWithInv WROpcode = 9 // IBV_WR_SEND_WITH_INV
+	WRWrite        WROpcode = 0 // IBV_WR_RDMA_WRITE
+	WRWriteWithImm WROpcode = 1 // IBV_WR_RDMA_WRITE_WITH_IMM
+	WRSend         WROpcode = 2 // IBV_WR_SEND
+	WRSendWithImm  WROpcode = 3 // IBV_WR_SEND_WITH_IMM
+	WRRead         WROpcode = 4 // IBV_WR_RDMA_READ
+	WRSendWithInv  WROpcode = 9 // IBV_WR_SEND_WITH_INV
 )
 
 // String names the opcode as libibverbs does.
@@ -61,14 +65,35 @@ func (o WROpcode) String() string {
 	switch o {
 	case WRWrite:
 		return "RDMA_WRITE"
+	case WRWriteWithImm:
+		return "RDMA_WRITE_WITH_IMM"
 	case WRSend:
 		return "SEND"
+	case WRSendWithImm:
+		return "SEND_WITH_IMM"
 	case WRRead:
 		return "RDMA_READ"
 	case WRSendWithInv:
 		return "SEND_WITH_INV"
 	}
 	return fmt.Sprintf("WR_OPCODE(%d)", uint32(o))
+}
+
+// WithImm reports whether o carries immediate data (RDMA_WRITE_WITH_IMM,
+// SEND_WITH_IMM).
+func (o WROpcode) WithImm() bool { return o == WRWriteWithImm || o == WRSendWithImm }
+
+// WC returns the opcode of the completion of a send request with opcode
+// o, as libibverbs providers give it: RDMA_WRITE for both Writes,
+// RDMA_READ for a Read, SEND for every Send.
+func (o WROpcode) WC() WCOpcode {
+	switch o {
+	case WRWrite, WRWriteWithImm:
+		return WCWrite
+	case WRRead:
+		return WCRead
+	}
+	return WCSend
 }
 
 // SendFlags modify a send work request (enum ibv_send_flags).
@@ -96,7 +121,14 @@ const (
 	WCWrite WCOpcode = 1   // IBV_WC_RDMA_WRITE
 	WCRead  WCOpcode = 2   // IBV_WC_RDMA_READ
 	WCRecv  WCOpcode = 128 // IBV_WC_RECV
+	// WCRecvRDMAWithImm completes the receive an RDMA Write with
+	// Immediate Data consumed (its Immediate Data message, RFC 7306).
+	WCRecvRDMAWithImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
 )
+
+// Recv reports whether o completes a receive (libibverbs: IBV_WC_RECV and
+// every opcode above it have bit 7 set).
+func (o WCOpcode) Recv() bool { return o&WCRecv != 0 }
 
 // String names the opcode as libibverbs does.
 func (o WCOpcode) String() string {
@@ -109,6 +141,8 @@ func (o WCOpcode) String() string {
 		return "RDMA_READ"
 	case WCRecv:
 		return "RECV"
+	case WCRecvRDMAWithImm:
+		return "RECV_RDMA_WITH_IMM"
 	}
 	return fmt.Sprintf("WC_OPCODE(%d)", uint32(o))
 }
@@ -158,6 +192,10 @@ type WCFlags uint32
 
 // Work completion flags.
 const (
+	// WCWithImm marks a receive completed with immediate data (a Send
+	// with Immediate Data, or WCRecvRDMAWithImm); the value is in
+	// WorkCompletion.ImmData.
+	WCWithImm WCFlags = 2
 	// WCWithInv marks a receive completed by a Send with Invalidate; the
 	// invalidated STag is in WorkCompletion.InvalidatedRKey.
 	WCWithInv WCFlags = 8
@@ -219,6 +257,10 @@ type SendWR struct {
 	RKey       uint32
 	// InvalidateRKey is the peer's STag a Send with Invalidate invalidates.
 	InvalidateRKey uint32
+	// ImmData is the immediate value of WRWriteWithImm and WRSendWithImm,
+	// as a number: libibverbs' imm_data holds it in network byte order
+	// (htonl(ImmData)), and the peer's completion carries the same value.
+	ImmData uint32
 }
 
 // RecvWR is a receive-queue work request (struct ibv_recv_wr).
@@ -240,6 +282,9 @@ type WorkCompletion struct {
 	QPNum           uint32
 	Flags           WCFlags
 	InvalidatedRKey uint32
+	// ImmData is the immediate value, with WCWithImm (libibverbs'
+	// imm_data is htonl(ImmData)).
+	ImmData uint32
 }
 
 // CompletionQueue receives the completions of a queue pair. Push must not

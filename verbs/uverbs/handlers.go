@@ -54,7 +54,7 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	case uabi.OpQueryQP:
 		out, err = ss.queryQP(ref())
 	case uabi.OpConnect:
-		err = ss.connect(ctx, req.(*uabi.Connect))
+		out, err = ss.connect(ctx, req.(*uabi.Connect))
 	case uabi.OpDisconnect:
 		err = ss.disconnect(ref())
 	case uabi.OpListen:
@@ -64,7 +64,7 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	case uabi.OpGetRequest:
 		out, err = ss.getRequest(ctx, ref())
 	case uabi.OpAccept:
-		err = ss.accept(req.(*uabi.Accept))
+		out, err = ss.accept(req.(*uabi.Accept))
 	case uabi.OpReject:
 		err = ss.reject(req.(*uabi.Reject))
 	}
@@ -81,20 +81,29 @@ func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
 		return nil, fail(uabi.StNotSupported, "protocol version %d, daemon speaks %d", req.Version, uabi.Version)
 	}
 	a := ss.srv.dev.Query()
+	// The device as this client may use it: its per-client limits cap
+	// the device's own.
+	l := ss.srv.Limits()
 	return &uabi.HelloReply{Version: uabi.Version, Name: ss.srv.dev.Name(), FWVersion: a.FWVersion, NodeGUID: a.NodeGUID,
-		VendorID: a.VendorID, VendorPartID: a.VendorPartID, MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR),
-		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: uint32(a.MaxCQ), MaxCQE: uint32(a.MaxCQE),
-		MaxMR: uint32(a.MaxMR), MaxPD: uint32(a.MaxPD), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
+		VendorID: a.VendorID, VendorPartID: a.VendorPartID, MaxQP: capAttr(a.MaxQP, l.QPs), MaxQPWR: uint32(a.MaxQPWR),
+		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: capAttr(a.MaxCQ, l.CQs), MaxCQE: capAttr(a.MaxCQE, l.CQEs),
+		MaxMR: capAttr(a.MaxMR, l.MRs), MaxPD: capAttr(a.MaxPD, l.PDs), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
 		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU)}, nil
 }
 
 func (ss *session) allocPD() (uabi.Msg, error) {
+	cost := usage{pds: 1}
+	if err := ss.charge(cost); err != nil {
+		return nil, err
+	}
 	pd, err := ss.srv.dev.AllocPD()
 	if err != nil {
+		ss.uncharge(cost)
 		return nil, err
 	}
 	h, err := ss.add(&sPD{pd: pd})
 	if err != nil {
+		ss.uncharge(cost)
 		pd.Dealloc()
 		return nil, err
 	}
@@ -102,28 +111,15 @@ func (ss *session) allocPD() (uabi.Msg, error) {
 }
 
 func (ss *session) deallocPD(h uint32) error {
-	pd, err := get[*sPD](ss, h, "PD")
+	pd, err := takeIf(ss, h, "PD", func(pd *sPD) error {
+		if pd.users > 0 {
+			return fail(uabi.StBusy, "PD %d still has %d regions and QPs", pd.pd.Handle(), pd.users)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	for _, o := range ss.objs {
-		switch o := o.(type) {
-		case *sMR:
-			if o.pd == pd {
-				ss.mu.Unlock()
-				return fail(uabi.StBusy, "PD %d still has regions", pd.pd.Handle())
-			}
-		case *sQP:
-			if o.pd == pd {
-				ss.mu.Unlock()
-				return fail(uabi.StBusy, "PD %d still has QPs", pd.pd.Handle())
-			}
-		}
-	}
-	delete(ss.objs, h)
-	ss.mu.Unlock()
-	ss.srv.release(h)
 	pd.unmapZombies()
 	return pd.pd.Dealloc()
 }
@@ -134,18 +130,35 @@ func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	cost := usage{mrs: 1, mrBytes: req.Length}
+	if err := ss.charge(cost); err != nil {
+		return nil, err
+	}
+	if err := ss.hold(req.PD, pd); err != nil {
+		ss.uncharge(cost)
+		return nil, err
+	}
+	undo := func() {
+		ss.mu.Lock()
+		ss.unchargeLocked(cost)
+		pd.users--
+		ss.mu.Unlock()
+	}
 	mapping, buf, err := uabi.MapShared(fd, req.Offset, req.Length)
 	if err != nil {
+		undo()
 		return nil, fail(uabi.StError, "map region memory: %v", err)
 	}
 	reg, err := ss.srv.eng.Regions().Register(pd.pd.Handle(), buf, req.IOVA, ibv.Access(req.Access))
 	if err != nil {
+		undo()
 		uabi.Unmap(mapping)
 		return nil, err
 	}
-	mr := &sMR{pd: pd, regions: ss.srv.eng.Regions(), stag: reg.STag(), mapping: mapping}
+	mr := &sMR{pd: pd, regions: ss.srv.eng.Regions(), stag: reg.STag(), mapping: mapping, length: req.Length}
 	h, err := ss.add(mr)
 	if err != nil {
+		undo()
 		mr.dereg()
 		return nil, err
 	}
@@ -153,11 +166,13 @@ func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 }
 
 func (ss *session) deregMR(h uint32) error {
-	mr, err := get[*sMR](ss, h, "MR")
+	mr, err := take[*sMR](ss, h, "MR")
 	if err != nil {
 		return err
 	}
-	ss.remove(h)
+	ss.mu.Lock()
+	mr.pd.users--
+	ss.mu.Unlock()
 	return mr.dereg()
 }
 
@@ -167,9 +182,14 @@ func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
 		return nil, nil, fail(uabi.StError, "CQ depth %d: want 1..%d", depth, verbs.MaxCQE)
 	}
 	count := uabi.RingCount(depth)
+	cost := usage{cqs: 1, cqes: int(count)}
+	if err := ss.charge(cost); err != nil {
+		return nil, nil, err
+	}
 	size := uabi.RingBytes(count, uabi.CQESize)
 	memfd, mem, err := uabi.NewShared("siwtun-cq", size, true)
 	if err != nil {
+		ss.uncharge(cost)
 		return nil, nil, err
 	}
 	ring, err := uabi.InitRing(mem, count, uabi.CQESize)
@@ -178,6 +198,7 @@ func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
 		nfd, err = uabi.NewEventfd()
 	}
 	if err != nil {
+		ss.uncharge(cost)
 		uabi.Unmap(mem)
 		uabi.Close(memfd)
 		return nil, nil, err
@@ -185,6 +206,7 @@ func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
 	cq := &sCQ{ring: ring, mem: mem, notifyFD: nfd}
 	h, err := ss.add(cq)
 	if err != nil {
+		ss.uncharge(cost)
 		cq.close()
 		uabi.Close(memfd)
 		return nil, nil, err
@@ -193,7 +215,7 @@ func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
 	// its own to write.
 	cfd, err := dupFD(nfd)
 	if err != nil {
-		ss.remove(h)
+		take[*sCQ](ss, h, "CQ")
 		cq.close()
 		uabi.Close(memfd)
 		return nil, nil, err
@@ -202,18 +224,15 @@ func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {
 }
 
 func (ss *session) destroyCQ(h uint32) error {
-	cq, err := get[*sCQ](ss, h, "CQ")
+	cq, err := takeIf(ss, h, "CQ", func(cq *sCQ) error {
+		if cq.users > 0 {
+			return fail(uabi.StBusy, "CQ %d: %d QPs use it", h, cq.users)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	ss.mu.Lock()
-	if cq.users > 0 {
-		ss.mu.Unlock()
-		return fail(uabi.StBusy, "CQ %d: %d QPs use it", h, cq.users)
-	}
-	delete(ss.objs, h)
-	ss.mu.Unlock()
-	ss.srv.release(h)
 	cq.close()
 	return nil
 }
@@ -236,8 +255,29 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, ibv.MaxQPWR)
 	}
 	sqCount, rqCount := uabi.RingCount(maxSend), uabi.RingCount(maxRecv)
-	sqBytes := uabi.RingBytes(sqCount, uabi.SQESize)
-	total := sqBytes + uabi.RingBytes(rqCount, uabi.RQESize)
+	cost := usage{qps: 1, wrs: int(sqCount + rqCount)}
+	if err := ss.charge(cost); err != nil {
+		return nil, nil, err
+	}
+	// The QP holds its PD and CQs from now on: they cannot go while it
+	// is being created.
+	if err := ss.hold(req.PD, pd, req.SendCQ, scq, req.RecvCQ, rcq); err != nil {
+		ss.uncharge(cost)
+		return nil, nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			ss.mu.Lock()
+			ss.unchargeLocked(cost)
+			pd.users--
+			scq.users--
+			rcq.users--
+			ss.mu.Unlock()
+		}
+	}()
+	sqBytes := uabi.RingSpan(sqCount, uabi.SQESize)
+	total := sqBytes + uabi.RingSpan(rqCount, uabi.RQESize)
 	memfd, mem, err := uabi.NewShared("siwtun-qp", total, true)
 	if err != nil {
 		return nil, nil, err
@@ -258,16 +298,23 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
+	db, err := ss.srv.doorbell(dbfd)
+	if err != nil {
+		uabi.Close(cfd)
+		uabi.Close(memfd)
+		uabi.Unmap(mem)
+		return nil, nil, err
+	}
 	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll})
 	if err != nil {
-		uabi.Close(dbfd)
+		db.Close()
 		uabi.Close(cfd)
 		uabi.Close(memfd)
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
 	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
-		doorbell: dbfd, stop: make(chan struct{}), epoch: time.Now()}
+		doorbell: db, stop: make(chan struct{}), epoch: time.Now()}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon.
@@ -280,23 +327,45 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()
-	ss.mu.Lock()
-	scq.users++
-	rcq.users++
-	ss.mu.Unlock()
-	q.done.Add(2)
+	ok = true // q.destroy releases the holds and the charge from now on
+	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
 	q.h = h
-	go q.events()
+	eqp.SetEventHandler(func(e ibv.Event) { ss.queueEvent(h, e, eqp) })
 	if err != nil {
 		q.destroy()
+		ss.uncharge(cost)
 		uabi.Close(cfd)
 		uabi.Close(memfd)
 		return nil, nil, err
 	}
 	return &uabi.CreateQPReply{Handle: h, Num: eqp.Num(), SQCount: sqCount, RQCount: rqCount,
 		SQBytes: uint32(sqBytes), Total: uint32(total)}, []int{memfd, cfd}, nil
+}
+
+// hold takes a reference on each of the session's objects given as a
+// handle and the object get returned for it (PDs and CQs), after checking
+// under the session's lock that each is still there: a PD or CQ destroyed
+// by a concurrent request fails the request that wanted it.
+func (ss *session) hold(pairs ...any) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for i := 0; i < len(pairs); i += 2 {
+		h := pairs[i].(uint32)
+		if ss.objs[h] != pairs[i+1] {
+			return fail(uabi.StBadHandle, "object %d destroyed meanwhile", h)
+		}
+	}
+	for i := 1; i < len(pairs); i += 2 {
+		switch o := pairs[i].(type) {
+		case *sPD:
+			o.users++
+		case *sCQ:
+			o.users++
+		}
+	}
+	return nil
 }
 
 func firstErr(errs ...error) error {
@@ -309,11 +378,10 @@ func firstErr(errs ...error) error {
 }
 
 func (ss *session) destroyQP(h uint32) error {
-	q, err := get[*sQP](ss, h, "QP")
+	q, err := take[*sQP](ss, h, "QP")
 	if err != nil {
 		return err
 	}
-	ss.remove(h)
 	q.destroy()
 	return nil
 }
@@ -335,15 +403,23 @@ func (ss *session) queryQP(h uint32) (uabi.Msg, error) {
 	return &rep, nil
 }
 
-func (ss *session) connect(ctx context.Context, req *uabi.Connect) error {
+func (ss *session) connect(ctx context.Context, req *uabi.Connect) (uabi.Msg, error) {
 	q, err := get[*sQP](ss, req.Handle, "QP")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !req.Remote.IsValid() {
-		return fail(uabi.StError, "connect: invalid address")
+		return nil, fail(uabi.StError, "connect: invalid address")
 	}
-	return q.qp.Connect(ctx, req.Remote, req.Param.Param())
+	if err := q.qp.Connect(ctx, req.Remote, req.Param.Param()); err != nil {
+		return nil, err
+	}
+	return established(q), nil
+}
+
+// established is the reply of a Connect or Accept that connected q.
+func established(q *sQP) *uabi.Established {
+	return &uabi.Established{Ext: uint8(q.qp.Info().Params.Ext)}
 }
 
 func (ss *session) disconnect(h uint32) error {
@@ -356,12 +432,18 @@ func (ss *session) disconnect(h uint32) error {
 }
 
 func (ss *session) listen(req *uabi.Listen) (uabi.Msg, error) {
+	cost := usage{listeners: 1}
+	if err := ss.charge(cost); err != nil {
+		return nil, err
+	}
 	l, err := ss.srv.eng.Listen(req.Addr, int(min(req.Backlog, 1024)))
 	if err != nil {
+		ss.uncharge(cost)
 		return nil, err
 	}
 	h, err := ss.add(&sListener{l: l})
 	if err != nil {
+		ss.uncharge(cost)
 		l.Close()
 		return nil, err
 	}
@@ -369,11 +451,10 @@ func (ss *session) listen(req *uabi.Listen) (uabi.Msg, error) {
 }
 
 func (ss *session) closeListener(h uint32) error {
-	l, err := get[*sListener](ss, h, "listener")
+	l, err := take[*sListener](ss, h, "listener")
 	if err != nil {
 		return err
 	}
-	ss.remove(h)
 	return l.l.Close()
 }
 
@@ -394,24 +475,28 @@ func (ss *session) getRequest(ctx context.Context, h uint32) (uabi.Msg, error) {
 	return &uabi.ConnRequest{Handle: rh, Remote: r.Remote, PrivateData: r.PrivateData, IRD: r.IRD, ORD: r.ORD}, nil
 }
 
-func (ss *session) accept(req *uabi.Accept) error {
-	r, err := get[*sReq](ss, req.Request, "connection request")
-	if err != nil {
-		return err
+func (ss *session) accept(req *uabi.Accept) (uabi.Msg, error) {
+	if _, err := get[*sReq](ss, req.Request, "connection request"); err != nil {
+		return nil, err
 	}
 	q, err := get[*sQP](ss, req.QP, "QP")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ss.remove(req.Request)
-	return r.r.Accept(q.qp, req.Param.Param())
+	r, err := take[*sReq](ss, req.Request, "connection request")
+	if err != nil {
+		return nil, err
+	}
+	if err := r.r.Accept(q.qp, req.Param.Param()); err != nil {
+		return nil, err
+	}
+	return established(q), nil
 }
 
 func (ss *session) reject(req *uabi.Reject) error {
-	r, err := get[*sReq](ss, req.Request, "connection request")
+	r, err := take[*sReq](ss, req.Request, "connection request")
 	if err != nil {
 		return err
 	}
-	ss.remove(req.Request)
 	return r.r.Reject(req.PrivateData)
 }

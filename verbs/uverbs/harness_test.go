@@ -36,11 +36,14 @@ type rig struct {
 	serveCh chan error
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB) *rig { return newRigWith(t, nil) }
+
+// newRigWith is newRig with the peer RNIC's engine configured by peerMod.
+func newRigWith(t testing.TB, peerMod func(*offload.Config)) *rig {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	r := &rig{t: t, serveCh: make(chan error, 1)}
-	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", nil)
+	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", peerMod)
 	r.daemon, r.local = daemon.Engine, daemon.Device
 	r.peerEng, r.peer = peer.Engine, peer.Device
 	var log *slog.Logger
@@ -114,12 +117,23 @@ func (e *side) region(t testing.TB, n int, access verbs.Access) *verbs.MR {
 	return mr
 }
 
-// connect connects cli to a QP of srv accepted on a fresh listener.
+// connect connects cli to a QP of srv accepted on a fresh listener and
+// waits for both to be established.
 func connect(t testing.TB, cli, srv *side) {
+	t.Helper()
+	connectAt(t, cli, srv, netip.AddrPortFrom(peerAddr.Addr(), peerPort), verbs.ConnParam{})
+	waitEvent(t, cli.qp, verbs.EventEstablished)
+	waitEvent(t, srv.qp, verbs.EventEstablished)
+}
+
+// connectAt connects cli to addr, where srv listens, and accepts the
+// request there into srv's QP with accept; it returns when both calls
+// have, leaving their events to the caller.
+func connectAt(t testing.TB, cli, srv *side, addr netip.AddrPort, accept verbs.ConnParam) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	l, err := srv.dev.Listen(netip.AddrPortFrom(peerAddr.Addr(), peerPort), 4)
+	l, err := srv.dev.Listen(addr, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,16 +145,14 @@ func connect(t testing.TB, cli, srv *side) {
 			acc <- err
 			return
 		}
-		acc <- req.Accept(srv.qp, verbs.ConnParam{})
+		acc <- req.Accept(srv.qp, accept)
 	}()
-	if err := cli.qp.Connect(ctx, netip.AddrPortFrom(peerAddr.Addr(), peerPort), verbs.ConnParam{}); err != nil {
+	if err := cli.qp.Connect(ctx, addr, verbs.ConnParam{}); err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
 	if err := <-acc; err != nil {
 		t.Fatalf("Accept: %v", err)
 	}
-	waitEvent(t, cli.qp, verbs.EventEstablished)
-	waitEvent(t, srv.qp, verbs.EventEstablished)
 }
 
 func waitEvent(t testing.TB, qp *verbs.QP, want verbs.EventType) verbs.Event {

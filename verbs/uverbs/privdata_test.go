@@ -1,7 +1,6 @@
 package uverbs
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 
@@ -26,30 +25,8 @@ func TestSocketAcceptPrivateData(t *testing.T) {
 		{"listener-over-socket", newEnd(t, r.peer, 8), newEnd(t, dev, 8), daemonAddr.Addr()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			defer cancel()
-			addr := netip.AddrPortFrom(tc.at, uint16(7300+i))
 			pd := []byte{0, 0, 0x7f, 1, 2, 3, 4, 5, 0x11, 0x22, 0x33, byte(i)}
-			l, err := tc.srv.dev.Listen(addr, 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			acc := make(chan error, 1)
-			go func() {
-				req, err := l.Accept(ctx)
-				if err != nil {
-					acc <- err
-					return
-				}
-				acc <- req.Accept(tc.srv.qp, verbs.ConnParam{PrivateData: pd})
-			}()
-			if err := tc.cli.qp.Connect(ctx, addr, verbs.ConnParam{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-acc; err != nil {
-				t.Fatal(err)
-			}
+			connectAt(t, tc.cli, tc.srv, netip.AddrPortFrom(tc.at, uint16(7300+i)), verbs.ConnParam{PrivateData: pd})
 			if got := waitEvent(t, tc.cli.qp, verbs.EventEstablished).PrivateData; string(got) != string(pd) {
 				t.Errorf("EventEstablished private data %x, want %x", got, pd)
 			}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -41,14 +42,48 @@ type Server struct {
 	sessions   map[*session]struct{}
 	owners     map[uint32]*session
 	nextHandle uint32
+	limits     Limits
 	closed     bool
-	wg         sync.WaitGroup
+	// sendTimeout is how long a message to a client may wait for room
+	// in its socket (session.send), in nanoseconds; tests shorten it.
+	sendTimeout atomic.Int64
+	wg          sync.WaitGroup
 
 	// rxSpin is rxIdle's watch in nanoseconds (rxSpinFor; tests change
 	// it).
 	rxSpin             atomic.Int64
 	rxWatches, rxTaken atomic.Uint64
 	ringFull           atomic.Uint64
+
+	// sqScratch and rqScratch lend the buffers a QP decodes a batch of
+	// ring entries into (*sqBatch, *rqBatch) while it drains its rings:
+	// an idle QP holds none.
+	sqScratch, rqScratch sync.Pool
+
+	// sleepers wakes the ring goroutines of idle QPs (created with the
+	// first QP, closed by Close).
+	sleepersOnce sync.Once
+	sleepers     *uabi.Sleepers
+	sleepersErr  error
+}
+
+// doorbell makes the QP doorbell of eventfd fd, on the server's Sleepers.
+func (s *Server) doorbell(fd int) (*uabi.Doorbell, error) {
+	s.sleepersOnce.Do(func() {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			s.sleepersErr = ErrServerClosed
+			return
+		}
+		s.sleepers, s.sleepersErr = uabi.NewSleepers()
+	})
+	if s.sleepersErr != nil {
+		uabi.Close(fd)
+		return nil, s.sleepersErr
+	}
+	return s.sleepers.NewDoorbell(fd)
 }
 
 // Stats are a server's counters.
@@ -78,7 +113,8 @@ func (s *Server) Counters() []offload.Counter {
 		{Name: "verbsRingFull", Value: st.RingFull}}
 }
 
-// NewServer returns a server of dev, which must be in-process (package rnic).
+// NewServer returns a server of dev, which must be in-process (package rnic),
+// with the DefaultLimits per client (SetLimits changes them).
 func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	eng := rnic.Engine(dev)
 	if eng == nil {
@@ -89,8 +125,11 @@ func NewServer(dev *verbs.Device, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{dev: dev, eng: eng, log: log.With("dev", dev.Name()),
 		lns: make(map[net.Listener]struct{}), sessions: make(map[*session]struct{}),
-		owners: make(map[uint32]*session), nextHandle: 1}
+		owners: make(map[uint32]*session), nextHandle: 1, limits: DefaultLimits()}
+	s.sendTimeout.Store(int64(clientSendTimeout))
 	s.rxSpin.Store(int64(rxSpinFor))
+	s.sqScratch.New = func() any { return new(sqBatch) }
+	s.rqScratch.New = func() any { return new(rqBatch) }
 	return s, nil
 }
 
@@ -128,6 +167,12 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 	}
 	return l, nil
 }
+
+// clientSendTimeout is how long a reply or an event may wait for room in
+// a client's socket before the client, which does not read it, is cut off.
+// Every client reads its socket all the time (libsiwtun and the Go client
+// have a reader thread), so only a stuck or hostile one waits this long.
+const clientSendTimeout = 10 * time.Second
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("uverbs: server closed")
@@ -190,6 +235,10 @@ func (s *Server) Close() error {
 		ss.removed("daemon stopped")
 	}
 	s.wg.Wait()
+	s.sleepersOnce.Do(func() { s.sleepersErr = ErrServerClosed })
+	if s.sleepers != nil {
+		return s.sleepers.Close()
+	}
 	return nil
 }
 

@@ -6,15 +6,25 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
-// maxInFlight bounds the requests of one session handled at once.
-const maxInFlight = 32
+// maxInFlight bounds the requests of one session handled at once; more
+// wait for a slot, in their own goroutines, so the session's reader reads
+// on (a Cancel, the client's close). maxQueued bounds those handled and
+// waiting together: a request past it is refused (StBusy).
+const (
+	maxInFlight = 32
+	maxQueued   = 1024
+)
 
 type session struct {
 	srv  *Server
@@ -22,18 +32,95 @@ type session struct {
 	conn *uabi.Conn
 	log  *slog.Logger
 
-	wmu sync.Mutex // one writer at a time
-	enc uabi.Enc   // guarded by wmu
+	wmu       sync.Mutex // one writer at a time
+	enc       uabi.Enc   // guarded by wmu
+	stuckOnce sync.Once  // the client stopped reading (send)
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	sem    chan struct{}
+	queued atomic.Int32 // requests handled or waiting for a slot in sem
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	objs    map[uint32]any
 	calls   map[uint32]context.CancelFunc
 	closing bool
+	used    usage // what objs hold, against the server's Limits
+
+	// The queue pairs' connection events wait in evQueue for the event
+	// goroutine (forwardEvents, started with the first), which sends them
+	// in order: the engine hands them over without waiting for the
+	// client's socket.
+	evMu      sync.Mutex
+	evQueue   []*uabi.QPEvent
+	evRunning bool
+	evDone    chan struct{} // closed by the event goroutine when it ends
+	evDrops   int
+}
+
+// maxQueuedEvents bounds a session's waiting events; more are dropped, as
+// the engine drops a queue pair's events when nobody reads them.
+const maxQueuedEvents = 4096
+
+// queueEvent queues the event e of queue pair h (the engine's qp) for the
+// client; EventEstablished carries the RDMAP extensions the connection
+// negotiated. The engine never emits it under the QP's lock.
+func (ss *session) queueEvent(h uint32, e ibv.Event, qp *offload.QP) {
+	ev := &uabi.QPEvent{QP: h, Type: uint32(e.Type), Code: uint16(e.Code), PrivateData: e.PrivateData}
+	if e.Type == ibv.EventEstablished {
+		ev.Ext = uint8(qp.Info().Params.Ext)
+	}
+	if e.Err != nil {
+		ev.Err = e.Err.Error()
+	}
+	ss.evMu.Lock()
+	defer ss.evMu.Unlock()
+	if len(ss.evQueue) >= maxQueuedEvents {
+		ss.evDrops++
+		return
+	}
+	ss.evQueue = append(ss.evQueue, ev)
+	if !ss.evRunning {
+		ss.evRunning = true
+		ss.evDone = make(chan struct{})
+		go ss.forwardEvents(ss.evDone)
+	}
+}
+
+// forwardEvents sends the queued events until the queue is empty, then
+// ends (queueEvent starts it again).
+func (ss *session) forwardEvents(done chan struct{}) {
+	defer close(done)
+	for {
+		ss.evMu.Lock()
+		q := ss.evQueue
+		ss.evQueue = nil
+		if len(q) == 0 {
+			ss.evRunning = false
+			if ss.evDrops > 0 {
+				ss.log.Warn("verbs client too slow: queue pair events dropped", "events", ss.evDrops)
+				ss.evDrops = 0
+			}
+		}
+		ss.evMu.Unlock()
+		if len(q) == 0 {
+			return
+		}
+		for _, ev := range q {
+			ss.event(uabi.EvQP, ev)
+		}
+	}
+}
+
+// flushEvents waits until the events queued so far have been sent.
+func (ss *session) flushEvents() {
+	ss.evMu.Lock()
+	done := ss.evDone
+	ss.evMu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 func newSession(s *Server, c *net.UnixConn) *session {
@@ -83,13 +170,14 @@ func (ss *session) serve() {
 			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StUnknownOp, Msg: fmt.Sprintf("unknown op %d", h.Op)}, nil)
 			continue
 		}
-		body = append([]byte(nil), body...) // the receive buffer is reused
-		select {
-		case ss.sem <- struct{}{}:
-		case <-ss.ctx.Done():
+		if ss.queued.Add(1) > maxQueued {
+			ss.queued.Add(-1)
 			uabi.CloseFDs(fds)
-			return
+			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBusy,
+				Msg: fmt.Sprintf("%s: more than %d requests of this client in flight", uabi.OpName(h.Op), maxQueued)}, nil)
+			continue
 		}
+		body = append([]byte(nil), body...) // the receive buffer is reused
 		ctx, cancel := context.WithCancel(ss.ctx)
 		ss.mu.Lock()
 		ss.calls[h.Seq] = cancel
@@ -97,12 +185,23 @@ func (ss *session) serve() {
 		ss.wg.Add(1)
 		go func() {
 			defer ss.wg.Done()
+			defer ss.queued.Add(-1)
+			defer func() {
+				cancel()
+				ss.mu.Lock()
+				delete(ss.calls, h.Seq)
+				ss.mu.Unlock()
+			}()
+			select {
+			case ss.sem <- struct{}{}:
+			case <-ctx.Done():
+				// Canceled, or the session ends, before a slot was free.
+				uabi.CloseFDs(fds)
+				ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StCanceled, Msg: uabi.OpName(h.Op) + " canceled"}, nil)
+				return
+			}
 			defer func() { <-ss.sem }()
 			ss.handle(ctx, h, body, fds)
-			cancel()
-			ss.mu.Lock()
-			delete(ss.calls, h.Seq)
-			ss.mu.Unlock()
 		}()
 	}
 }
@@ -124,12 +223,12 @@ func (ss *session) removed(reason string) {
 func (ss *session) reply(seq uint32, op uint16, st uabi.Status, body uabi.Msg, fds ...int) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	if err := ss.conn.Send(ss.enc.Reply(op, seq, st, body, len(fds)), fds...); err != nil {
+	if err := ss.send(ss.enc.Reply(op, seq, st, body, len(fds)), fds...); err != nil {
 		ss.log.Debug("verbs reply", "err", err)
-		if len(fds) > 0 {
+		if len(fds) > 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
 			// Never leave the client waiting: reply with the failure.
 			st := uabi.Status{Code: uabi.StError, Msg: "sending the reply's descriptors: " + err.Error()}
-			ss.conn.Send(ss.enc.Reply(op, seq, st, nil, 0))
+			ss.send(ss.enc.Reply(op, seq, st, nil, 0))
 		}
 	}
 }
@@ -138,7 +237,26 @@ func (ss *session) reply(seq uint32, op uint16, st uabi.Status, body uabi.Msg, f
 func (ss *session) event(kind uint32, body uabi.Msg) {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	ss.conn.Send(ss.enc.Event(kind, body))
+	ss.send(ss.enc.Event(kind, body))
+}
+
+// send writes one message (ss.wmu held). A client that leaves its socket
+// unread until the message has waited the server's sendTimeout is cut
+// off: its session ends and its objects are destroyed. Without that, the
+// session's requests, its QPs' events and the server's Close would wait
+// for it for ever.
+func (ss *session) send(msg []byte, fds ...int) error {
+	timeout := time.Duration(ss.srv.sendTimeout.Load())
+	ss.uc.SetWriteDeadline(time.Now().Add(timeout))
+	err := ss.conn.Send(msg, fds...)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		ss.stuckOnce.Do(func() {
+			ss.log.Warn("verbs client does not read its socket; closing the session", "timeout", timeout)
+			ss.cancel()
+			ss.uc.Close()
+		})
+	}
+	return err
 }
 
 // add records a new object under a fresh handle; after teardown began it
@@ -155,11 +273,46 @@ func (ss *session) add(obj any) (uint32, error) {
 	return h, nil
 }
 
-func (ss *session) remove(h uint32) {
+// take removes the session's object h of type T and returns it: of two
+// requests destroying one object, one gets it and the other an error, so
+// an object is never destroyed twice. Its cost goes back to the session.
+func take[T any](ss *session, h uint32, what string) (T, error) {
+	return takeIf[T](ss, h, what, nil)
+}
+
+// takeIf is take, when check (called with ss.mu held) returns nil.
+func takeIf[T any](ss *session, h uint32, what string, check func(T) error) (T, error) {
+	var zero T
 	ss.mu.Lock()
-	delete(ss.objs, h)
+	o, ok := ss.objs[h]
+	t, isT := o.(T)
+	var err error
+	if ok && isT && check != nil {
+		err = check(t)
+	}
+	if ok && isT && err == nil {
+		delete(ss.objs, h)
+		ss.unchargeLocked(costOf(o))
+	}
 	ss.mu.Unlock()
+	switch {
+	case !ok:
+		return zero, missing(ss, h, what)
+	case !isT:
+		return zero, fail(uabi.StBadHandle, "handle %d is not a %s", h, what)
+	case err != nil:
+		return zero, err
+	}
 	ss.srv.release(h)
+	return t, nil
+}
+
+// missing is the error for a handle h the session does not have.
+func missing(ss *session, h uint32, what string) error {
+	if other := ss.srv.owner(h); other != nil && other != ss {
+		return fail(uabi.StForeign, "%s handle %d belongs to another client", what, h)
+	}
+	return fail(uabi.StBadHandle, "no %s with handle %d", what, h)
 }
 
 // get returns the session's object h of type T.
@@ -169,10 +322,7 @@ func get[T any](ss *session, h uint32, what string) (T, error) {
 	o, ok := ss.objs[h]
 	ss.mu.Unlock()
 	if !ok {
-		if other := ss.srv.owner(h); other != nil && other != ss {
-			return zero, fail(uabi.StForeign, "%s handle %d belongs to another client", what, h)
-		}
-		return zero, fail(uabi.StBadHandle, "no %s with handle %d", what, h)
+		return zero, missing(ss, h, what)
 	}
 	t, ok := o.(T)
 	if !ok {
@@ -224,13 +374,18 @@ func (ss *session) teardown() {
 	for h := range objs {
 		ss.srv.release(h)
 	}
+	ss.flushEvents()
 	ss.log.Info("verbs client gone", "qps", nqp, "mrs", nmr, "objects", len(objs))
 }
 
 // Objects of a session.
 
 type sPD struct {
-	pd      *verbs.PD
+	pd *verbs.PD
+	// users counts the session's regions and QPs in the PD, those being
+	// created included (session.hold; guarded by the session's mu): a
+	// PD with users cannot be deallocated.
+	users   int
 	mu      sync.Mutex
 	qps     int
 	zombies [][]byte // mappings of deregistered regions, unmapped once no QP of the PD runs
@@ -264,6 +419,7 @@ type sMR struct {
 	regions *offload.Regions
 	stag    uint32
 	mapping []byte
+	length  uint64 // the registered bytes (the mapping is whole pages)
 }
 
 // dereg invalidates the STag at once; the memory is unmapped only when no

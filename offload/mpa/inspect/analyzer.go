@@ -506,6 +506,12 @@ func parseHeader(b []byte, ulpduLen int) *Header {
 			out.Detail = t.String()
 		}
 		out.Payload = 0
+	case !h.Tagged && op.Extended():
+		var m rdmap.Immediate
+		if m.Unmarshal(rest) == nil {
+			out.Detail = m.String()
+			out.Payload -= rdmap.ImmediateDataLen
+		}
 	}
 	if h.Version != ddp.Version {
 		out.Detail += fmt.Sprintf(" (DDP version %d)", h.Version)

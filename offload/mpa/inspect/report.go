@@ -162,7 +162,8 @@ type Header struct {
 	// Payload is the number of payload octets after the headers.
 	Payload int `json:"payload"`
 	// Detail is a one-line rendering of a Read Request or Terminate
-	// header, or what is wrong with the header.
+	// header or of an Immediate Data message's Immediate Data (RFC 7306),
+	// or what is wrong with the header.
 	Detail string `json:"detail,omitempty"`
 }
 

@@ -257,6 +257,15 @@ func (cn *conn) terminate() (rdmap.Terminate, error) {
 	return t, fmt.Errorf("no Terminate among %d FPDUs", len(cn.h.ulpdus))
 }
 
+// terminated reads until the responder closes the stream (within d) and
+// returns the Terminate it sent before.
+func (cn *conn) terminated(d time.Duration) (rdmap.Terminate, error) {
+	if err := cn.readAll(d); err != nil {
+		return rdmap.Terminate{}, err
+	}
+	return cn.terminate()
+}
+
 // sendNoRecv sends a 16-octet Send (MSN 1) to a QP that has no receive
 // posted: RFC 5041 asks for a Terminate DDP, untagged buffer error,
 // 0x02 (invalid MSN, no buffer available), with the DDP header copied,
@@ -271,10 +280,7 @@ func sendNoRecv(addr string) error {
 	if err := cn.send(h, nil, []byte("no buffer for me")); err != nil {
 		return err
 	}
-	if err := cn.readAll(15 * time.Second); err != nil {
-		return err
-	}
-	t, err := cn.terminate()
+	t, err := cn.terminated(15 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -393,10 +399,7 @@ func repeat(n int, name, addr string) error {
 			} else if err := cn.send(m.h, nil, m.payload); err != nil {
 				return err
 			}
-			if err := cn.readAll(15 * time.Second); err != nil {
-				return err
-			}
-			t, err := cn.terminate()
+			t, err := cn.terminated(15 * time.Second)
 			if err != nil {
 				return err
 			}

@@ -63,7 +63,7 @@ func CHeader() []byte {
 // statusNames are the St* codes' names, by value.
 var statusNames = [...]string{StOK: "OK", StError: "ERROR", StBadMessage: "BAD_MESSAGE", StUnknownOp: "UNKNOWN_OP",
 	StBadHandle: "BAD_HANDLE", StForeign: "FOREIGN", StBusy: "BUSY", StQPState: "QP_STATE", StRejected: "REJECTED",
-	StCanceled: "CANCELED", StRemoved: "REMOVED", StNotSupported: "NOT_SUPPORTED"}
+	StCanceled: "CANCELED", StRemoved: "REMOVED", StNotSupported: "NOT_SUPPORTED", StLimit: "LIMIT"}
 
 // cFields writes m's X-macro.
 func cFields(b *bytes.Buffer, name string, m Msg) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
+	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
@@ -66,7 +67,8 @@ func renderCLibHeader(t *testing.T) []byte {
 		v int
 	}{{"OK", StOK}, {"ERROR", StError}, {"BAD_MESSAGE", StBadMessage}, {"UNKNOWN_OP", StUnknownOp},
 		{"BAD_HANDLE", StBadHandle}, {"FOREIGN", StForeign}, {"BUSY", StBusy}, {"QP_STATE", StQPState},
-		{"REJECTED", StRejected}, {"CANCELED", StCanceled}, {"REMOVED", StRemoved}, {"NOT_SUPPORTED", StNotSupported}} {
+		{"REJECTED", StRejected}, {"CANCELED", StCanceled}, {"REMOVED", StRemoved}, {"NOT_SUPPORTED", StNotSupported},
+		{"LIMIT", StLimit}} {
 		def("SW_ST_"+s.n, s.v)
 	}
 	for _, e := range []struct {
@@ -96,13 +98,14 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_MAX_QP_WR", ibv.MaxQPWR)
 	def("SW_MAX_RING_ENTRIES", MaxRingEntries)
 	def("SW_SGE_SIZE", sgeSize)
+	def("SW_EXT_IMMEDIATE", int(mpa.ExtImmediate))
 
 	// Send queue entry.
 	sqe := make([]byte, SQESize)
 	sgl := []ibv.SGE{{Addr: 0xa1a2a3a4a5a6a7a8, Length: 0xb1b2b3b4, LKey: 0xc1c2c3c4},
 		{Addr: 0xd1d2d3d4d5d6d7d8, Length: 0x91929394, LKey: 0x99999999}, {}, {}, {}}
 	EncodeSQE(sqe, &ibv.SendWR{ID: 0x1112131415161718, Opcode: 0x5a, Flags: 0x36171717,
-		SGL: sgl, RemoteAddr: 0x2122232425262728, RKey: 0x31323334, InvalidateRKey: 0x41424344})
+		SGL: sgl, RemoteAddr: 0x2122232425262728, RKey: 0x31323334, InvalidateRKey: 0x41424344, ImmData: 0x51525354})
 	def("SW_SQE_SIZE", SQESize)
 	def("SW_SQE_OPCODE", offsetOf(t, sqe, 0x5a, 1))
 	def("SW_SQE_NSGE", offsetOf(t, sqe, 5, 1))
@@ -111,6 +114,7 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_SQE_ID", offsetOf(t, sqe, 0x1112131415161718, 8))
 	def("SW_SQE_REMOTE_ADDR", offsetOf(t, sqe, 0x2122232425262728, 8))
 	def("SW_SQE_RKEY", offsetOf(t, sqe, 0x31323334, 4))
+	def("SW_SQE_IMM_DATA", offsetOf(t, sqe, 0x51525354, 4))
 	sgeOff := offsetOf(t, sqe, 0xa1a2a3a4a5a6a7a8, 8)
 	def("SW_SQE_SGL", sgeOff)
 	if offsetOf(t, sqe, 0xd1d2d3d4d5d6d7d8, 8) != sgeOff+sgeSize {
@@ -145,6 +149,9 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_CQE_QP_NUM", offsetOf(t, cqe, 0x61626364, 4))
 	def("SW_CQE_FLAGS", offsetOf(t, cqe, 0x71727374, 4))
 	def("SW_CQE_INV_RKEY", offsetOf(t, cqe, 0x81828384, 4))
+	// The same word holds the immediate data when the flags say WITH_IMM.
+	EncodeCQE(cqe, &ibv.WorkCompletion{Flags: ibv.WCWithImm, ImmData: 0x91929394})
+	def("SW_CQE_IMM_DATA", offsetOf(t, cqe, 0x91929394, 4))
 	w.WriteString("\n#endif\n")
 	return w.Bytes()
 }

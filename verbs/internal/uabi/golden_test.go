@@ -69,9 +69,9 @@ func samples() []sample {
 		{name: "modify qp reply", op: OpModifyQP, st: ok, m: &Empty{}},
 		{name: "query qp", op: OpQueryQP, m: sampleRef},
 		{name: "query qp reply", op: OpQueryQP, st: ok, m: &QueryQPReply{State: 3, Local: sampleV4, Remote: sampleV6,
-			Rev: 2, CRC: true, MarkersRx: true, IRD: 16, ORD: 4, SQDepth: 32, SQUse: 3, RQDepth: 64, RQUse: 5, EMSS: 1420}},
+			Rev: 2, CRC: true, MarkersRx: true, IRD: 16, ORD: 4, SQDepth: 32, SQUse: 3, RQDepth: 64, RQUse: 5, EMSS: 1420, Ext: 1}},
 		{name: "connect", op: OpConnect, m: &Connect{Handle: 0x15, Remote: sampleV4, Param: sampleParam}},
-		{name: "connect reply", op: OpConnect, st: ok, m: &Empty{}},
+		{name: "connect reply", op: OpConnect, st: ok, m: &Established{Ext: 1}},
 		{name: "disconnect", op: OpDisconnect, m: sampleRef},
 		{name: "disconnect reply", op: OpDisconnect, st: ok, m: &Empty{}},
 		{name: "listen", op: OpListen, m: &Listen{Addr: sampleV6, Backlog: 8}},
@@ -83,7 +83,7 @@ func samples() []sample {
 		{name: "get request reply", op: OpGetRequest, st: ok, m: &ConnRequest{Handle: 0x17, Remote: sampleV4,
 			PrivateData: samplePData, IRD: 16, ORD: 4}},
 		{name: "accept", op: OpAccept, m: &Accept{Request: 0x17, QP: 0x15, Param: sampleParam}},
-		{name: "accept reply", op: OpAccept, st: ok, m: &Empty{}},
+		{name: "accept reply", op: OpAccept, st: ok, m: &Established{Ext: 1}},
 		{name: "reject", op: OpReject, m: &Reject{Request: 0x17, PrivateData: samplePData}},
 		{name: "reject reply", op: OpReject, st: ok, m: &Empty{}},
 		{name: "cancel", op: OpCancel, m: &Cancel{Seq: 5}},
@@ -91,6 +91,7 @@ func samples() []sample {
 		{name: "errno reply", op: OpConnect, st: &Status{Code: StError, Msg: "connection refused", Detail: ErrnoDetail(111)}},
 		{name: "rejected reply", op: OpConnect, st: &Status{Code: StRejected, Msg: "MPA markers rejected", Detail: samplePData}},
 		{name: "qp event", op: OpEvent, kind: EvQP, m: &QPEvent{QP: 0x15, Type: 2, Code: 0x0102, Err: "peer reset"}},
+		{name: "established event", op: OpEvent, kind: EvQP, m: &QPEvent{QP: 0x15, Type: 1, PrivateData: []byte("pd"), Ext: 1}},
 		{name: "device removed event", op: OpEvent, kind: EvDeviceRemoved, m: &DeviceRemoved{Reason: "daemon shutting down"}},
 	}
 }

@@ -108,32 +108,6 @@ func Signal(fd int) error {
 	}
 }
 
-// Wait blocks the calling thread until the eventfd fd has been signalled,
-// and clears it. It polls the descriptor itself instead of going through
-// Go's network poller: a thread parked in poll(2) is woken by the kernel
-// directly, which saves the poller's hand-off (one more thread wake-up and
-// a run-queue trip) on every doorbell. The cost is one OS thread per
-// waiter while it sleeps.
-func Wait(fd int) error {
-	var buf [8]byte
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Read(fd, buf[:])
-		switch err {
-		case nil:
-			return nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-		default:
-			return fmt.Errorf("eventfd read: %w", err)
-		}
-		if _, err := unix.Poll(pfd, -1); err != nil && err != unix.EINTR {
-			return fmt.Errorf("eventfd poll: %w", err)
-		}
-	}
-}
-
 // yieldCPU gives the processor to any other runnable thread on it
 // (sched_yield(2)).
 func yieldCPU() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"syscall"
 
+	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
@@ -112,6 +113,7 @@ type QueryQPReply struct {
 	SQDepth, SQUse            uint32
 	RQDepth, RQUse            uint32
 	EMSS                      uint32
+	Ext                       uint8 // mpa.Ext: the RDMAP extensions negotiated (from Version 3 on)
 }
 
 // QueryQPReplyOf is the reply describing in.
@@ -119,7 +121,7 @@ func QueryQPReplyOf(in ibv.Info) QueryQPReply {
 	return QueryQPReply{State: uint32(in.State), Local: in.Local, Remote: in.Remote,
 		Rev: in.Params.Rev, CRC: in.Params.CRC, MarkersTx: in.Params.MarkersTx, MarkersRx: in.Params.MarkersRx,
 		IRD: uint32(in.IRD), ORD: uint32(in.ORD), SQDepth: uint32(in.SQDepth), SQUse: uint32(in.SQUse),
-		RQDepth: uint32(in.RQDepth), RQUse: uint32(in.RQUse), EMSS: uint32(in.EMSS)}
+		RQDepth: uint32(in.RQDepth), RQUse: uint32(in.RQUse), EMSS: uint32(in.EMSS), Ext: uint8(in.Params.Ext)}
 }
 
 // Info is the QP description of the reply, for QP number num.
@@ -129,6 +131,7 @@ func (m *QueryQPReply) Info(num uint32) ibv.Info {
 		RQDepth: int(m.RQDepth), RQUse: int(m.RQUse), EMSS: int(m.EMSS)}
 	in.Params.Rev, in.Params.CRC, in.Params.MarkersTx, in.Params.MarkersRx = m.Rev, m.CRC, m.MarkersTx, m.MarkersRx
 	in.Params.IRD, in.Params.ORD = uint16(in.IRD), uint16(in.ORD)
+	in.Params.Ext = mpa.Ext(m.Ext)
 	return in
 }
 
@@ -155,6 +158,15 @@ type Connect struct {
 	Handle uint32
 	Remote netip.AddrPort
 	Param  ConnParam
+}
+
+// Established is the reply of Connect and Accept: what the connection
+// negotiated that the client needs at post time.
+type Established struct {
+	// Ext is the RDMAP extensions (RFC 7306) both ends support (mpa.Ext):
+	// without mpa.ExtImmediate the client refuses RDMA Write and Send
+	// with Immediate Data when they are posted.
+	Ext uint8
 }
 
 // Listen listens for connection requests on Addr.
@@ -259,6 +271,10 @@ type QPEvent struct {
 	// PrivateData is the listener's accept private data, in the
 	// connecting side's EventEstablished (from Version 2 on).
 	PrivateData []byte
+	// Ext is, in EventEstablished, the RDMAP extensions the connection
+	// negotiated, as Established has them (from Version 3 on): the event
+	// may reach the client before the Connect's reply.
+	Ext uint8
 }
 
 // DeviceRemoved (EvDeviceRemoved) says the device is going away, and why;

@@ -40,12 +40,12 @@ type OpInfo struct {
 //	 9  DestroyQP      Ref            0    Empty           0
 //	10  ModifyQP       ModifyQP       0    Empty           0
 //	11  QueryQP        Ref            0    QueryQPReply    0
-//	12  Connect        Connect        0    Empty           0
+//	12  Connect        Connect        0    Established     0
 //	13  Disconnect     Ref            0    Empty           0
 //	14  Listen         Listen         0    ListenReply     0
 //	15  CloseListener  Ref            0    Empty           0
 //	16  GetRequest     Ref            0    ConnRequest     0
-//	17  Accept         Accept         0    Empty           0
+//	17  Accept         Accept         0    Established     0
 //	18  Reject         Reject         0    Empty           0
 //	19  Cancel         Cancel         0    none            -
 //
@@ -69,12 +69,12 @@ var Ops = []OpInfo{
 	{Op: OpDestroyQP, Name: "DestroyQP", Request: &Ref{}, Reply: &Empty{}},
 	{Op: OpModifyQP, Name: "ModifyQP", Request: &ModifyQP{}, Reply: &Empty{}},
 	{Op: OpQueryQP, Name: "QueryQP", Request: &Ref{}, Reply: &QueryQPReply{}},
-	{Op: OpConnect, Name: "Connect", Request: &Connect{}, Reply: &Empty{}},
+	{Op: OpConnect, Name: "Connect", Request: &Connect{}, Reply: &Established{}},
 	{Op: OpDisconnect, Name: "Disconnect", Request: &Ref{}, Reply: &Empty{}},
 	{Op: OpListen, Name: "Listen", Request: &Listen{}, Reply: &ListenReply{}},
 	{Op: OpCloseListener, Name: "CloseListener", Request: &Ref{}, Reply: &Empty{}},
 	{Op: OpGetRequest, Name: "GetRequest", Request: &Ref{}, Reply: &ConnRequest{}},
-	{Op: OpAccept, Name: "Accept", Request: &Accept{}, Reply: &Empty{}},
+	{Op: OpAccept, Name: "Accept", Request: &Accept{}, Reply: &Established{}},
 	{Op: OpReject, Name: "Reject", Request: &Reject{}, Reply: &Empty{}},
 	{Op: OpCancel, Name: "Cancel", Request: &Cancel{}},
 }

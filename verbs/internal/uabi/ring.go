@@ -44,13 +44,14 @@ const (
 // Entry sizes.
 const (
 	// SQESize: owner u32 | opcode u8 | nsge u8 | inline len u16 | flags u32 |
-	// invalidate rkey u32 | id u64 | remote addr u64 | rkey u32 | pad u32 |
+	// invalidate rkey u32 | id u64 | remote addr u64 | rkey u32 | imm data u32 |
 	// 6 SGEs {addr u64, length u32, lkey u32} | 256 bytes inline.
 	SQESize = 40 + ibv.MaxSGE*sgeSize + ibv.MaxInline
 	// RQESize: owner u32 | nsge u8 | pad | id u64 | 6 SGEs.
 	RQESize = 16 + ibv.MaxSGE*sgeSize
 	// CQESize: owner u32 (Valid|Solicited) | status u32 | id u64 | opcode u32 |
-	// vendor err u32 | byte len u32 | qp num u32 | flags u32 | invalidated rkey u32.
+	// vendor err u32 | byte len u32 | qp num u32 | flags u32 | invalidated
+	// rkey or imm data u32 (by flags: WCWithImm, as libibverbs' union).
 	CQESize = 40
 	sgeSize = 16
 )
@@ -70,6 +71,15 @@ func RingCount(n int) uint32 {
 // up to whole pages.
 func RingBytes(count uint32, esz int) int {
 	return pageRound(HeaderSize + int(count)*esz)
+}
+
+// RingSpan is the memory of a ring of count entries of size esz, rounded
+// up to whole cache lines, for rings that share pages: a queue pair's SQ
+// and RQ lie one after the other in one mapping (its CreateQP reply says
+// where the RQ begins), so the two rings of a shallow QP take one page.
+func RingSpan(count uint32, esz int) int {
+	const line = 64
+	return (HeaderSize + int(count)*esz + line - 1) &^ (line - 1)
 }
 
 // Ring is one ring of fixed-size entries over shared memory.
@@ -204,6 +214,7 @@ func EncodeSQE(e []byte, wr *ibv.SendWR) {
 	le.PutUint64(e[16:], wr.ID)
 	le.PutUint64(e[24:], wr.RemoteAddr)
 	le.PutUint32(e[32:], wr.RKey)
+	le.PutUint32(e[36:], wr.ImmData)
 }
 
 // SQEBuf is the storage a decoded send request points into.
@@ -236,6 +247,7 @@ func DecodeSQE(e []byte, wr *ibv.SendWR, buf *SQEBuf) error {
 	*wr = ibv.SendWR{
 		ID: le.Uint64(e[16:]), Opcode: ibv.WROpcode(op), Flags: flags,
 		RemoteAddr: le.Uint64(e[24:]), RKey: le.Uint32(e[32:]), InvalidateRKey: le.Uint32(e[12:]),
+		ImmData: le.Uint32(e[36:]),
 	}
 	if flags&ibv.FlagInline != 0 {
 		copy(buf.Inline[:inl], e[40+ibv.MaxSGE*sgeSize:])
@@ -288,7 +300,11 @@ func EncodeCQE(e []byte, wc *ibv.WorkCompletion) {
 	le.PutUint32(e[24:], wc.ByteLen)
 	le.PutUint32(e[28:], wc.QPNum)
 	le.PutUint32(e[32:], uint32(wc.Flags))
-	le.PutUint32(e[36:], wc.InvalidatedRKey)
+	if wc.Flags&ibv.WCWithImm != 0 {
+		le.PutUint32(e[36:], wc.ImmData)
+	} else {
+		le.PutUint32(e[36:], wc.InvalidatedRKey)
+	}
 }
 
 // DecodeCQE reads the entry e into wc.
@@ -301,7 +317,11 @@ func DecodeCQE(e []byte, wc *ibv.WorkCompletion) error {
 		Status: ibv.WCStatus(le.Uint32(e[4:])), ID: le.Uint64(e[8:]),
 		Opcode: ibv.WCOpcode(le.Uint32(e[16:])), VendorErr: le.Uint32(e[20:]),
 		ByteLen: le.Uint32(e[24:]), QPNum: le.Uint32(e[28:]), Flags: ibv.WCFlags(le.Uint32(e[32:])),
-		InvalidatedRKey: le.Uint32(e[36:]),
+	}
+	if wc.Flags&ibv.WCWithImm != 0 {
+		wc.ImmData = le.Uint32(e[36:])
+	} else {
+		wc.InvalidatedRKey = le.Uint32(e[36:])
 	}
 	return nil
 }

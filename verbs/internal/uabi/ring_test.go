@@ -291,3 +291,42 @@ func TestWaitFree(t *testing.T) {
 		t.Fatalf("gave up after %v, before the timeout", d)
 	}
 }
+
+// TestRingSpanPacksQP: a queue pair's SQ and RQ, one after the other at
+// cache-line boundaries, take one page at depth 1 (an idle connection's
+// rings) and open from the other side's mapping at the same offsets.
+func TestRingSpanPacksQP(t *testing.T) {
+	sqb := RingSpan(RingCount(1), SQESize)
+	total := sqb + RingSpan(RingCount(1), RQESize)
+	if sqb%64 != 0 || total%64 != 0 || PageRound(total) != pageSize {
+		t.Fatalf("depth 1: SQ %d bytes, SQ+RQ %d: want cache lines within one page of %d", sqb, total, pageSize)
+	}
+	for _, depth := range []int{1, 16, 1024} {
+		sqc, rqc := RingCount(depth), RingCount(depth)
+		sqb := RingSpan(sqc, SQESize)
+		total := sqb + RingSpan(rqc, RQESize)
+		fd, mem, err := NewShared("test", total, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := InitRing(mem[:sqb], sqc, SQESize); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := InitRing(mem[sqb:], rqc, RQESize); err != nil {
+			t.Fatal(err)
+		}
+		mapping, b, err := MapShared(fd, 0, uint64(total))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenRing(b[:sqb], sqc, SQESize); err != nil {
+			t.Errorf("depth %d: SQ: %v", depth, err)
+		}
+		if _, err := OpenRing(b[sqb:], rqc, RQESize); err != nil {
+			t.Errorf("depth %d: RQ: %v", depth, err)
+		}
+		Unmap(mapping)
+		Unmap(mem)
+		Close(fd)
+	}
+}

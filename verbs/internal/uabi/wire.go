@@ -29,8 +29,9 @@ const (
 	// MaxFDs bounds the descriptors of one message.
 	MaxFDs = 2
 	// Version is the protocol version of Hello. 2: QPEvent carries
-	// PrivateData.
-	Version = 2
+	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
+	// reply Established, QueryQPReply and QPEvent carry Ext.
+	Version = 3
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -64,7 +65,7 @@ const (
 
 // Event kinds (first u32 of an OpEvent body).
 const (
-	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished)
+	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished), u8 ext
 	EvDeviceRemoved = 2 // string reason
 )
 
@@ -82,6 +83,7 @@ const (
 	StCanceled     = 9
 	StRemoved      = 10 // the device is going away
 	StNotSupported = 11
+	StLimit        = 12 // a per-client limit of the daemon was reached (siwtun up --max-client-*)
 )
 
 // ErrBadMessage is returned by the decoders for malformed messages.

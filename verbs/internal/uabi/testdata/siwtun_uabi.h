@@ -10,7 +10,7 @@
 #define SIWTUN_MSG_HEADER_LEN 12
 #define SIWTUN_MAX_MSG 4096
 #define SIWTUN_MAX_FDS 2
-#define SIWTUN_VERSION 2
+#define SIWTUN_VERSION 3
 #define SIWTUN_REPLY_BIT 0x8000
 #define SIWTUN_MAX_BYTES 1024
 #define SIWTUN_ADDR_SIZE 19
@@ -39,6 +39,7 @@
 #define SIWTUN_ST_CANCELED 9
 #define SIWTUN_ST_REMOVED 10
 #define SIWTUN_ST_NOT_SUPPORTED 11
+#define SIWTUN_ST_LIMIT 12
 
 /* Hello */
 #define SIWTUN_OP_HELLO 1
@@ -179,7 +180,8 @@
 	X(u32, sq_use) \
 	X(u32, rq_depth) \
 	X(u32, rq_use) \
-	X(u32, emss)
+	X(u32, emss) \
+	X(u8, ext)
 #define SIWTUN_QUERY_QP_REPLY_FDS 0
 
 /* Connect */
@@ -191,7 +193,8 @@
 	X(u16, param_responder_resources) \
 	X(u16, param_initiator_depth)
 #define SIWTUN_CONNECT_REQUEST_FDS 0
-#define SIWTUN_CONNECT_REPLY(X)
+#define SIWTUN_CONNECT_REPLY(X) \
+	X(u8, ext)
 #define SIWTUN_CONNECT_REPLY_FDS 0
 
 /* Disconnect */
@@ -243,7 +246,8 @@
 	X(u16, param_responder_resources) \
 	X(u16, param_initiator_depth)
 #define SIWTUN_ACCEPT_REQUEST_FDS 0
-#define SIWTUN_ACCEPT_REPLY(X)
+#define SIWTUN_ACCEPT_REPLY(X) \
+	X(u8, ext)
 #define SIWTUN_ACCEPT_REPLY_FDS 0
 
 /* Reject */
@@ -268,7 +272,8 @@
 	X(u32, type) \
 	X(u16, code) \
 	X(bytes, err) \
-	X(bytes, private_data)
+	X(bytes, private_data) \
+	X(u8, ext)
 
 /* DeviceRemoved event */
 #define SIWTUN_EV_DEVICE_REMOVED 2
