@@ -58,7 +58,9 @@ fuzz:
 # kernel TCP over veth, raw gVisor TCP between two daemons' stacks through
 # their TUN devices, and siwtun's RDMA WRITE/READ/SEND bandwidth and
 # latency with CRC on and off, at MTU 1500 and 9000; one table on stdout,
-# the same as JSON in bench/results/. BENCHFLAGS: e.g. --mtu 9000 -D 2.
+# the same as JSON in bench/results/; and Debian's ib_write_lat/ib_write_bw
+# -R through libsiwtun next to siwtun perf (skipped without perftest).
+# BENCHFLAGS: e.g. --mtu 9000 -D 2, or --tests clib --rounds 5.
 BENCHFLAGS ?=
 bench: build
 	./bin/siwtun bench --out bench/results $(BENCHFLAGS)

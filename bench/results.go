@@ -20,6 +20,12 @@ const (
 	// StackSiwtun is the RNIC: perftest's tests between applications on
 	// the two daemons' verbs sockets.
 	StackSiwtun = "siwtun"
+	// StackCLib is Debian's perftest (C, linked with rdma-core) through
+	// libsiwtun on the same two daemons (`siwtun exec`, SuiteCLib).
+	StackCLib = "clib"
+	// StackPerfPair is siwtun perf run right next to each StackCLib
+	// figure with the same arguments: its side of the comparison.
+	StackPerfPair = "siwtun-pair"
 )
 
 // Kinds of Row.
@@ -63,6 +69,9 @@ type Row struct {
 	CRC *bool `json:"crc,omitempty"`
 	// Value is MB/s (KindBW) or the median round trip in µs (KindLat).
 	Value float64 `json:"value"`
+	// Mean is the mean round trip in µs (perftest's t_avg; latency rows
+	// of the RDMA stacks).
+	Mean float64 `json:"mean,omitempty"`
 	// VsGVisor and VsKernel are Value divided by the same kind of figure
 	// of raw gVisor TCP and of kernel TCP at the same MTU (0: no such
 	// baseline). Above 1 is better for bandwidth, worse for latency.
@@ -111,6 +120,9 @@ type Target struct {
 	// Missing says why the figure could not be computed (then Pass is
 	// false).
 	Missing string `json:"missing,omitempty"`
+	// Skipped says why the measurement was not run at all (then Pass is
+	// false): what is not installed.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Results is one run of the benchmark.
@@ -127,11 +139,22 @@ type Results struct {
 	// every figure rather than every sample of one.
 	Rounds int `json:"rounds,omitempty"`
 	// Suites are the suites measured (SuitePerf, ...); absent: all.
-	Suites  []string `json:"suites,omitempty"`
-	Rows    []Row    `json:"rows"`
-	Targets []Target `json:"targets"`
+	Suites []string `json:"suites,omitempty"`
+	// DaemonNice is the daemons' `siwtun up --nice` (0: as started).
+	DaemonNice int      `json:"daemon_nice,omitempty"`
+	Rows       []Row    `json:"rows"`
+	Targets    []Target `json:"targets"`
+	// CLib is set when the run was to compare Debian's perftest through
+	// libsiwtun with siwtun perf (SuiteCLib).
+	CLib *CLibInfo `json:"clib,omitempty"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
+}
+
+// CLibInfo is the comparison of perftest through libsiwtun in a run.
+type CLibInfo struct {
+	// Skipped says why it did not run (perftest or libsiwtun missing).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // find returns the row that matches, or nil.
@@ -265,10 +288,11 @@ func (r *Results) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	ts = append(ts, r.clibTargets()...)
 	ts = append(ts, r.scaleTargets()...)
 	for i := range ts {
 		t := &ts[i]
-		if t.Missing != "" {
+		if t.Missing != "" || t.Skipped != "" {
 			continue
 		}
 		if t.Max {
@@ -276,6 +300,45 @@ func (r *Results) targets() []Target {
 		} else {
 			t.Pass = t.Figure >= t.Limit
 		}
+	}
+	return ts
+}
+
+// clibTargets judges issue 13's targets for perftest through libsiwtun at
+// each MTU: its 2 B RDMA WRITE round trip (median, as every latency row
+// here, and mean) at most 1.2 times siwtun perf's, its 64 KiB RDMA WRITE
+// bandwidth at least 0.9 times; each figure the ratio of the medians of
+// the rounds, which ran the two side by side.
+func (r *Results) clibTargets() []Target {
+	if r.CLib == nil || !r.ran(SuiteCLib) {
+		return nil
+	}
+	var ts []Target
+	on := boolp(true)
+	for _, mtu := range r.mtus() {
+		lat := fmt.Sprintf("ib_write_lat %s %%s RTT via libsiwtun / siwtun perf", FormatSize(CLibLatSize))
+		med := Target{Name: fmt.Sprintf(lat, "median"), MTU: mtu, Limit: 1.2, Max: true, Unit: "x"}
+		mean := Target{Name: fmt.Sprintf(lat, "mean"), MTU: mtu, Limit: 1.2, Max: true, Unit: "x"}
+		bw := Target{Name: fmt.Sprintf("ib_write_bw %s via libsiwtun / siwtun perf", FormatSize(CLibBWSize)), MTU: mtu, Limit: 0.9, Unit: "x"}
+		if r.CLib.Skipped != "" {
+			med.Skipped, mean.Skipped, bw.Skipped = r.CLib.Skipped, r.CLib.Skipped, r.CLib.Skipped
+			ts = append(ts, med, mean, bw)
+			continue
+		}
+		c, g := r.find(mtu, StackCLib, KindLat, "RDMA WRITE", CLibLatSize, on), r.find(mtu, StackPerfPair, KindLat, "RDMA WRITE", CLibLatSize, on)
+		if c != nil && g != nil && g.Value > 0 && g.Mean > 0 {
+			med.Figure, mean.Figure = c.Value/g.Value, c.Mean/g.Mean
+		} else {
+			med.Missing = "ib_write_lat or the siwtun perf run next to it not measured"
+			mean.Missing = med.Missing
+		}
+		c, g = r.find(mtu, StackCLib, KindBW, "RDMA WRITE", CLibBWSize, on), r.find(mtu, StackPerfPair, KindBW, "RDMA WRITE", CLibBWSize, on)
+		if c != nil && g != nil && g.Value > 0 {
+			bw.Figure = c.Value / g.Value
+		} else {
+			bw.Missing = "ib_write_bw or the siwtun perf run next to it not measured"
+		}
+		ts = append(ts, med, mean, bw)
 	}
 	return ts
 }
@@ -300,6 +363,10 @@ func stackName(s string) string {
 		return "kernel TCP"
 	case StackGVisor:
 		return "raw gVisor TCP"
+	case StackCLib:
+		return "perftest (C)"
+	case StackPerfPair:
+		return "siwtun (paired)"
 	}
 	return "siwtun"
 }
@@ -323,7 +390,7 @@ func cpu(v float64) string {
 func (r *Results) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.QPs == 0 }) {
-		fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
+		fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tMEAN\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
 	}
 	for _, row := range r.Rows {
 		if row.QPs > 0 {
@@ -338,11 +405,15 @@ func (r *Results) WriteTable(w io.Writer) error {
 			unit, val = "us RTT", fmt.Sprintf("%.1f", row.Value)
 		}
 		test := row.Test
-		if row.Stack == StackSiwtun {
+		if row.Stack != StackKernel && row.Stack != StackGVisor {
 			test += map[string]string{KindBW: " bw", KindLat: " lat"}[row.Kind]
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test,
-			FormatSize(row.Size), crc, val, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
+		mean := "-"
+		if row.Mean > 0 {
+			mean = fmt.Sprintf("%.1f", row.Mean)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test,
+			FormatSize(row.Size), crc, val, mean, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
 			cpu(row.AppCPUPerGB), cpu(row.RNICCPUPerGB))
 	}
 	if err := tw.Flush(); err != nil {
@@ -351,9 +422,11 @@ func (r *Results) WriteTable(w io.Writer) error {
 	if err := r.writeScaleTable(w); err != nil {
 		return err
 	}
-	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tMTU\tFIGURE\tLIMIT\tRESULT")
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "TARGET\tMTU\tFIGURE\tLIMIT\tRESULT")
+	}
 	for _, t := range r.Targets {
 		op := ">="
 		if t.Max {
@@ -366,10 +439,16 @@ func (r *Results) WriteTable(w io.Writer) error {
 		if t.Missing != "" {
 			fig, res = "-", "MISS ("+t.Missing+")"
 		}
+		if t.Skipped != "" {
+			fig, res = "-", "SKIPPED ("+t.Skipped+")"
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s %.2f\t%s\n", t.Name, t.MTU, fig, op, t.Limit, res)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.CLib != nil && r.CLib.Skipped != "" {
+		fmt.Fprintf(w, "\nperftest through libsiwtun: skipped: %s\n", r.CLib.Skipped)
 	}
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "\nCPU profiles: %s\n", strings.Join(r.Profiles, ", "))
@@ -377,6 +456,9 @@ func (r *Results) WriteTable(w io.Writer) error {
 	rounds := ""
 	if r.Rounds > 1 {
 		rounds = fmt.Sprintf(", medians of %d rounds", r.Rounds)
+	}
+	if r.DaemonNice != 0 {
+		rounds += fmt.Sprintf(", daemons at nice %d", r.DaemonNice)
 	}
 	_, err := fmt.Fprintf(w, "\n%d CPUs, %.0f s per run%s; total elapsed %s\n", r.CPUs, r.DurationS, rounds,
 		time.Duration(r.ElapsedS*float64(time.Second)).Round(time.Second))
@@ -423,9 +505,12 @@ func (r *Results) MergeRounds() {
 		g := groups[k]
 		row := g[0]
 		if len(g) > 1 {
-			var vals, app, rnic, rss, base []float64
+			var vals, means, app, rnic, rss, base []float64
 			for _, x := range g {
 				vals = append(vals, x.Value)
+				if x.Mean > 0 {
+					means = append(means, x.Mean)
+				}
 				rss, base = append(rss, x.RSSKiB), append(base, x.RSSBaseKiB)
 				if x.AppCPUPerGB > 0 {
 					app = append(app, x.AppCPUPerGB)
@@ -435,7 +520,7 @@ func (r *Results) MergeRounds() {
 				}
 			}
 			row.Samples = vals
-			row.Value, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(app), median(rnic)
+			row.Value, row.Mean, row.AppCPUPerGB, row.RNICCPUPerGB = median(vals), median(means), median(app), median(rnic)
 			row.RSSKiB, row.RSSBaseKiB = median(rss), median(base)
 		}
 		merged = append(merged, row)

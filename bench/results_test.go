@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,8 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackGVisor, Kind: KindLat, Test: TestTCPRR, Size: 65536, Value: 300},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 660, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.5},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: off, Value: 700, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.4},
-			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120},
-			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA READ", Size: 65536, CRC: on, Value: 450},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120, Mean: 130},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA READ", Size: 65536, CRC: on, Value: 450, Mean: 470},
 			// Set-up, scale and memory.
 			{MTU: 9000, Stack: StackKernel, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 40},
 			{MTU: 9000, Stack: StackKernel, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 20000},
@@ -42,7 +43,13 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleResponder, QPs: 1000, Value: 36, RSSBaseKiB: 15000, RSSKiB: 51000},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleInitiator, QPs: 10000, Value: 31, RSSBaseKiB: 15000, RSSKiB: 325000},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindMem, Test: TestIdleResponder, QPs: 10000, Value: 30, RSSBaseKiB: 15000, RSSKiB: 315000},
+			// Perftest through libsiwtun next to siwtun perf.
+			{MTU: 9000, Stack: StackPerfPair, Kind: KindBW, Test: "RDMA WRITE", Size: CLibBWSize, CRC: on, Value: 400},
+			{MTU: 9000, Stack: StackCLib, Kind: KindBW, Test: "RDMA WRITE", Size: CLibBWSize, CRC: on, Value: 380},
+			{MTU: 9000, Stack: StackPerfPair, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 110},
+			{MTU: 9000, Stack: StackCLib, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 110, Mean: 330},
 		},
+		CLib: &CLibInfo{},
 	}
 }
 
@@ -63,7 +70,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 9 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 12 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -89,6 +96,7 @@ func TestAnalyze(t *testing.T) {
 		fig  float64
 		pass bool
 	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false},
+		{1.1, true}, {3, false}, {0.95, true},
 		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
 	if len(r.Targets) != len(want) {
 		t.Fatalf("%d targets, want %d: %+v", len(r.Targets), len(want), r.Targets)
@@ -110,7 +118,7 @@ func TestAnalyze(t *testing.T) {
 	// A run of some suites judges their targets only.
 	r.Suites = []string{SuiteScale}
 	r.Analyze()
-	if len(r.Targets) != 1 || r.Targets[0].Figure != want[7].fig {
+	if len(r.Targets) != 1 || r.Targets[0].Figure != want[10].fig {
 		t.Errorf("scale suite alone: targets %+v", r.Targets)
 	}
 	r.Suites = nil
@@ -119,6 +127,59 @@ func TestAnalyze(t *testing.T) {
 	r.Analyze()
 	if tg := r.Targets[3]; tg.Pass || tg.Missing == "" {
 		t.Errorf("CRC target without CRC off: %+v", tg)
+	}
+	// Without perftest the comparison's targets are skipped, not missed;
+	// with its suite left out of the run they are not there at all.
+	r.CLib = &CLibInfo{Skipped: "ib_write_lat not installed"}
+	r.Analyze()
+	for _, tg := range r.Targets[4:7] {
+		if tg.Pass || tg.Skipped == "" || tg.Missing != "" || !strings.Contains(tg.Name, "libsiwtun") {
+			t.Errorf("target of a skipped comparison: %+v", tg)
+		}
+	}
+	r.CLib = &CLibInfo{}
+	r.Suites = []string{SuitePerf, SuiteScale}
+	if r.Analyze(); len(r.Targets) != 4+1 {
+		t.Errorf("without the comparison: %d targets", len(r.Targets))
+	}
+	r.Suites = []string{SuiteCLib}
+	if r.Analyze(); len(r.Targets) != 3 || !r.Targets[0].Pass {
+		t.Errorf("the comparison alone: %+v", r.Targets)
+	}
+}
+
+// TestPerftestReport parses the report rows of Debian's perftest 4.5.
+func TestPerftestReport(t *testing.T) {
+	lat := " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n" +
+		" 2       2000          34.32          20809.61      82.29    \t       253.64      \t806.90 \t\t2688.40 \t\t18486.84\n" +
+		"---------------------------------------------------------------------------------------\n"
+	f, err := perftestReport("banner\n"+lat, 2, 2, 3)
+	if err != nil || len(f) != 7 || f[2] != 82.29 || f[3] != 253.64 {
+		t.Fatalf("latency row: %v %v", f, err)
+	}
+	bw := " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" +
+		" 65536      9904             0.00               308.68 \t\t   0.004939\n"
+	if f, err := perftestReport(bw, 65536, 1); err != nil || f[1] != 308.68 {
+		t.Fatalf("bandwidth row: %v %v", f, err)
+	}
+	// perftest prints -nan for the standard deviation now and then.
+	if f, err := perftestReport(strings.Replace(lat, "806.90", "-nan", 1), 2, 2, 3); err != nil || f[3] != 253.64 {
+		t.Fatalf("latency row with -nan: %v %v", f, err)
+	}
+	for name, c := range map[string]struct {
+		out  string
+		size int
+		want []int
+	}{
+		"timed run's peak": {bw, 65536, []int{0}},
+		"other size":       {bw, 4096, []int{1}},
+		"no row":           {"Couldn't connect to 198.18.2.2:18516\n", 2, nil},
+		"inf":              {strings.Replace(lat, "82.29", "inf", 1), 2, []int{2}},
+		"too few figures":  {bw, 65536, []int{5}},
+	} {
+		if f, err := perftestReport(c.out, c.size, c.want...); err == nil {
+			t.Errorf("%s: %v, want an error", name, f)
+		}
 	}
 }
 

@@ -57,6 +57,12 @@ type Config struct {
 	// daemons' memory is read (at the first MTU only: an idle QP holds
 	// nothing that depends on it).
 	IdleQPs []int
+	// CLibSkip, if not empty, says why the comparison of Debian's perftest
+	// through libsiwtun with siwtun perf (SuiteCLib) cannot run: perftest
+	// or the library is missing. Its targets are then marked skipped.
+	CLibSkip string
+	// DaemonNice, if not 0, is passed to the daemons as `siwtun up --nice`.
+	DaemonNice int
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
@@ -108,6 +114,7 @@ type runner struct {
 	procs   []*proc
 	d0, d1  *proc
 	port    int
+	round   int
 	res     *Results
 	rowErrs []string
 }
@@ -129,7 +136,8 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	start := time.Now()
 	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
-		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds()}}
+		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds(),
+			DaemonNice: cfg.DaemonNice}}
 	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
 	defer func() {
 		if e := r.cleanup(); e != nil && err == nil {
@@ -141,7 +149,14 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	r.res.Rounds = max(cfg.Rounds, 1)
 	r.res.Suites = r.suites()
+	if r.on(SuiteCLib) {
+		r.res.CLib = &CLibInfo{Skipped: cfg.CLibSkip}
+		if cfg.CLibSkip != "" {
+			r.logf("perftest through libsiwtun: skipped: %s", cfg.CLibSkip)
+		}
+	}
 	for round := range r.res.Rounds {
+		r.round = round
 		if r.res.Rounds > 1 {
 			r.logf("round %d of %d", round+1, r.res.Rounds)
 		}
@@ -253,6 +268,17 @@ func (r *runner) measureMTU(mtu int, first bool) error {
 	}
 	if r.on(SuitePerf) {
 		if err := r.measurePerf(mtu); err != nil {
+			return err
+		}
+	}
+	if r.on(SuiteCLib) && r.cfg.CLibSkip == "" {
+		if err := r.startDaemons(mtu, true); err != nil {
+			return err
+		}
+		if err := r.clibCompare(mtu, true); err != nil {
+			return err
+		}
+		if err := r.stopDaemons(); err != nil {
 			return err
 		}
 	}
@@ -397,8 +423,12 @@ func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
 		dev, addr, host string
 		p               **proc
 	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
-		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, append([]string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
-			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}, extra...)...)
+		args := []string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}
+		if r.cfg.DaemonNice != 0 {
+			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
+		}
+		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, append(args, extra...)...)
 		if err != nil {
 			return err
 		}
@@ -582,29 +612,39 @@ func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
 func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {
 	what := fmt.Sprintf("MTU %d siwtun %s lat %s CRC %s", mtu, opNames[op], FormatSize(size), onOff(crc))
 	r.logf("%s", what)
-	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+	row, err := r.goLat(mtu, crc, op, size)
 	if err != nil {
 		r.failed(what, err)
 		return
 	}
+	r.res.Rows = append(r.res.Rows, row)
+}
+
+// goLat runs a `siwtun perf --lat` pair and returns its row (stack
+// siwtun): the median and mean round trips.
+func (r *runner) goLat(mtu int, crc bool, op string, size int) (Row, error) {
+	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+	if err != nil {
+		return Row{}, err
+	}
 	var out perfOutput
 	if err := decodeJSON(cli.stdout.String(), &out); err != nil {
-		r.failed(what, fmt.Errorf("client output: %w", err))
-		return
+		return Row{}, fmt.Errorf("client output: %w", err)
 	}
 	var rows []perftest.LatResult
 	if err := json.Unmarshal(out.Results, &rows); err != nil || len(rows) != 1 {
-		r.failed(what, fmt.Errorf("client output: want one latency row: %v\n%s", err, out.Results))
-		return
+		return Row{}, fmt.Errorf("client output: want one latency row: %v\n%s", err, out.Results)
 	}
-	// perftest prints half the round trip for Write and Send ping-pongs,
-	// the whole one for Read.
-	rtt := rows[0].Typical * 2
-	if op == "read" {
-		rtt = rows[0].Typical
+	return latRow(mtu, StackSiwtun, crc, op, size, rows[0].Typical, rows[0].Avg), nil
+}
+
+// latRow is a latency row from perftest's figures, which are half the
+// round trip for Write and Send ping-pongs and the whole one for Read.
+func latRow(mtu int, stack string, crc bool, op string, size int, typical, avg float64) Row {
+	if op != "read" {
+		typical, avg = 2*typical, 2*avg
 	}
-	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindLat, Test: opNames[op], Size: size,
-		CRC: boolp(crc), Value: rtt})
+	return Row{MTU: mtu, Stack: stack, Kind: KindLat, Test: opNames[op], Size: size, CRC: boolp(crc), Value: typical, Mean: avg}
 }
 
 func bwFigure(stdout string) (perftest.BWResult, error) {
@@ -634,9 +674,12 @@ func decodeJSON(s string, v any) error {
 }
 
 // sortRows orders the rows by MTU, then kernel, gVisor, siwtun, then
-// bandwidth before latency, the operation, the size and CRC on before off.
+// bandwidth before latency, the operation, the size and CRC on before off;
+// the comparison of perftest through libsiwtun after siwtun's, each of
+// its figures next to siwtun perf's.
 func (r *runner) sortRows() {
-	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2}
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackCLib: 3}
+	pair := map[string]int{StackCLib: 1}
 	kind := map[string]int{KindBW: 0, KindLat: 1}
 	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, "RDMA READ": 3, "SEND": 4}
 	crc := func(b *bool) int {
@@ -656,7 +699,8 @@ func (r *runner) sortRows() {
 	}
 	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
 		for _, d := range []int{a.MTU - b.MTU, group(a) - group(b), stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
-			test[a.Test] - test[b.Test], a.Clients - b.Clients, a.QPs - b.QPs, a.Size - b.Size, crc(a.CRC) - crc(b.CRC)} {
+			test[a.Test] - test[b.Test], a.Clients - b.Clients, a.QPs - b.QPs, a.Size - b.Size, crc(a.CRC) - crc(b.CRC),
+			pair[a.Stack] - pair[b.Stack]} {
 			if d != 0 {
 				return d
 			}

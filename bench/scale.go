@@ -20,10 +20,14 @@ const (
 	SuiteScale = "scale"
 	// SuiteMemory is the daemons' memory per idle connected queue pair.
 	SuiteMemory = "memory"
+	// SuiteCLib is Debian's perftest (ib_write_lat, ib_write_bw -R)
+	// through libsiwtun, each figure next to siwtun perf's with the same
+	// arguments (issue 13).
+	SuiteCLib = "clib"
 )
 
 // AllSuites are the suites of a full run, in the order measured.
-var AllSuites = []string{SuitePerf, SuiteConnect, SuiteScale, SuiteMemory}
+var AllSuites = []string{SuitePerf, SuiteCLib, SuiteConnect, SuiteScale, SuiteMemory}
 
 // ran reports whether the run measured suite (a run that does not say
 // measured all).

@@ -123,6 +123,7 @@ func socketCounters() map[string]counterInfo {
 	return map[string]counterInfo{
 		"verbsRxWatches": {layerVerbs, "Times a QP's receive path, having placed incoming data while the QP's verbs-socket ring goroutine slept, watched the client's rings for its answer."},
 		"verbsRxTaken":   {layerVerbs, "Watches that found a request the client had posted and moved it to the engine without a doorbell."},
+		"verbsRingFull":  {layerVerbs, "Times a QP's ring goroutine found the engine's queue full and paused (up to 1 ms) before draining the rings again."},
 	}
 }
 

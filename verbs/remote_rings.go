@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -374,6 +375,10 @@ func (q *remoteQP) check() error {
 	return nil
 }
 
+// ringFreeWait bounds the wait for a ring entry the accounting says is
+// free but the daemon has not handed back yet (uabi.Ring.WaitFree).
+const ringFreeWait = 100 * time.Millisecond
+
 // PostSend writes the requests into the send ring and rings the doorbell
 // if the daemon sleeps. It never allocates.
 func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
@@ -395,7 +400,7 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 		if err = ibv.CheckPostPeer(q.num, i, wr, mpa.Ext(q.ext.Load())); err != nil {
 			break
 		}
-		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.Free(q.sqProd) {
+		if q.sTail-q.sHead == uint64(len(q.sent)) || !q.sq.WaitFree(q.sqProd, ringFreeWait) {
 			err = errQueueFull
 			break
 		}
@@ -429,7 +434,7 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 		if err = ibv.CheckPostRecv(q.num, i, wr); err != nil {
 			break
 		}
-		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.Free(q.rqProd) {
+		if q.rTail-q.rHead == uint64(len(q.recvd)) || !q.rq.WaitFree(q.rqProd, ringFreeWait) {
 			err = errQueueFull
 			break
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,7 @@ type benchOptions struct {
 	clients     int
 	scaleQPs    []int
 	idleQPs     []int
+	nice        int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -50,13 +52,16 @@ suite); connect time and connections per second between the daemons, one
 client and several at once, next to kernel TCP over the veth pair
 (connect); aggregate RDMA WRITE bandwidth over several queue pairs
 (scale); the daemons' memory per idle connected queue pair (memory, at
-the first MTU). It prints one table with the figures, their ratios to
-both baselines and the receiving application's CPU seconds per GB, a
-table of set-up, scale and memory, judges the targets, and writes the
-same as JSON to --out.`,
-		Example: `  siwtun bench                       # everything, about 13 minutes
+the first MTU); Debian's perftest through libsiwtun (ib_write_lat -R 2 B,
+ib_write_bw -R 64 KiB), each next to siwtun perf with the same arguments
+(clib; skipped, with a note, without perftest or the library). It prints
+one table with the figures, their ratios to both baselines and the
+receiving application's CPU seconds per GB, a table of set-up, scale and
+memory, judges the targets, and writes the same as JSON to --out.`,
+		Example: `  siwtun bench                       # everything, about 15 minutes
   siwtun bench --mtu 9000 -D 2 --out /tmp
-  siwtun bench --suites connect,memory --mtu 1500 --rounds 1 --idle-qps 1000`,
+  siwtun bench --suites connect,memory --mtu 1500 --rounds 1 --idle-qps 1000
+  siwtun bench --suites clib --mtu 9000 --rounds 5 --out ''   # perftest through libsiwtun`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd, o)
@@ -68,7 +73,8 @@ same as JSON to --out.`,
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
-	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), connect, scale, memory")
+	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
+	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
 	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
 	f.IntVar(&o.clients, "clients", 4, "client processes of the second connect run, connecting at once")
 	f.IntSliceVar(&o.scaleQPs, "scale-qps", nil, "queue pairs of the aggregate RDMA WRITE runs (default 1,4,16,64; 1,64 with --quick)")
@@ -134,6 +140,10 @@ func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
 		}
 	}
 	cfg.Suites = o.suites
+	cfg.DaemonNice = o.nice
+	if slices.Contains(o.suites, bench.SuiteCLib) {
+		cfg.CLibSkip = clibMissing()
+	}
 	if o.connections != 0 {
 		cfg.Connections = o.connections
 	}
@@ -153,6 +163,24 @@ func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
 		}
 	}
 	return nil
+}
+
+// clibMissing says what the comparison of perftest through libsiwtun
+// lacks: Debian's perftest programs or the library; "" if nothing.
+func clibMissing() string {
+	var missing []string
+	for _, p := range bench.CLibPrograms {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return strings.Join(missing, " and ") + " not installed (Debian's perftest package: apt-get install perftest)"
+	}
+	if _, err := findLib(); err != nil {
+		return "libsiwtun: " + err.Error()
+	}
+	return ""
 }
 
 // benchTCPOptions are the flags of siwtun bench tcp.

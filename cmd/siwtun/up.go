@@ -53,6 +53,7 @@ type upOptions struct {
 	logFormat   string
 	cpuProfile  string
 	perWrite    int
+	nice        int
 	limits      uverbs.Limits
 	maxQP       int
 }
@@ -104,6 +105,7 @@ changes nothing, and 0 is no limit.
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO): write runs of equal segments as one super-segment the kernel cuts back exactly, and split the super-segments the kernel hands over")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
+	f.IntVar(&o.nice, "nice", 0, "scheduling priority (nice, -20..19) of the daemon's threads, 0 leaving it as started; -10 lets them take the processor from applications that busy-poll without yielding (perftest's latency tests), as an RNIC's hardware does not wait for them; below the current value needs CAP_SYS_NICE (root has it)")
 	limitFlags(f, &o.limits)
 	return cmd
 }
@@ -264,6 +266,16 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if o.nice < -20 || o.nice > 19 {
+		return fmt.Errorf("--nice %d: want -20..19", o.nice)
+	}
+	// Early, while the runtime has few threads; again once everything is
+	// started (reniceThreads).
+	renice := func() error { return nil }
+	if cur, err := threadNice(); err == nil && o.nice != 0 && cur != o.nice {
+		renice = func() error { return reniceThreads(o.nice) }
+	}
+	niceErr := renice()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -390,9 +402,16 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	defer stopVerbs()
 
+	if niceErr == nil {
+		niceErr = renice()
+	}
+	if niceErr != nil {
+		log.Warn("could not set the threads' scheduling priority; busy-polling applications will slow the RNIC down",
+			"nice", o.nice, "err", niceErr)
+	}
 	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
 		"mpa_rev", o.mpaRev, "crc", o.crc, "rdmap_ext", o.rdmapExt, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
-		"verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
+		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

@@ -154,6 +154,7 @@ func (q *sQP) run() {
 		progress, blocked := q.drain()
 		if blocked {
 			// The engine's queue is full: retry as it drains.
+			q.ss.srv.ringFull.Add(1)
 			backoff = min(max(2*backoff, 20*time.Microsecond), time.Millisecond)
 			select {
 			case <-q.stop:
@@ -320,7 +321,11 @@ func (q *sQP) drainSQ() (progress, blocked bool) {
 	defer q.ss.srv.sqScratch.Put(b)
 	n := 0
 	bad := false
-	for n < len(b.wr) {
+	// At most one lap of the ring: past it, the cursor would reach the
+	// entries of this batch again (still valid until released), and the
+	// engine, full with the real ones, would refuse the copy (a spurious
+	// queue-full, and the backoff with the doorbell off).
+	for n < min(len(b.wr), int(q.sq.Count())) {
 		pos := q.sqCons + uint32(n)
 		if _, ok := q.sq.Ready(pos); !ok {
 			break
@@ -370,7 +375,7 @@ func (q *sQP) drainRQ() (progress, blocked bool) {
 	b := q.ss.srv.rqScratch.Get().(*rqBatch)
 	defer q.ss.srv.rqScratch.Put(b)
 	n := 0
-	for n < len(b.wr) {
+	for n < min(len(b.wr), int(q.rq.Count())) { // one lap at most, as drainSQ
 		pos := q.rqCons + uint32(n)
 		if _, ok := q.rq.Ready(pos); !ok {
 			break

@@ -111,3 +111,48 @@ func TestRxIdleBacksOffAndRearms(t *testing.T) {
 		t.Fatalf("after the client began answering: %d watches took %d answers in %d rounds", watches, taken, rounds)
 	}
 }
+
+// TestRingDepthOne: with queues one request deep (perftest's latency
+// tests ask for that), each request is a lap of the ring. The drain must
+// take it alone: reading on past it would find it again, and the engine,
+// already holding it, would refuse the copy as a full queue, sending the
+// ring goroutine into its pause with the doorbell off.
+func TestRingDepthOne(t *testing.T) {
+	r := newRig(t)
+	cli := newEnd(t, r.dial(), 1)
+	srv := newEnd(t, r.peer, 1)
+	connect(t, cli, srv)
+	src := cli.region(t, 64, verbs.AccessLocalWrite)
+	dst := srv.region(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	rbuf := cli.region(t, 64, verbs.AccessLocalWrite)
+	before := r.srv.Stats()
+	const n = 200
+	for i := range n {
+		src.Bytes()[0] = byte(i)
+		post(t, cli.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled,
+			SGL: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		if wc := poll(t, cli.scq, 1)[0]; wc.ID != uint64(i) || wc.Status != verbs.WCSuccess {
+			t.Fatalf("Write %d: %+v", i, wc)
+		}
+		if i%10 == 0 { // the receive ring, one deep too
+			if _, err := cli.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{rbuf.SGE(0, 64)}}}); err != nil {
+				t.Fatal(err)
+			}
+			post(t, srv.qp, verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.FlagInline | verbs.FlagSignaled, Inline: []byte{byte(i)}})
+			if wc := poll(t, cli.rcq, 1)[0]; wc.ID != uint64(i) || rbuf.Bytes()[0] != byte(i) {
+				t.Fatalf("receive %d: %+v", i, wc)
+			}
+			poll(t, srv.scq, 1)
+		}
+	}
+	// The last Write landed: read it back (the peer's memory is this
+	// process's, written by its engine; reading it here would race).
+	post(t, cli.qp, verbs.SendWR{ID: n, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled,
+		SGL: []verbs.SGE{rbuf.SGE(8, 8)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	if wc := poll(t, cli.scq, 1)[0]; wc.Status != verbs.WCSuccess || rbuf.Bytes()[8] != byte(n-1) {
+		t.Fatalf("read back %d, want %d (%+v)", rbuf.Bytes()[8], byte(n-1), wc)
+	}
+	if full := r.srv.Stats().RingFull - before.RingFull; full != 0 {
+		t.Fatalf("%d requests one at a time: the ring goroutine found the engine full %d times", n, full)
+	}
+}

@@ -53,6 +53,7 @@ type Server struct {
 	// it).
 	rxSpin             atomic.Int64
 	rxWatches, rxTaken atomic.Uint64
+	ringFull           atomic.Uint64
 
 	// sqScratch and rqScratch lend the buffers a QP decodes a batch of
 	// ring entries into (*sqBatch, *rqBatch) while it drains its rings:
@@ -92,18 +93,24 @@ type Stats struct {
 	// asleep); RxTaken the watches that found a request the client had
 	// posted, and moved it to the engine without a doorbell.
 	RxWatches, RxTaken uint64
+	// RingFull counts the drains of a QP's rings that the engine's queue
+	// could not take whole: its ring goroutine then retries after a pause
+	// (20 µs, doubling to 1 ms), during which a post rings no doorbell.
+	// A client that keeps within its queue depths never causes one.
+	RingFull uint64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{RxWatches: s.rxWatches.Load(), RxTaken: s.rxTaken.Load()}
+	return Stats{RxWatches: s.rxWatches.Load(), RxTaken: s.rxTaken.Load(), RingFull: s.ringFull.Load()}
 }
 
 // Counters returns the server's counters by their stable names, for the
 // control plane's stats (ctl.NewProvider).
 func (s *Server) Counters() []offload.Counter {
 	st := s.Stats()
-	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken}}
+	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken},
+		{Name: "verbsRingFull", Value: st.RingFull}}
 }
 
 // NewServer returns a server of dev, which must be in-process (package rnic),

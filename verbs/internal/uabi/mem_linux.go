@@ -108,6 +108,10 @@ func Signal(fd int) error {
 	}
 }
 
+// yieldCPU gives the processor to any other runnable thread on it
+// (sched_yield(2)).
+func yieldCPU() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // Close closes fd (ignoring -1).
 func Close(fd int) {
 	if fd >= 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/siwtun/siwtun/verbs/ibv"
@@ -141,6 +142,30 @@ func (r *Ring) owner(pos uint32) *atomic.Uint32 {
 
 // Free reports whether the producer owns the entry at pos.
 func (r *Ring) Free(pos uint32) bool { return r.owner(pos).Load() == 0 }
+
+// WaitFree waits for the consumer to hand back the entry at pos, which
+// the producer's own accounting says is free, and reports whether it did
+// within timeout. The daemon releases an SQ or RQ entry only after handing
+// its request to the engine, which may complete it (and the client poll
+// that completion and post again) first: the wait is short. It spins a
+// little, then yields the processor, which the daemon may need; false
+// means the consumer is stuck or gone. libsiwtun's wait_free does the same.
+func (r *Ring) WaitFree(pos uint32, timeout time.Duration) bool {
+	var deadline time.Time
+	for i := 0; !r.Free(pos); i++ {
+		if i < 64 {
+			continue
+		}
+		if i == 64 {
+			deadline = time.Now().Add(timeout)
+		}
+		yieldCPU()
+		if time.Now().After(deadline) {
+			return r.Free(pos)
+		}
+	}
+	return true
+}
 
 // Publish hands the entry at pos, filled by the producer, to the consumer.
 func (r *Ring) Publish(pos uint32, bits uint32) { r.owner(pos).Store(Valid | bits) }

@@ -3,6 +3,7 @@ package uabi
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
@@ -259,6 +260,35 @@ func BenchmarkRingCQE(b *testing.B) {
 		DecodeCQE(r.Entry(pos), &out)
 		r.Release(pos)
 		pos++
+	}
+}
+
+// TestWaitFree: an entry the consumer hands back a little later is waited
+// for; one it keeps is given up on after the timeout.
+func TestWaitFree(t *testing.T) {
+	mem := make([]byte, HeaderSize+4*CQESize)
+	r, err := InitRing(mem, 4, CQESize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.WaitFree(0, time.Millisecond) {
+		t.Fatal("a free entry: WaitFree false")
+	}
+	r.Publish(0, 0)
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		r.Release(0)
+	}()
+	if !r.WaitFree(0, 5*time.Second) {
+		t.Fatal("an entry released after 5 ms: WaitFree false")
+	}
+	r.Publish(1, 0)
+	start := time.Now()
+	if r.WaitFree(1, 20*time.Millisecond) {
+		t.Fatal("an entry never released: WaitFree true")
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Fatalf("gave up after %v, before the timeout", d)
 	}
 }
 
