@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Errors of the verbs calls.
@@ -16,7 +18,7 @@ var (
 	// ErrDestroyed is returned by calls on a destroyed object or closed device.
 	ErrDestroyed = errors.New("verbs: object destroyed")
 	// ErrBusy is returned when destroying an object still in use (EBUSY).
-	ErrBusy = errors.New("verbs: object in use")
+	ErrBusy = ibv.ErrBusy
 	// ErrDeviceRemoved is returned by every call on a device reached over
 	// the verbs socket once the daemon has gone (it exited, crashed or
 	// removed the device): IBV_EVENT_DEVICE_FATAL. That includes calls
