@@ -31,8 +31,14 @@
 #define SW_OP_REJECT                     0x12
 #define SW_OP_CANCEL                     0x13
 #define SW_OP_EVENT                      0x4000
+#define SW_OP_CREATE_SRQ                 0x14
+#define SW_OP_DESTROY_SRQ                0x15
+#define SW_OP_MODIFY_SRQ                 0x16
+#define SW_OP_QUERY_SRQ                  0x17
 #define SW_EV_QP                         1
 #define SW_EV_DEVICE_REMOVED             2
+#define SW_EV_SRQ                        3
+#define SW_SRQEV_LIMIT_REACHED           5
 #define SW_ST_OK                         0
 #define SW_ST_ERROR                      1
 #define SW_ST_BAD_MESSAGE                2

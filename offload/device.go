@@ -25,6 +25,7 @@ type Device struct {
 	mu        sync.Mutex
 	qps       map[uint32]*QP
 	nextQPN   uint32
+	srqs      int // live SRQs, at most cfg.MaxQP
 	listeners map[*Listener]struct{}
 	retired   QPStats // counters of destroyed QPs
 	closed    bool

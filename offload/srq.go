@@ -8,27 +8,16 @@ import (
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
-// SRQAttr sizes and arms a shared receive queue (ibv_srq_attr).
-type SRQAttr struct {
-	// MaxWR is the queue's depth: at most this many receives posted and
-	// not yet taken by a Send.
-	MaxWR int
-	// Limit, when not 0, arms the limit event: once the count of posted
-	// receives drops below it, the SRQ emits EventSRQLimitReached and
-	// disarms (Limit reads 0 again), as IBV_EVENT_SRQ_LIMIT_REACHED.
-	Limit int
-}
+// SRQAttr sizes and arms a shared receive queue (ibv.SRQAttr).
+type SRQAttr = ibv.SRQAttr
 
-// SRQAttrMask says which fields of an SRQAttr Modify changes
-// (ibv_srq_attr_mask).
-type SRQAttrMask int
+// SRQAttrMask says which fields of an SRQAttr Modify changes.
+type SRQAttrMask = ibv.SRQAttrMask
 
-// SRQ attribute mask bits, libibverbs' values.
+// SRQ attribute mask bits.
 const (
-	// SRQMaxWR resizes the queue (IBV_SRQ_MAX_WR).
-	SRQMaxWR SRQAttrMask = 1 << 0
-	// SRQLimit arms (or, with 0, disarms) the limit event (IBV_SRQ_LIMIT).
-	SRQLimit SRQAttrMask = 1 << 1
+	SRQMaxWR = ibv.SRQMaxWR
+	SRQLimit = ibv.SRQLimit
 )
 
 // SRQ is a shared receive queue: receives posted once, taken by whichever
@@ -70,11 +59,14 @@ func (d *Device) CreateSRQ(pd uint32, attr SRQAttr) (*SRQ, error) {
 		return nil, fmt.Errorf("create SRQ: limit %d: want 0..%d", attr.Limit, attr.MaxWR)
 	}
 	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
+	defer d.mu.Unlock()
+	if d.closed {
 		return nil, ErrDeviceClosed
 	}
+	if d.srqs >= d.cfg.MaxQP {
+		return nil, fmt.Errorf("create SRQ: device %s has its maximum of %d SRQs", d.cfg.Name, d.cfg.MaxQP)
+	}
+	d.srqs++
 	return &SRQ{dev: d, pd: pd, q: make([]recvWQE, attr.MaxWR), limit: attr.Limit, events: make(chan ibv.Event, 8)}, nil
 }
 
@@ -144,7 +136,7 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 func (s *SRQ) Query() SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SRQAttr{MaxWR: len(s.q), Limit: s.limit}
+	return SRQAttr{MaxWR: len(s.q), MaxSGE: ibv.MaxSGE, Limit: s.limit}
 }
 
 // Count is the number of receives posted and not yet taken.
@@ -203,14 +195,24 @@ func (s *SRQ) emit(e ibv.Event) {
 // destroy drops them.
 func (s *SRQ) Destroy() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.users > 0 {
+		s.mu.Unlock()
 		return fmt.Errorf("destroy SRQ: %w: %d QPs are attached", ibv.ErrBusy, s.users)
 	}
+	first := !s.destroyed
 	s.destroyed = true
 	s.head = s.tail
+	s.mu.Unlock()
+	if first {
+		s.dev.mu.Lock()
+		s.dev.srqs--
+		s.dev.mu.Unlock()
+	}
 	return nil
 }
+
+// MaxSRQ is the most SRQs the device holds at once (Config.MaxQP).
+func (d *Device) MaxSRQ() int { return d.cfg.MaxQP }
 
 // attach counts a QP created on the SRQ.
 func (s *SRQ) attach() error {

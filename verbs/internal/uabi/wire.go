@@ -59,6 +59,10 @@ const (
 	OpAccept
 	OpReject
 	OpCancel
+	OpCreateSRQ
+	OpDestroySRQ
+	OpModifySRQ
+	OpQuerySRQ
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.
@@ -69,6 +73,7 @@ const (
 const (
 	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished), u8 ext
 	EvDeviceRemoved = 2 // string reason
+	EvSRQ           = 3 // u32 SRQ handle, u32 type (the limit event)
 )
 
 // Status codes of replies.
