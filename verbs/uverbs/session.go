@@ -176,7 +176,7 @@ func (ss *session) serve() {
 			ss.mu.Unlock()
 			continue
 		}
-		if h.Op == 0 || h.Op >= uabi.OpCancel {
+		if _, known := uabi.Lookup(h.Op); !known {
 			uabi.CloseFDs(fds)
 			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StUnknownOp, Msg: fmt.Sprintf("unknown op %d", h.Op)}, nil)
 			continue
