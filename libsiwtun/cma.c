@@ -1001,6 +1001,8 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 			return -1;
 	}
 	struct ibv_qp_init_attr a = *attr;
+	if (!a.srq && id->srq)
+		a.srq = id->srq; /* rdma_create_srq's, as librdmacm */
 	if (!a.send_cq || !a.recv_cq) {
 		/* As librdmacm: one CQ per queue, of its depth, each with its
 		 * own completion channel and the id as its context
@@ -1358,22 +1360,48 @@ SW_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	return fail(EOPNOTSUPP);
 }
 
+/* rdma_create_srq makes an SRQ on the id's device (with the id's PD, or
+ * the one rdma_create_qp would use, when pd is NULL) and keeps it in
+ * id->srq, which the id's rdma_create_qp then attaches its QP to (as
+ * librdmacm does); rdma_destroy_srq destroys it. */
 SW_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
-	(void)id;
-	(void)pd;
-	(void)attr;
-	return fail(EOPNOTSUPP);
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx || id->srq)
+		return fail(EINVAL);
+	if (!pd)
+		pd = id->pd;
+	if (!pd) {
+		if (!sid->ctx->cm_pd)
+			sid->ctx->cm_pd = ibv_alloc_pd(id->verbs);
+		if (!(pd = sid->ctx->cm_pd))
+			return -1;
+	}
+	struct ibv_srq *srq = ibv_create_srq(pd, attr);
+	if (!srq)
+		return -1;
+	id->srq = srq;
+	id->pd = pd;
+	return 0;
 }
 
 SW_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
-	(void)id;
-	(void)attr;
-	return fail(EOPNOTSUPP);
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC))
+		return fail(EOPNOTSUPP); /* XRC and tag-matching SRQs */
+	struct ibv_srq_init_attr a = {.srq_context = attr->srq_context, .attr = attr->attr};
+	int ret = rdma_create_srq(id, (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!ret)
+		attr->attr = a.attr;
+	return ret;
 }
 
-SW_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id; }
+SW_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (id->srq && ibv_destroy_srq(id->srq) == 0)
+		id->srq = NULL;
+}
 
 SW_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {

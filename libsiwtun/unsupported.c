@@ -12,34 +12,6 @@
 		return NULL;  \
 	} while (0)
 
-SW_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-	(void)pd;
-	(void)attr;
-	NULL_EOPNOTSUPP;
-}
-
-SW_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
-{
-	(void)srq;
-	(void)attr;
-	(void)mask;
-	return EOPNOTSUPP;
-}
-
-SW_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-	(void)srq;
-	(void)attr;
-	return EOPNOTSUPP;
-}
-
-SW_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
-{
-	(void)srq;
-	return EOPNOTSUPP;
-}
-
 SW_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	(void)pd;
