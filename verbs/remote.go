@@ -81,7 +81,7 @@ type remoteDevice struct {
 	mu         sync.Mutex
 	seq        uint32
 	calls      map[uint32]chan rreply
-	qps        map[uint32]*remoteQP // by handle
+	qps        map[uint32]*remoteQP  // by handle
 	srqs       map[uint32]*remoteSRQ // by handle
 	cqs        map[*remoteCQ]struct{}
 	bufs       []sharedBuf

@@ -15,7 +15,7 @@ import (
 // srqRig is a receiver with one SRQ that n QPs share, each connected to a
 // QP of the sender.
 type srqRig struct {
-	recv, send *side   // recv.qp and send.qp are unused
+	recv, send *side // recv.qp and send.qp are unused
 	srq        *verbs.SRQ
 	rqps, sqps []*verbs.QP
 	buf        *verbs.MR // the receiver's slots
