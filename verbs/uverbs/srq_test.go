@@ -250,3 +250,35 @@ func TestSRQ(t *testing.T) {
 		})
 	}
 }
+
+// TestSRQLimits: the per-client limit of SRQs (--max-client-srqs), shown
+// as max_srq, and SRQ depths counting in --max-client-wrs; destroying an
+// SRQ makes room again.
+func TestSRQLimits(t *testing.T) {
+	r := newRig(t)
+	r.srv.SetLimits(Limits{SRQs: 2, WRs: 64})
+	d := r.dial()
+	if a := d.Query(); a.MaxSRQ != 2 {
+		t.Fatalf("max SRQs %d, want 2 (the client's limit)", a.MaxSRQ)
+	}
+	pd := must[*verbs.PD](t)(d.AllocPD())
+	s1 := must[*verbs.SRQ](t)(pd.CreateSRQ(verbs.SRQAttr{MaxWR: 8}))
+	must[*verbs.SRQ](t)(pd.CreateSRQ(verbs.SRQAttr{MaxWR: 8}))
+	_, err := pd.CreateSRQ(verbs.SRQAttr{MaxWR: 8})
+	wantLimit(t, err, "srqs")
+	if err := s1.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pd.CreateSRQ(verbs.SRQAttr{MaxWR: 100}) // 128 ring entries, 8 in use
+	wantLimit(t, err, "wrs")
+	s3 := must[*verbs.SRQ](t)(pd.CreateSRQ(verbs.SRQAttr{MaxWR: 8}))
+	// Growing past the WR limit fails and leaves the SRQ as it was.
+	err = s3.Modify(verbs.SRQAttr{MaxWR: 60}, verbs.SRQMaxWR)
+	wantLimit(t, err, "wrs")
+	if a, err := s3.Query(); err != nil || a.MaxWR != 8 {
+		t.Fatalf("after a refused resize: %+v, %v", a, err)
+	}
+	if err := s3.Modify(verbs.SRQAttr{MaxWR: 32}, verbs.SRQMaxWR); err != nil {
+		t.Fatal(err)
+	}
+}
