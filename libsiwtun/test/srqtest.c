@@ -215,6 +215,22 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(!ibv_create_srq(rx.pd, &bigsge) && errno == EINVAL, "SRQ with more SGEs than max_srq_sge");
 	OK("create srq refusals");
+	/* ibv_create_srq_ex of a basic SRQ is ibv_create_srq (rdma-core's
+	 * inline); a tag-matching one has no provider op. */
+	{
+		struct ibv_srq_init_attr_ex x = {.attr = {.max_wr = 4, .max_sge = 2},
+						 .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+						 .srq_type = IBV_SRQT_BASIC, .pd = rx.pd};
+		struct ibv_srq *s = ibv_create_srq_ex(lid->verbs, &x);
+		CHECK(s && x.attr.max_sge == 6, "ibv_create_srq_ex basic");
+		struct ibv_srq_attr a;
+		CHECK(ibv_query_srq(s, &a) == 0 && a.max_wr == 4 && a.srq_limit == 0, "query srq ex: max_wr %u", a.max_wr);
+		CHECK(ibv_destroy_srq(s) == 0, "destroy srq ex");
+		x.srq_type = IBV_SRQT_TM;
+		errno = 0;
+		CHECK(!ibv_create_srq_ex(lid->verbs, &x) && errno == EOPNOTSUPP, "tag-matching SRQ");
+	}
+	OK("create srq ex");
 
 	/* Connect NQP ids; the first accepted id makes the SRQ with
 	 * rdma_create_srq and its rdma_create_qp takes it. */
