@@ -35,6 +35,7 @@
 #define SW_OP_DESTROY_SRQ                0x15
 #define SW_OP_MODIFY_SRQ                 0x16
 #define SW_OP_QUERY_SRQ                  0x17
+#define SW_OP_REREG_MR                   0x18
 #define SW_EV_QP                         1
 #define SW_EV_DEVICE_REMOVED             2
 #define SW_EV_SRQ                        3

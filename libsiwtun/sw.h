@@ -204,7 +204,12 @@ struct sw_pd {
 struct sw_mr {
 	struct ibv_mr mr;
 	uint32_t h;
+	uint64_t iova;       /* the tagged offset of its first byte (rereg.c) */
+	unsigned int access; /* as registered (rereg.c) */
 };
+
+/* The access flags reg_mr grants for access, or -1 with errno (verbs.c). */
+int sw_mr_access(unsigned int access);
 
 struct sw_cq {
 	struct ibv_cq cq;

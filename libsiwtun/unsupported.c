@@ -63,18 +63,6 @@ SW_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint
 	return EOPNOTSUPP;
 }
 
-SW_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
-{
-	(void)mr;
-	(void)flags;
-	(void)pd;
-	(void)addr;
-	(void)length;
-	(void)access;
-	errno = EOPNOTSUPP;
-	return IBV_REREG_MR_ERR_INPUT; /* the old region stays valid */
-}
-
 SW_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
 					   int access)
 {

@@ -139,18 +139,31 @@ SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 /* ---- MR ---- */
 
-static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+int sw_mr_access(unsigned int access)
 {
-	struct sw_pd *pd = (struct sw_pd *)ibpd;
 	/* Optional bits are ignored when unsupported (rdma-core's rule);
 	 * atomics and memory-window binding name operations this RNIC does
 	 * not offer, so granting them grants nothing. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	access &= ~(unsigned int)(IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
-	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
-		return fail_null(EOPNOTSUPP);
-	if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))
-		return fail_null(EINVAL);
+	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return (int)access;
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct sw_pd *pd = (struct sw_pd *)ibpd;
+	int acc = sw_mr_access(access);
+	if (acc < 0)
+		return NULL;
+	access = (unsigned int)acc;
 	if (!addr || !length)
 		return fail_null(EINVAL);
 	int fd;
@@ -182,6 +195,8 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr->mr.pd = ibpd;
 	mr->mr.addr = addr;
 	mr->mr.length = length;
+	mr->iova = iova;
+	mr->access = access;
 	return &mr->mr;
 }
 

@@ -101,6 +101,11 @@ type mr struct {
 
 func (m *mr) Dereg() error { return m.regions.Deregister(m.stag) }
 
+func (m *mr) Rereg(_ verbs.ProviderPD, pd uint32, buf []byte, iova uint64, access verbs.Access) error {
+	_, err := m.regions.Reregister(m.stag, pd, buf, iova, access)
+	return err
+}
+
 type listener struct{ l *offload.Listener }
 
 func (l listener) Addr() netip.AddrPort { return l.l.Addr() }

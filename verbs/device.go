@@ -262,11 +262,12 @@ func (pd *PD) destroyAll() {
 // MR is a registered memory region (ibv_mr). The engine places incoming
 // RDMA data straight into its bytes and reads outgoing data from them.
 type MR struct {
-	pd   *PD
-	be   ProviderMR
-	stag uint32
-	addr uint64
-	buf  []byte
+	pd     *PD // guarded by pd.dev.mu once registered (Rereg)
+	be     ProviderMR
+	stag   uint32
+	addr   uint64
+	buf    []byte
+	access Access
 }
 
 // RegMR registers buf with the given access rights. The region's address
@@ -289,7 +290,7 @@ func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
-	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf}
+	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf, access: access}
 	if err := pd.attach(func() { pd.mrs[mr] = struct{}{} }); err != nil {
 		be.Dereg()
 		return nil, fmt.Errorf("reg MR: %w", err)
@@ -323,9 +324,10 @@ func (mr *MR) Dereg() error {
 	if err := mr.be.Dereg(); err != nil {
 		return fmt.Errorf("dereg MR: %w", err)
 	}
-	mr.pd.dev.mu.Lock()
+	d := mr.pd.dev
+	d.mu.Lock()
 	delete(mr.pd.mrs, mr)
-	mr.pd.dev.mu.Unlock()
+	d.mu.Unlock()
 	return nil
 }
 

@@ -49,6 +49,9 @@ type ProviderPD interface {
 type ProviderMR interface {
 	// Dereg invalidates the region's STag and releases it.
 	Dereg() error
+	// Rereg makes the region's STag name buf at tagged offset iova in pd
+	// (whose handle is pdHandle) with access (MR.Rereg).
+	Rereg(pd ProviderPD, pdHandle uint32, buf []byte, iova uint64, access Access) error
 }
 
 // ProviderCQ is a completion queue's backend. One that the in-process

@@ -543,6 +543,20 @@ type remoteMR struct {
 	h   uint32
 }
 
+func (mr *remoteMR) Rereg(pd ProviderPD, _ uint32, buf []byte, iova uint64, access Access) error {
+	rpd, ok := pd.(*remotePD)
+	if !ok || rpd.dev != mr.dev {
+		return errors.New("PD of another device")
+	}
+	fd, off, ok := mr.dev.shared(buf)
+	if !ok {
+		return ErrNotShared
+	}
+	req := &uabi.ReregMR{Handle: mr.h, PD: rpd.h, Offset: off, Length: uint64(len(buf)), IOVA: iova, Access: uint32(access)}
+	_, err := mr.dev.call(context.Background(), uabi.OpReregMR, req, nil, fd)
+	return err
+}
+
 func (mr *remoteMR) Dereg() error {
 	_, err := mr.dev.call(context.Background(), uabi.OpDeregMR, &uabi.Ref{Handle: mr.h}, nil)
 	return releaseErr(err)

@@ -75,6 +75,8 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 		out, outFDs, err = ss.modifySRQ(req.(*uabi.ModifySRQ))
 	case uabi.OpQuerySRQ:
 		out, err = ss.querySRQ(ref())
+	case uabi.OpReregMR:
+		err = ss.reregMR(req.(*uabi.ReregMR), fds[0])
 	}
 	if err != nil {
 		ss.reply(h.Seq, h.Op, statusOf(err), nil)

@@ -65,6 +65,7 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_OP_DESTROY_SRQ", fmt.Sprintf("0x%x", OpDestroySRQ))
 	def("SW_OP_MODIFY_SRQ", fmt.Sprintf("0x%x", OpModifySRQ))
 	def("SW_OP_QUERY_SRQ", fmt.Sprintf("0x%x", OpQuerySRQ))
+	def("SW_OP_REREG_MR", fmt.Sprintf("0x%x", OpReregMR))
 	def("SW_EV_QP", EvQP)
 	def("SW_EV_DEVICE_REMOVED", EvDeviceRemoved)
 	def("SW_EV_SRQ", EvSRQ)

@@ -97,6 +97,8 @@ func samples() []sample {
 		{name: "modify srq reply", op: OpModifySRQ, st: ok, nfds: 1, m: &ModifySRQReply{New: true, Count: 256, Size: 32768}},
 		{name: "query srq", op: OpQuerySRQ, m: sampleRef},
 		{name: "query srq reply", op: OpQuerySRQ, st: ok, m: &QuerySRQReply{MaxWR: 200, MaxSGE: 6, Limit: 20}},
+		{name: "rereg mr", op: OpReregMR, nfds: 1, m: &ReregMR{Handle: 0x12, PD: 0x11, Offset: 0x3000, Length: 0x1000, IOVA: 0x7f0000003000, Access: 1}},
+		{name: "rereg mr reply", op: OpReregMR, st: ok, m: &Empty{}},
 		{name: "error reply", op: OpConnect, st: &Status{Code: StBadHandle, Msg: "no QP with handle 17"}},
 		{name: "errno reply", op: OpConnect, st: &Status{Code: StError, Msg: "connection refused", Detail: ErrnoDetail(111)}},
 		{name: "rejected reply", op: OpConnect, st: &Status{Code: StRejected, Msg: "MPA markers rejected", Detail: samplePData}},

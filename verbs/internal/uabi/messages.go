@@ -66,6 +66,16 @@ type RegMR struct {
 	Access               uint32 // ibv.Access
 }
 
+// ReregMR changes region Handle in place (ibv_rereg_mr), keeping its STag:
+// it covers Length bytes at Offset of the memfd the message carries, at
+// tagged offset IOVA, in PD (a handle), with Access. The client sends the
+// region's current values for what it does not change.
+type ReregMR struct {
+	Handle, PD           uint32
+	Offset, Length, IOVA uint64
+	Access               uint32 // ibv.Access
+}
+
 // RegMRReply is the new region's handle and STag.
 type RegMRReply struct {
 	Handle, STag uint32

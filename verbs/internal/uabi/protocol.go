@@ -52,8 +52,9 @@ type OpInfo struct {
 //	21  DestroySRQ     Ref            0    Empty           0
 //	22  ModifySRQ      ModifySRQ      0    ModifySRQReply  1
 //	23  QuerySRQ       Ref            0    QuerySRQReply   0
+//	24  ReregMR        ReregMR        1    Empty           0
 //
-// RegMR's request carries the region's memfd; CreateCQ's reply the ring's
+// RegMR's and ReregMR's requests carry the region's memfd; CreateCQ's reply the ring's
 // memfd and the notification eventfd, CreateQP's the rings' memfd and the
 // doorbell eventfd; CreateSRQ's and ModifySRQ's the SRQ ring's memfd.
 // Connect's StRejected reply has the peer's private data
@@ -86,6 +87,7 @@ var Ops = []OpInfo{
 	{Op: OpDestroySRQ, Name: "DestroySRQ", Request: &Ref{}, Reply: &Empty{}},
 	{Op: OpModifySRQ, Name: "ModifySRQ", Request: &ModifySRQ{}, Reply: &ModifySRQReply{}, ReplyFDs: 1},
 	{Op: OpQuerySRQ, Name: "QuerySRQ", Request: &Ref{}, Reply: &QuerySRQReply{}},
+	{Op: OpReregMR, Name: "ReregMR", Request: &ReregMR{}, RequestFDs: 1, Reply: &Empty{}},
 }
 
 // EventInfo describes one kind of event.

@@ -32,7 +32,7 @@ const (
 	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
 	// reply Established, QueryQPReply and QPEvent carry Ext. 4: shared
 	// receive queues (the SRQ ops, CreateQP's SRQ, HelloReply's SRQ
-	// limits, SRQEvent).
+	// limits, SRQEvent), ReregMR.
 	Version = 4
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
@@ -63,6 +63,7 @@ const (
 	OpDestroySRQ
 	OpModifySRQ
 	OpQuerySRQ
+	OpReregMR
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.

@@ -315,6 +315,19 @@
 	X(u32, limit)
 #define SIWTUN_QUERY_SRQ_REPLY_FDS 0
 
+/* ReregMR */
+#define SIWTUN_OP_REREG_MR 24
+#define SIWTUN_REREG_MR_REQUEST(X) \
+	X(u32, handle) \
+	X(u32, pd) \
+	X(u64, offset) \
+	X(u64, length) \
+	X(u64, iova) \
+	X(u32, access)
+#define SIWTUN_REREG_MR_REQUEST_FDS 1
+#define SIWTUN_REREG_MR_REPLY(X)
+#define SIWTUN_REREG_MR_REPLY_FDS 0
+
 /* QP event */
 #define SIWTUN_EV_QP 1
 #define SIWTUN_QP_EVENT(X) \
