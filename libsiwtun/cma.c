@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -351,6 +352,38 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
  * listen for or make connections that could never carry datagrams. */
 static int is_ud(const struct rdma_cm_id *id) { return id->qp_type == IBV_QPT_UD; }
 
+/* purge_events drops the events of sid its channel still holds, not yet
+ * retrieved: the id is going, and rdma_get_cm_event must not hand out an
+ * event naming it (rdma_cm discards them too). Each took one count of the
+ * channel's eventfd (a semaphore), given back here. */
+static void purge_events(struct sw_cm_id *sid)
+{
+	struct sw_channel *ch = sid->ch;
+	if (!ch)
+		return;
+	int n = 0;
+	pthread_mutex_lock(&ch->mu);
+	for (struct sw_cm_event **pp = &ch->q; *pp;) {
+		struct sw_cm_event *e = *pp;
+		if (e->ev.id == &sid->id) {
+			*pp = e->next;
+			free(e);
+			n++;
+		} else {
+			pp = &e->next;
+		}
+	}
+	ch->tail = &ch->q;
+	while (*ch->tail)
+		ch->tail = &(*ch->tail)->next;
+	pthread_mutex_unlock(&ch->mu);
+	for (uint64_t v; n > 0; n--) {
+		struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
+		if (poll(&p, 1, 0) != 1 || read(ch->ch.fd, &v, sizeof(v)) != sizeof(v))
+			break;
+	}
+}
+
 /* Frees an id no async call holds any more (cm_mu held). */
 static void unlink_free(struct sw_cm_id *sid)
 {
@@ -428,6 +461,7 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	free_own_cqs(sid);
 	free(sid->ep_qp);
 	sid->ep_qp = NULL;
+	purge_events(sid);
 	pthread_mutex_lock(&cm_mu);
 	sid->destroyed = 1;
 	struct sw_channel *own = sid->sync && !sid->pending ? sid->ch : NULL;

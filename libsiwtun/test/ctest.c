@@ -312,6 +312,7 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 			st.qp_state = IBV_QPS_ERR;
 			CHECK(ibv_modify_qp(qp, &st, IBV_QP_STATE) == 0 && state_of(qp) == IBV_QPS_ERR, "ERR");
 			poll_one(cq, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 43, NULL);
+			rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
 			rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
 			/* Back to RESET and INIT for the next round. */
 			st.qp_state = IBV_QPS_RESET;
