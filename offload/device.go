@@ -82,6 +82,9 @@ func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ ibv.CompletionQueue, attr QP
 	if sendCQ == nil || recvCQ == nil {
 		return nil, fmt.Errorf("create QP: %w: nil completion queue", ibv.ErrInvalidWR)
 	}
+	if attr.SRQ != nil {
+		attr.MaxRecvWR = 1 // ignored: see below
+	}
 	if attr.MaxSendWR <= 0 || attr.MaxSendWR > ibv.MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > ibv.MaxQPWR {
 		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, ibv.MaxQPWR)
 	}

@@ -23,6 +23,9 @@ const (
 // SRQ is a shared receive queue: receives posted once, taken by whichever
 // attached queue pair a Send (or an Immediate Data message) arrives on.
 //
+// The lkeys of the SRQ's receives belong to the SRQ's protection domain,
+// whichever QP takes them (as Linux siw checks them).
+//
 // A queue pair created with QPAttr.SRQ has no receive queue of its own:
 // when an untagged message needs a receive, its receive path moves the
 // oldest receive of the SRQ into the QP (takeSRQ), where it completes as
@@ -312,3 +315,12 @@ func (qp *QP) takeSRQ() {
 
 // SRQ is the shared receive queue the QP takes its receives from, or nil.
 func (qp *QP) SRQ() *SRQ { return qp.srq }
+
+// recvPD is the protection domain a receive's lkeys must belong to: the
+// SRQ's, for a QP on an SRQ (the receive was posted there), else the QP's.
+func (qp *QP) recvPD() uint32 {
+	if qp.srq != nil {
+		return qp.srq.pd
+	}
+	return qp.pd
+}

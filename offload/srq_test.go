@@ -314,3 +314,65 @@ func TestSRQNoAllocs(t *testing.T) {
 		t.Fatalf("SRQ stats %+v, want %d taken", st, runs+1)
 	}
 }
+
+// TestSRQProtectionDomain: an SRQ receive's lkeys belong to the SRQ's
+// protection domain, whichever QP (of another PD) takes it: a region of
+// the SRQ's PD receives; one of the QP's PD is a protection error (the
+// receive completes with IBV_WC_LOC_PROT_ERR, and a Terminate goes out).
+func TestSRQProtectionDomain(t *testing.T) {
+	dev, err := NewDevice(nil, DefaultConfig("siwtun0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	srq, err := dev.CreateSRQ(2, SRQAttr{MaxWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srqReg, err := dev.Regions().Register(2, make([]byte, 64), rxAddr, ibv.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qpReg, err := dev.Regions().Register(1, make([]byte, 64), rxAddr+0x1000, ibv.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcq := &recCQ{wcs: make([]ibv.WorkCompletion, 0, 8)}
+	qp, err := dev.CreateQP(1, &countCQ{}, rcq, QPAttr{MaxSendWR: 1, SRQ: srq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Modify(ibv.QPInit); err != nil {
+		t.Fatal(err)
+	}
+	qp.rx.init(qp, &mpa.Params{CRC: true}, 0, nil)
+	if _, err := srq.PostRecv([]ibv.RecvWR{
+		{ID: 1, SGL: []ibv.SGE{{Addr: rxAddr, Length: 64, LKey: srqReg.STag()}}},
+		{ID: 2, SGL: []ibv.SGE{{Addr: rxAddr + 0x1000, Length: 64, LKey: qpReg.STag()}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPeerStream(true, false)
+	p.send(rdmap.OpSend, []byte("same PD as the SRQ"), 64)
+	if err := feed(qp, p.out, len(p.out)); err != nil {
+		t.Fatal(err)
+	}
+	if len(rcq.wcs) != 1 || rcq.wcs[0].Status != ibv.WCSuccess || string(srqReg.buf[:4]) != "same" {
+		t.Fatalf("receive in the SRQ's PD: %+v", rcq.wcs)
+	}
+	p.out = p.out[:0]
+	p.send(rdmap.OpSend, []byte("QP's PD"), 64)
+	var te *terminateError
+	if err := feed(qp, p.out, len(p.out)); !errors.As(err, &te) {
+		t.Fatalf("receive in the QP's PD: %v, want a Terminate", err)
+	}
+	qp.mu.Lock()
+	if qp.termDone != nil {
+		close(qp.termDone)
+		qp.termDone = nil
+	}
+	qp.mu.Unlock()
+	if len(rcq.wcs) != 2 || rcq.wcs[1].ID != 2 || rcq.wcs[1].Status != ibv.WCLocProtErr {
+		t.Fatalf("completions %+v, want receive 2 with a protection error", rcq.wcs)
+	}
+}
