@@ -359,6 +359,14 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()
+	if srq != nil && srq.pd != pd {
+		// The QP copies into regions of the SRQ's PD too (the lkeys of
+		// SRQ receives are the SRQ's PD's): their memory waits for it as
+		// for the PD's own QPs before it is unmapped.
+		srq.pd.mu.Lock()
+		srq.pd.qps++
+		srq.pd.mu.Unlock()
+	}
 	ok = true // q.destroy releases the holds and the charge from now on
 	q.done.Add(1)
 	go q.run()

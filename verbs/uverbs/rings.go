@@ -420,5 +420,8 @@ func (q *sQP) destroy() {
 		}
 		q.ss.mu.Unlock()
 		q.pd.qpGone()
+		if q.srq != nil && q.srq.pd != q.pd {
+			q.srq.pd.qpGone()
+		}
 	})
 }
