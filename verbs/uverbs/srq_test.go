@@ -282,3 +282,82 @@ func TestSRQLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// daemonPD is the daemon's object for a client's PD.
+func daemonPD(t *testing.T, r *rig, pd *verbs.PD) *sPD {
+	t.Helper()
+	h := findHandle(t, r, pd)
+	r.srv.mu.Lock()
+	defer r.srv.mu.Unlock()
+	for ss := range r.srv.sessions {
+		ss.mu.Lock()
+		o, ok := ss.objs[h].(*sPD)
+		ss.mu.Unlock()
+		if ok {
+			return o
+		}
+	}
+	t.Fatalf("no daemon PD %d", h)
+	return nil
+}
+
+// TestSRQOtherPD: QPs of one PD on an SRQ of another take receives whose
+// regions are the SRQ's PD's. Such a region deregistered while a QP of the
+// other PD is attached may still be copied into by that QP: the daemon
+// keeps its mapping until the QP is gone (the SRQ's PD counts the QP).
+func TestSRQOtherPD(t *testing.T) {
+	r := newRig(t)
+	client := r.dial()
+	recv, send := newEnd(t, client, 4), newEnd(t, r.peer, 4)
+	spd, err := client.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := spd.CreateSRQ(verbs.SRQAttr{MaxWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := client.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := spd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := recv.pd.CreateQP(verbs.QPInitAttr{SendCQ: recv.scq, RecvCQ: recv.rcq, MaxSendWR: 4, SRQ: srq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv.qp = qp
+	if _, err := srq.PostRecv([]verbs.RecvWR{{ID: 5, SGL: []verbs.SGE{mr.SGE(0, 4096)}}}); err != nil {
+		t.Fatal(err)
+	}
+	connectAt(t, send, recv, netip.AddrPortFrom(daemonAddr.Addr(), 7310), verbs.ConnParam{})
+	waitEvent(t, qp, verbs.EventEstablished)
+	if _, err := send.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("other PD")}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := poll(t, recv.rcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.ID != 5 || string(buf[:8]) != "other PD" {
+		t.Fatalf("receive into the SRQ's PD's region: %+v %q", wc, buf[:8])
+	}
+	dpd := daemonPD(t, r, spd)
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	dpd.mu.Lock()
+	kept, qps := len(dpd.zombies), dpd.qps
+	dpd.mu.Unlock()
+	if kept != 1 || qps != 1 {
+		t.Fatalf("the SRQ's PD after dereg: %d mappings kept, %d QPs; want 1, 1 (the QP of the other PD)", kept, qps)
+	}
+	if err := qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	dpd.mu.Lock()
+	kept, qps = len(dpd.zombies), dpd.qps
+	dpd.mu.Unlock()
+	if kept != 0 || qps != 0 {
+		t.Fatalf("after the QP went: %d mappings kept, %d QPs; want 0, 0", kept, qps)
+	}
+}
