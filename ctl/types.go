@@ -34,6 +34,9 @@ type DevInfo struct {
 	MaxPD           int `json:"max_pd"`
 	MaxQPRdAtom     int `json:"max_qp_rd_atom"`
 	MaxQPInitRdAtom int `json:"max_qp_init_rd_atom"`
+	MaxSRQ          int `json:"max_srq"`
+	MaxSRQWR        int `json:"max_srq_wr"`
+	MaxSRQSGE       int `json:"max_srq_sge"`
 	// MaxInline is the most payload bytes of an inline work request (from
 	// ibv_qp_cap, not ibv_device_attr: ibv_devinfo does not print it).
 	MaxInline int `json:"max_inline"`

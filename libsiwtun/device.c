@@ -75,7 +75,7 @@ static int hello(struct sw_conn *c, struct sw_device *d)
 	sw_dec_bytes(&dd, &n); /* name */
 	sw_dec_str(&dd, d->fw, sizeof(d->fw));
 	d->guid = sw_dec_u64(&dd);
-	for (int i = 0; i < 14; i++)
+	for (int i = 0; i < SW_A_COUNT; i++)
 		d->attr[i] = sw_dec_u32(&dd);
 	return dd.err ? EPROTO : 0;
 }
@@ -293,6 +293,10 @@ void sw_async_push(struct sw_context *ctx, enum ibv_event_type type, void *obj)
 	case IBV_EVENT_CQ_ERR:
 		e->ev.element.cq = obj;
 		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		e->ev.element.srq = obj;
+		break;
 	default:
 		e->ev.element.port_num = 1;
 	}
@@ -349,6 +353,12 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 			c->reason[l] = 0;
 			pthread_mutex_unlock(&c->mu);
 		}
+		return;
+	}
+	if (kind == SW_EV_SRQ) {
+		uint32_t h = sw_dec_u32(&d), type = sw_dec_u32(&d);
+		if (!d.err)
+			sw_srq_event(ctx, h, type);
 		return;
 	}
 	if (kind != SW_EV_QP)
@@ -418,13 +428,6 @@ int sw_ctx_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
 int sw_ctx_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int sw_query_port_ex(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t len);
 
-static int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	(void)srq;
-	*bad = wr;
-	return EOPNOTSUPP;
-}
-
 SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct sw_device *d = NULL;
@@ -479,7 +482,7 @@ SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.req_notify_cq = sw_ctx_req_notify_cq;
 	c->ops.post_send = sw_ctx_post_send;
 	c->ops.post_recv = sw_ctx_post_recv;
-	c->ops.post_srq_recv = post_srq_recv;
+	c->ops.post_srq_recv = sw_ctx_post_srq_recv;
 	return c;
 }
 
@@ -520,6 +523,10 @@ SW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	a->max_qp_rd_atom = (int)d->attr[SW_A_MAX_QP_RD_ATOM];
 	a->max_qp_init_rd_atom = (int)d->attr[SW_A_MAX_QP_INIT_RD_ATOM];
 	a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
+	a->max_srq = (int)d->attr[SW_A_MAX_SRQ];
+	a->max_srq_wr = (int)d->attr[SW_A_MAX_SRQ_WR];
+	a->max_srq_sge = (int)d->attr[SW_A_MAX_SRQ_SGE];
+	a->device_cap_flags |= IBV_DEVICE_SRQ_RESIZE; /* ibv_modify_srq's IBV_SRQ_MAX_WR */
 	a->atomic_cap = IBV_ATOMIC_NONE;
 	a->max_pkeys = 1;
 	a->phys_port_cnt = 1;

@@ -30,8 +30,10 @@ const (
 	MaxFDs = 2
 	// Version is the protocol version of Hello. 2: QPEvent carries
 	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
-	// reply Established, QueryQPReply and QPEvent carry Ext.
-	Version = 3
+	// reply Established, QueryQPReply and QPEvent carry Ext. 4: shared
+	// receive queues (the SRQ ops, CreateQP's SRQ, HelloReply's SRQ
+	// limits, SRQEvent), ReregMR.
+	Version = 4
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -57,6 +59,11 @@ const (
 	OpAccept
 	OpReject
 	OpCancel
+	OpCreateSRQ
+	OpDestroySRQ
+	OpModifySRQ
+	OpQuerySRQ
+	OpReregMR
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.
@@ -67,6 +74,7 @@ const (
 const (
 	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished), u8 ext
 	EvDeviceRemoved = 2 // string reason
+	EvSRQ           = 3 // u32 SRQ handle, u32 type (the limit event)
 )
 
 // Status codes of replies.
