@@ -125,6 +125,7 @@ func TestInterop(t *testing.T) {
 	t.Run("markers", e.runMarkers)
 	t.Run("hostile", e.runHostile)
 	t.Run("perftest", e.runPerftest)
+	t.Run("clib", e.runCLib)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
