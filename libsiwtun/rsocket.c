@@ -1069,8 +1069,15 @@ SW_EXPORT int rshutdown(int socket, int how)
 		return fail(ENOTCONN);
 	}
 	if ((how == SHUT_WR || how == SHUT_RDWR) && !s->wr_shut) {
-		progress(s);
-		if (!s->gone && s->credits >= 1 && s->nsfree > 0)
+		/* the peer's EOF: wait a moment for a credit (leaving the one
+		 * kept for credit messages); without one, its EOF comes with
+		 * the disconnect at rclose */
+		for (int i = 0; i < 50 && !s->gone && !(s->credits >= 2 && s->nsfree > 0); i++) {
+			progress(s);
+			if (!(s->credits >= 2 && s->nsfree > 0))
+				rs_wait(s, 20);
+		}
+		if (!s->gone && s->credits >= 2 && s->nsfree > 0)
 			send_msg(s, RS_SHUTDOWN, NULL, 0);
 		s->wr_shut = 1;
 	}
@@ -1327,10 +1334,10 @@ SW_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, o
 	struct ibv_mr *mr = ibv_reg_mr(s->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr)
 		goto out;
-	/* tell the peer: it may need to wait for a credit */
-	while (!(s->credits >= 1 && s->nsfree > 0) && !s->gone) {
+	/* tell the peer, leaving the credit kept for credit messages */
+	while (!(s->credits >= 2 && s->nsfree > 0) && !s->gone) {
 		progress(s);
-		if (!(s->credits >= 1 && s->nsfree > 0))
+		if (!(s->credits >= 2 && s->nsfree > 0))
 			rs_wait(s, 100);
 	}
 	uint8_t m[28];

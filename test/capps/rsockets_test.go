@@ -3,6 +3,7 @@ package capps
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -201,6 +202,20 @@ func TestRsockets(t *testing.T) {
 			t.Skipf("%s not installed: install rdmacm-utils", p)
 		}
 	}
+	t.Run("exec", func(t *testing.T) {
+		// siwtun exec --rsockets: libsiwtun first, then librspreload;
+		// a missing librspreload named.
+		out, err := e.startRsockets("siwtun1", "env").wait(t, time.Minute)
+		lib := filepath.Join(filepath.Dir(e.bin), "libsiwtun.so")
+		if err != nil || !regexp.MustCompile(`(?m)^LD_PRELOAD=`+regexp.QuoteMeta(lib)+`:/\S+/rsocket/librspreload\.so$`).MatchString(out) {
+			t.Errorf("siwtun exec --rsockets -- env: %v\n%s", err, out)
+		}
+		miss := e.command(e.bin, "exec", "--rsockets", "--", "true")
+		miss.Env = append(os.Environ(), "SIWTUN_RSPRELOAD=/nonexistent/librspreload.so")
+		if b, err := miss.CombinedOutput(); err == nil || !strings.Contains(string(b), "siwtun: SIWTUN_RSPRELOAD: stat /nonexistent/librspreload.so") {
+			t.Errorf("siwtun exec --rsockets with a missing librspreload: %v\n%s", err, b)
+		}
+	})
 	t.Run("ctest", func(t *testing.T) {
 		out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
 			e.ctest, "--rsockets", "siwtun0", "siwtun1", "17980").wait(t, 2*time.Minute)
