@@ -94,7 +94,11 @@ func (e *env) runCLib(t *testing.T) {
 			t.Logf("%s: %v: capture not checked", scenario, cerr)
 			figs, cerr = "capture not checked: "+cerr.Error(), nil
 		} else {
-			_, figs, terr = e.checkCapture(pcap, true)
+			var v tsharkVerdict
+			v, figs, terr = e.checkCapture(pcap, true)
+			if terr == nil && v.FPDUs == 0 {
+				terr = fmt.Errorf("tshark decoded no FPDU in %s", filepath.Base(pcap))
+			}
 		}
 		err = joinErrs(nonNil(err, cerr, terr))
 		if err != nil {
