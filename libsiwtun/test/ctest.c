@@ -401,6 +401,23 @@ static int rsockets(const char *deva, const char *devb, int port)
 	get_addr(cb, &addr_b);
 	addr_b.sin_port = htons((uint16_t)port);
 
+	/* rdma_migrate_id (each accepted rsocket gets a channel of its own):
+	 * an event queued on the old channel moves with the id. */
+	struct rdma_event_channel *mx = rdma_create_event_channel(), *my = rdma_create_event_channel();
+	struct rdma_cm_id *mid;
+	CHECK(mx && my && rdma_create_id(mx, &mid, NULL, RDMA_PS_TCP) == 0, "migrate: id");
+	CHECK(rdma_resolve_addr(mid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "migrate: resolve");
+	CHECK(rdma_migrate_id(mid, my) == 0 && mid->channel == my, "rdma_migrate_id");
+	struct pollfd mp = {.fd = mx->fd, .events = POLLIN};
+	CHECK(poll(&mp, 1, 0) == 0, "the old channel still readable after the move");
+	rdma_ack_cm_event(wait_event(my, RDMA_CM_EVENT_ADDR_RESOLVED));
+	errno = 0;
+	CHECK(rdma_migrate_id(mid, NULL) == -1 && errno == EOPNOTSUPP, "migrate to no channel");
+	CHECK(rdma_destroy_id(mid) == 0, "migrate: destroy");
+	rdma_destroy_event_channel(mx);
+	rdma_destroy_event_channel(my);
+	OK("rdma-migrate-id");
+
 	errno = 0;
 	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP, "datagram rsocket");
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == EAFNOSUPPORT, "AF_UNIX rsocket");
