@@ -19,9 +19,9 @@ var rstreamRow = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\
 
 // streamFigures is one side's parsed result line.
 type streamFigures struct {
-	row                   string
-	size, xfers, iters    string
-	secs, gbps, usPerXfer float64
+	row                       string
+	size, xfers, iters, total string
+	secs, gbps, usPerXfer     float64
 }
 
 func parseStream(out string) *streamFigures {
@@ -29,7 +29,7 @@ func parseStream(out string) *streamFigures {
 	if m == nil {
 		return nil
 	}
-	f := &streamFigures{row: strings.Join(strings.Fields(m[0]), " "), size: m[2], xfers: m[3], iters: m[4]}
+	f := &streamFigures{row: strings.Join(strings.Fields(m[0]), " "), size: m[2], xfers: m[3], iters: m[4], total: m[5]}
 	f.secs, _ = strconv.ParseFloat(m[6], 64)
 	f.gbps, _ = strconv.ParseFloat(m[7], 64)
 	f.usPerXfer, _ = strconv.ParseFloat(m[8], 64)
@@ -72,8 +72,9 @@ type streamRun struct {
 // the server's listener gives no sign on a pipe) and checks both reports:
 // exit 0, the size, count and iterations asked for, a time, a rate and a
 // time per transfer above zero (the rate too, but at 64 B, where it
-// rounds to 0.00), the two sides' times per transfer within 25 % (both
-// time the same exchange: count transfers each way).
+// rounds to 0.00), and the same total on both sides (count transfers each
+// way). The two sides' times are not compared: each times its own part
+// of the run, on a machine shared with other work.
 func (e *env) streamRun(t *testing.T, r *streamRun, port int) {
 	t.Helper()
 	args := func(side ...string) []string {
@@ -141,8 +142,10 @@ func (e *env) streamRun(t *testing.T, r *streamRun, port int) {
 			t.Fatalf("%s: %s report %q: a figure not above zero", name, side, f.row)
 		}
 	}
-	if a, b := r.client.usPerXfer, r.serve.usPerXfer; a/b > 1.25 || b/a > 1.25 {
-		t.Errorf("%s: client and server disagree:\n%s\n%s", name, r.client.row, r.serve.row)
+	// Agreement without timing (each side times its own part of the run
+	// on a shared machine): both moved the same total.
+	if r.client.total != r.serve.total {
+		t.Errorf("%s: client and server report different totals:\n%s\n%s", name, r.client.row, r.serve.row)
 	}
 }
 
