@@ -1351,11 +1351,64 @@ SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	return 0;
 }
 
+/* rdma_migrate_id moves an id to another event channel: its events still
+ * queued on the old one move along (rsockets gives each accepted id a
+ * channel of its own). Moving to no channel (synchronous use) is not
+ * supported. */
 SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-	(void)id;
-	(void)channel;
-	return fail(EOPNOTSUPP);
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!id || !channel || sid->sync || !sid->ch)
+		return fail(!id ? EINVAL : EOPNOTSUPP);
+	struct sw_channel *from = sid->ch, *to = (struct sw_channel *)channel;
+	if (from == to)
+		return 0;
+	pthread_mutex_lock(&cm_mu);
+	pthread_mutex_lock(&from->mu);
+	struct sw_cm_event *moved = NULL, **mt = &moved;
+	int n = 0;
+	for (struct sw_cm_event **pp = &from->q; *pp;) {
+		struct sw_cm_event *e = *pp;
+		if (e->ev.id == id) {
+			*pp = e->next;
+			e->next = NULL;
+			*mt = e;
+			mt = &e->next;
+			n++;
+		} else {
+			pp = &e->next;
+		}
+	}
+	from->tail = &from->q;
+	while (*from->tail)
+		from->tail = &(*from->tail)->next;
+	/* The old channel's count drops by the events taken away (each
+	 * queued event counted one; the count is at least that). */
+	for (int i = 0; i < n; i++) {
+		uint64_t v;
+		int fl = fcntl(from->ch.fd, F_GETFL);
+		fcntl(from->ch.fd, F_SETFL, fl | O_NONBLOCK);
+		if (read(from->ch.fd, &v, sizeof(v)) != sizeof(v)) {
+			/* a reader took the count already: it finds no event */
+		}
+		fcntl(from->ch.fd, F_SETFL, fl);
+	}
+	sid->ch = to;
+	sid->id.channel = channel;
+	pthread_mutex_unlock(&from->mu);
+	pthread_mutex_lock(&to->mu);
+	if (moved) {
+		*to->tail = moved;
+		to->tail = mt;
+	}
+	pthread_mutex_unlock(&to->mu);
+	pthread_mutex_unlock(&cm_mu);
+	uint64_t one = 1;
+	for (int i = 0; i < n; i++)
+		if (write(to->ch.fd, &one, sizeof(one)) < 0) {
+			/* cannot overflow in practice */
+		}
+	return 0;
 }
 
 SW_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
@@ -1454,21 +1507,4 @@ SW_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 SW_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
 	return rdma_reject(id, private_data, private_data_len);
-}
-
-/* rsockets: rdma-core's implementation (which would run from the real
- * librdmacm) keeps private state in librdmacm's own ids and cannot run on
- * libsiwtun's; rsocket fails instead, so programs fall back or stop cleanly
- * (README). */
-SW_EXPORT int rsocket(int domain, int type, int protocol)
-{
-	static int warned;
-	(void)domain;
-	(void)type;
-	(void)protocol;
-	if (!warned) {
-		warned = 1;
-		sw_log("rsockets are not supported on siwtun devices yet");
-	}
-	return fail(EOPNOTSUPP);
 }

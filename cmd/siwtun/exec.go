@@ -18,6 +18,7 @@ const libName = "libsiwtun.so"
 
 func newExecCmd() *cobra.Command {
 	var dev, socketDir string
+	var rsockets bool
 	cmd := &cobra.Command{
 		Use:   "exec [--dev siwtun0] -- PROGRAM [ARGS...]",
 		Short: "Run an unmodified libibverbs/librdmacm program on a siwtun device",
@@ -28,10 +29,20 @@ verbs sockets: ibv_devices, ibv_devinfo, rping, perftest's ib_*_bw/lat -R, ...
 --dev limits the devices the program sees to one (SIWTUN_DEV), so a client
 and a server on two daemons of one host each use their own RNIC. The library
 is taken from SIWTUN_LIB, else found next to the siwtun binary. The program
-replaces siwtun: its exit status is exec's.`,
+replaces siwtun: its exit status is exec's.
+
+--rsockets runs an ordinary TCP socket program over rsockets (librdmacm's
+sockets over RDMA): rdma-core's librspreload.so is preloaded after libsiwtun
+(LD_PRELOAD=libsiwtun.so:librspreload.so), so the program's socket calls go
+to rsocket, rconnect, rsend, ..., which libsiwtun implements on the siwtun
+device. The program's TCP connections to a siwtun RNIC's address then run
+over an RDMA connection; the address must be the RNIC's (the host's kernel
+does not have it). librspreload.so is taken from SIWTUN_RSPRELOAD, else
+rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).`,
 		Example: `  siwtun exec --dev siwtun1 -- rping -s -a 198.18.2.2 -v
   siwtun exec --dev siwtun0 -- rping -c -a 198.18.2.2 -v -V -C 10
-  siwtun exec -- ibv_devinfo -v`,
+  siwtun exec -- ibv_devinfo -v
+  siwtun exec --rsockets --dev siwtun1 -- rstream -T s -b 198.18.2.2 -S 65536 -C 1000`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lib, err := findLib()
@@ -44,8 +55,15 @@ replaces siwtun: its exit status is exec's.`,
 			}
 			env := os.Environ()
 			pre := lib
+			if rsockets {
+				rsp, err := findRspreload()
+				if err != nil {
+					return err
+				}
+				pre += ":" + rsp
+			}
 			if old := os.Getenv("LD_PRELOAD"); old != "" {
-				pre = lib + ":" + old
+				pre += ":" + old
 			}
 			env = setEnv(env, "LD_PRELOAD", pre)
 			if dev != "" {
@@ -58,6 +76,7 @@ replaces siwtun: its exit status is exec's.`,
 		},
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
+	cmd.Flags().BoolVar(&rsockets, "rsockets", false, "run a TCP socket program over rsockets (preload rdma-core's librspreload.so after libsiwtun)")
 	cmd.Flags().StringVar(&socketDir, "socket-dir", "", "directory of the daemons' verbs sockets (default /run/siwtun, or SIWTUN_SOCKET_DIR)")
 	return cmd
 }
@@ -92,6 +111,33 @@ func findLib() (string, error) {
 	}
 	return "", errors.New("libsiwtun not found (looked for " + strings.Join(tried, ", ") +
 		"): build it with make build (bin/" + libName + "), or set SIWTUN_LIB")
+}
+
+// rspreloadGlobs are where rdma-core installs librspreload.so: Debian's
+// multiarch directory, then other distributions' lib64 and lib.
+var rspreloadGlobs = []string{"/usr/lib/*/rsocket/librspreload.so", "/usr/lib64/rsocket/librspreload.so",
+	"/usr/lib/rsocket/librspreload.so", "/usr/local/lib*/rsocket/librspreload.so"}
+
+// findRspreload returns the path of rdma-core's librspreload.so:
+// SIWTUN_RSPRELOAD, or the first of rspreloadGlobs that exists.
+func findRspreload() (string, error) {
+	if p := os.Getenv("SIWTUN_RSPRELOAD"); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("SIWTUN_RSPRELOAD: %w", err)
+		}
+		return abs, nil
+	}
+	for _, g := range rspreloadGlobs {
+		if m, _ := filepath.Glob(g); len(m) > 0 {
+			return m[0], nil
+		}
+	}
+	return "", errors.New("librspreload.so not found (looked for " + strings.Join(rspreloadGlobs, ", ") +
+		"): install rdma-core's rsockets preload (Debian: librdmacm1), or set SIWTUN_RSPRELOAD")
 }
 
 // setEnv replaces or appends KEY=value in env.

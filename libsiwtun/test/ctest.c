@@ -20,13 +20,20 @@
  * ibv_query_qp, ibv_rereg_mr (new memory, access, PD), a QP moved to ERR,
  * back to RESET and connected again, and the flush of posted receives on disconnect
  * (with --terminate: on the Terminate a Write to a bad rkey draws, after
- * IBV_EVENT_QP_FATAL on both sides). Prints "ok NAME" per check; exits 1
- * at the first failure. */
+ * IBV_EVENT_QP_FATAL on both sides). With --rsockets DEV_A DEV_B PORT:
+ * libsiwtun's rsockets (see rsockets below). Prints "ok NAME" per check;
+ * exits 1 at the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/select.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +43,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <rdma/rsocket.h>
 
 #define CHECK(cond, ...)                                                  \
 	do {                                                              \
@@ -526,11 +534,230 @@ static int removal(const char *dev)
 	return 0;
 }
 
+/* ---- rsockets (--rsockets DEV_A DEV_B PORT) ---- */
+
+struct rs_rx {
+	int fd;
+	uint8_t *buf;
+	size_t len;
+	ssize_t got;
+};
+
+static void *rs_receiver(void *arg)
+{
+	struct rs_rx *r = arg;
+	r->got = rrecv(r->fd, r->buf, r->len, MSG_WAITALL);
+	return NULL;
+}
+
+static uint8_t rs_pattern(size_t i) { return (uint8_t)(i * 7 + i / 251); }
+
+/* rsockets: a listener on DEV_B's address, a client from DEV_A connecting
+ * without blocking (one thread holds both ends), then data both ways
+ * through every send and receive call, more than the receive slots hold
+ * (credits), MSG_PEEK, riomap/riowrite with guard bytes, rpoll and rselect
+ * on a mix of rsockets and a pipe, options, shutdown (EOF), close (EBADF
+ * after) and the refusals (datagram sockets, other families). */
+static int rsockets(const char *deva, const char *devb, int port)
+{
+	struct ibv_context *ca = open_dev(deva), *cb = open_dev(devb);
+	struct sockaddr_in addr_a, addr_b;
+	get_addr(ca, &addr_a);
+	get_addr(cb, &addr_b);
+	addr_b.sin_port = htons((uint16_t)port);
+
+	/* rdma_migrate_id (each accepted rsocket gets a channel of its own):
+	 * an event queued on the old channel moves with the id. */
+	struct rdma_event_channel *mx = rdma_create_event_channel(), *my = rdma_create_event_channel();
+	struct rdma_cm_id *mid;
+	CHECK(mx && my && rdma_create_id(mx, &mid, NULL, RDMA_PS_TCP) == 0, "migrate: id");
+	CHECK(rdma_resolve_addr(mid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "migrate: resolve");
+	CHECK(rdma_migrate_id(mid, my) == 0 && mid->channel == my, "rdma_migrate_id");
+	struct pollfd mp = {.fd = mx->fd, .events = POLLIN};
+	CHECK(poll(&mp, 1, 0) == 0, "the old channel still readable after the move");
+	rdma_ack_cm_event(wait_event(my, RDMA_CM_EVENT_ADDR_RESOLVED));
+	errno = 0;
+	CHECK(rdma_migrate_id(mid, NULL) == -1 && errno == EOPNOTSUPP, "migrate to no channel");
+	CHECK(rdma_destroy_id(mid) == 0, "migrate: destroy");
+	rdma_destroy_event_channel(mx);
+	rdma_destroy_event_channel(my);
+	OK("rdma-migrate-id");
+
+	errno = 0;
+	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == EOPNOTSUPP, "datagram rsocket");
+	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == EAFNOSUPPORT, "AF_UNIX rsocket");
+	CHECK(rsend(12345, "x", 1, 0) == -1 && errno == EBADF, "rsend on no rsocket");
+	OK("rsocket-refusals");
+
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(l >= 0, "rsocket");
+	int one = 1, v;
+	socklen_t vl = sizeof(v);
+	CHECK(rsetsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0, "SO_REUSEADDR");
+	CHECK(rsetsockopt(l, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0, "TCP_NODELAY");
+	int sz = 1 << 19;
+	CHECK(rsetsockopt(l, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz)) == 0, "SO_RCVBUF");
+	CHECK(rgetsockopt(l, SOL_SOCKET, SO_RCVBUF, &v, &vl) == 0 && v == sz, "SO_RCVBUF back: %d", v);
+	CHECK(rgetsockopt(l, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0 && v == 1, "TCP_NODELAY back");
+	int inl = 32;
+	CHECK(rsetsockopt(l, SOL_RDMA, RDMA_INLINE, &inl, sizeof(inl)) == 0, "RDMA_INLINE");
+	CHECK(rgetsockopt(l, SOL_RDMA, RDMA_INLINE, &v, &vl) == 0 && v == 32, "RDMA_INLINE back");
+	errno = 0;
+	CHECK(rsetsockopt(l, SOL_SOCKET, SO_BROADCAST, &one, sizeof(one)) == -1 && errno == ENOTSUP, "SO_BROADCAST");
+	OK("rsocket-options");
+
+	CHECK(rbind(l, (struct sockaddr *)&addr_b, sizeof(addr_b)) == 0, "rbind");
+	CHECK(rlisten(l, 4) == 0, "rlisten");
+	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0 && (rfcntl(l, F_GETFL) & O_NONBLOCK), "rfcntl");
+	errno = 0;
+	CHECK(raccept(l, NULL, NULL) == -1 && errno == EAGAIN, "raccept with nothing there");
+	struct pollfd lp = {.fd = l, .events = POLLIN};
+	CHECK(rpoll(&lp, 1, 0) == 0, "listener ready with nothing there");
+	CHECK(rfcntl(l, F_SETFL, 0) == 0, "rfcntl blocking");
+
+	int c = rsocket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	CHECK(c >= 0, "client rsocket");
+	struct sockaddr_in from = addr_a;
+	from.sin_port = 0;
+	CHECK(rbind(c, (struct sockaddr *)&from, sizeof(from)) == 0, "client rbind");
+	errno = 0;
+	CHECK(rconnect(c, (struct sockaddr *)&addr_b, sizeof(addr_b)) == -1 && errno == EINPROGRESS, "rconnect");
+	CHECK(rpoll(&lp, 1, 10000) == 1 && (lp.revents & POLLIN), "listener not readable on a request");
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof(peer);
+	int s = raccept(l, (struct sockaddr *)&peer, &pl);
+	CHECK(s >= 0, "raccept");
+	CHECK(pl == sizeof(peer) && peer.sin_addr.s_addr == addr_a.sin_addr.s_addr, "accepted from %s", inet_ntoa(peer.sin_addr));
+	struct pollfd cp = {.fd = c, .events = POLLOUT};
+	CHECK(rpoll(&cp, 1, 10000) == 1 && (cp.revents & POLLOUT), "client not writable once connected");
+	CHECK(rgetsockopt(c, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 && v == 0, "SO_ERROR %d", v);
+	struct sockaddr_in name;
+	socklen_t nl = sizeof(name);
+	CHECK(rgetpeername(c, (struct sockaddr *)&name, &nl) == 0 && name.sin_addr.s_addr == addr_b.sin_addr.s_addr &&
+		      name.sin_port == addr_b.sin_port, "rgetpeername");
+	nl = sizeof(name);
+	CHECK(rgetsockname(s, (struct sockaddr *)&name, &nl) == 0 && name.sin_addr.s_addr == addr_b.sin_addr.s_addr,
+	      "rgetsockname");
+	OK("rsocket-connect");
+
+	/* More than the receive slots hold, one direction, a thread receiving. */
+	size_t big = (3u << 20) + 17;
+	uint8_t *tx = malloc(big), *rx = calloc(1, big);
+	CHECK(tx && rx, "malloc");
+	for (size_t i = 0; i < big; i++)
+		tx[i] = rs_pattern(i);
+	CHECK(rfcntl(c, F_SETFL, 0) == 0, "client blocking");
+	struct rs_rx r = {.fd = s, .buf = rx, .len = big};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, rs_receiver, &r) == 0, "thread");
+	CHECK(rsend(c, tx, big, 0) == (ssize_t)big, "rsend %zu", big);
+	pthread_join(th, NULL);
+	CHECK(r.got == (ssize_t)big && !memcmp(tx, rx, big), "received %zd of %zu bytes, or not the same", r.got, big);
+	OK("rsocket-stream");
+
+	/* The other way, gathered and scattered, peeked; rwrite/rread. */
+	struct iovec iv[3] = {{tx, 10}, {tx + 10, 70000}, {tx + 70010, 5}};
+	struct msghdr m = {.msg_iov = iv, .msg_iovlen = 3};
+	CHECK(rsendmsg(s, &m, 0) == 70015, "rsendmsg");
+	CHECK(rwrite(s, tx + 70015, 100) == 100, "rwrite");
+	uint8_t p4[4];
+	CHECK(rrecv(c, p4, 4, MSG_PEEK) == 4 && !memcmp(p4, tx, 4), "MSG_PEEK");
+	memset(rx, 0, big);
+	struct iovec ov[2] = {{rx, 3}, {rx + 3, 70012}};
+	struct msghdr om = {.msg_iov = ov, .msg_iovlen = 2};
+	size_t got = 0;
+	while (got < 70015) {
+		ov[0].iov_base = rx + got;
+		ov[0].iov_len = got < 3 ? 3 - got : 0;
+		ov[1].iov_base = rx + (got < 3 ? 3 : got);
+		ov[1].iov_len = 70015 - (got < 3 ? 3 : got);
+		ssize_t n = rrecvmsg(c, &om, 0);
+		CHECK(n > 0, "rrecvmsg");
+		got += (size_t)n;
+	}
+	for (got = 70015; got < 70115;) {
+		ssize_t n = rread(c, rx + got, 70115 - got);
+		CHECK(n > 0, "rread");
+		got += (size_t)n;
+	}
+	CHECK(!memcmp(tx, rx, 70115), "data back differs");
+	OK("rsocket-iovecs");
+
+	/* rpoll and rselect on a pipe and an rsocket together. */
+	int pfd[2];
+	CHECK(pipe(pfd) == 0, "pipe");
+	struct pollfd mix[2] = {{.fd = pfd[0], .events = POLLIN}, {.fd = s, .events = POLLIN}};
+	CHECK(rpoll(mix, 2, 0) == 0, "nothing ready");
+	CHECK(write(pfd[1], "p", 1) == 1, "pipe write");
+	CHECK(rpoll(mix, 2, 1000) == 1 && mix[0].revents == POLLIN && mix[1].revents == 0, "pipe ready only");
+	char ch;
+	CHECK(read(pfd[0], &ch, 1) == 1, "pipe read");
+	CHECK(rsend(c, "q", 1, 0) == 1, "rsend 1");
+	CHECK(rpoll(mix, 2, 5000) == 1 && mix[0].revents == 0 && (mix[1].revents & POLLIN), "rsocket ready only");
+	fd_set rf;
+	FD_ZERO(&rf);
+	FD_SET(s, &rf);
+	FD_SET(pfd[0], &rf);
+	struct timeval tv = {.tv_sec = 5};
+	CHECK(rselect((s > pfd[0] ? s : pfd[0]) + 1, &rf, NULL, NULL, &tv) == 1 && FD_ISSET(s, &rf) && !FD_ISSET(pfd[0], &rf),
+	      "rselect");
+	CHECK(rrecv(s, &ch, 1, 0) == 1 && ch == 'q', "rrecv 1");
+	close(pfd[0]);
+	close(pfd[1]);
+	OK("rsocket-rpoll-rselect");
+
+	/* riomap on the accepted side, riowrite from the client, a Send after
+	 * it (its arrival means the Write is placed), guard bytes checked. */
+	size_t ml = 100000;
+	uint8_t *map = malloc(GUARD + ml + GUARD);
+	CHECK(map, "malloc");
+	memset(map, GUARD_BYTE, GUARD + ml + GUARD);
+	CHECK(riomap(s, map + GUARD, ml, PROT_WRITE, 0, 0) == 0, "riomap");
+	CHECK(rsend(s, "m", 1, 0) == 1 && rrecv(c, &ch, 1, 0) == 1 && ch == 'm', "sync after riomap");
+	CHECK(riowrite(c, tx, ml, 0, 0) == ml, "riowrite");
+	CHECK(rsend(c, "w", 1, 0) == 1 && rrecv(s, &ch, 1, 0) == 1 && ch == 'w', "sync after riowrite");
+	CHECK(!memcmp(map + GUARD, tx, ml), "riowrite data differs");
+	for (int i = 0; i < GUARD; i++)
+		CHECK(map[i] == GUARD_BYTE && map[GUARD + ml + (size_t)i] == GUARD_BYTE, "guard byte %d written", i);
+	CHECK(riounmap(s, map + GUARD, ml) == 0, "riounmap");
+	errno = 0;
+	CHECK(riounmap(s, map + GUARD, ml) == -1 && errno == EINVAL, "riounmap twice");
+	OK("rsocket-iomap");
+
+	/* Shutdown: the peer reads what was sent, then EOF. */
+	CHECK(rsend(c, "end", 3, 0) == 3, "rsend end");
+	CHECK(rshutdown(c, SHUT_WR) == 0, "rshutdown");
+	char e[8];
+	CHECK(rrecv(s, e, sizeof(e), MSG_WAITALL) == 3 && !memcmp(e, "end", 3), "data before EOF");
+	CHECK(rrecv(s, e, sizeof(e), 0) == 0, "EOF after shutdown");
+	errno = 0;
+	CHECK(rsend(c, "x", 1, 0) == -1 && errno == EPIPE, "rsend after shutdown");
+	OK("rsocket-shutdown");
+
+	/* Close: the peer sees the disconnect; the number is gone. */
+	CHECK(rclose(c) == 0, "rclose client");
+	struct pollfd sp = {.fd = s, .events = POLLIN};
+	CHECK(rpoll(&sp, 1, 10000) == 1 && (sp.revents & (POLLIN | POLLHUP)), "no hangup after the peer closed");
+	CHECK(rrecv(s, e, sizeof(e), 0) == 0, "EOF after close");
+	errno = 0;
+	CHECK(rrecv(c, e, 1, 0) == -1 && errno == EBADF, "rrecv on a closed rsocket");
+	CHECK(rclose(s) == 0 && rclose(l) == 0, "rclose");
+	OK("rsocket-close");
+	free(map);
+	free(tx);
+	free(rx);
+	CHECK(ibv_close_device(ca) == 0 && ibv_close_device(cb) == 0, "close");
+	printf("PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 3 && !strcmp(argv[1], "--removal"))
 		return removal(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "--rsockets"))
+		return rsockets(argv[2], argv[3], atoi(argv[4]));
 	int terminate = 0, noimm = 0;
 	for (; argc > 1 && !strncmp(argv[1], "--", 2); argc--, argv++) {
 		if (!strcmp(argv[1], "--terminate"))

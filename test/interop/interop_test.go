@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,10 @@ type env struct {
 	mu   sync.Mutex
 	rows []row
 	port int
+	// claimed are the TCP ports Wireshark dissects as another protocol
+	// (tshark -G decodes: 7236 is RTSP): a run on one would be read as
+	// that protocol, its FPDUs not decoded nor checked.
+	claimed map[int]bool
 }
 
 // row is one line of the table; detail (a failure's cause) is printed
@@ -74,7 +79,29 @@ func (e *env) nextPort() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.port++
+	for e.claimed[7174+e.port] {
+		e.port++
+	}
 	return 7174 + e.port
+}
+
+// tsharkPorts returns the TCP ports tshark's dissector table assigns to a
+// protocol by port number.
+func tsharkPorts() (map[int]bool, error) {
+	out, err := exec.Command("tshark", "-G", "decodes").Output()
+	if err != nil {
+		return nil, fmt.Errorf("tshark -G decodes: %w", err)
+	}
+	m := map[int]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) >= 2 && f[0] == "tcp.port" {
+			if p, err := strconv.Atoi(f[1]); err == nil {
+				m[p] = true
+			}
+		}
+	}
+	return m, nil
 }
 
 // TestInterop is `make interop`: siwtun against Linux siw in the peer VM.
@@ -90,6 +117,10 @@ func TestInterop(t *testing.T) {
 	}
 	t0 := time.Now()
 	e := &env{}
+	var err error
+	if e.claimed, err = tsharkPorts(); err != nil {
+		t.Fatal(err)
+	}
 	e.out = os.Getenv("SIWTUN_INTEROP_OUT")
 	if e.out == "" {
 		// One directory, emptied each run: the captures of a run take
@@ -125,6 +156,7 @@ func TestInterop(t *testing.T) {
 	t.Run("markers", e.runMarkers)
 	t.Run("hostile", e.runHostile)
 	t.Run("perftest", e.runPerftest)
+	t.Run("clib", e.runCLib)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
