@@ -71,6 +71,7 @@
 #define SW_MAX_RING_ENTRIES              1048576
 #define SW_SGE_SIZE                      16
 #define SW_EXT_IMMEDIATE                 1
+#define SW_EXT_ATOMIC                    2
 #define SW_SQE_SIZE                      392
 #define SW_SQE_OPCODE                    4
 #define SW_SQE_NSGE                      5
@@ -86,6 +87,8 @@
 #define SW_SGE_LKEY                      12
 #define SW_SQE_INLINE_LEN                6
 #define SW_SQE_INLINE                    136
+#define SW_SQE_COMPARE_ADD               136
+#define SW_SQE_SWAP                      144
 #define SW_RQE_SIZE                      112
 #define SW_RQE_NSGE                      4
 #define SW_RQE_ID                        8
