@@ -54,6 +54,8 @@ static const char *socket_dir(void)
 	return d && *d ? d : "/run/siwtun";
 }
 
+_Static_assert(SW_A_COUNT == 15, "Hello's u32s (abi_check.c)");
+
 /* Hello: the device's name, firmware, GUID and limits. */
 static int hello(struct sw_conn *c, struct sw_device *d)
 {
@@ -75,7 +77,7 @@ static int hello(struct sw_conn *c, struct sw_device *d)
 	sw_dec_bytes(&dd, &n); /* name */
 	sw_dec_str(&dd, d->fw, sizeof(d->fw));
 	d->guid = sw_dec_u64(&dd);
-	for (int i = 0; i < 14; i++)
+	for (int i = 0; i < SW_A_COUNT; i++)
 		d->attr[i] = sw_dec_u32(&dd);
 	return dd.err ? EPROTO : 0;
 }
@@ -520,7 +522,9 @@ SW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	a->max_qp_rd_atom = (int)d->attr[SW_A_MAX_QP_RD_ATOM];
 	a->max_qp_init_rd_atom = (int)d->attr[SW_A_MAX_QP_INIT_RD_ATOM];
 	a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
-	a->atomic_cap = IBV_ATOMIC_NONE;
+	/* IBV_ATOMIC_HCA when the daemon does RFC 7306 atomics (toward peers
+	 * that announce them), IBV_ATOMIC_NONE with its extensions off. */
+	a->atomic_cap = d->attr[SW_A_ATOMIC_CAP] == IBV_ATOMIC_HCA ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;
 	a->max_pkeys = 1;
 	a->phys_port_cnt = 1;
 	return 0;

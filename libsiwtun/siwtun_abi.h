@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       3
+#define SW_VERSION                       4
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2

@@ -124,6 +124,12 @@ void sw_close_fds(struct sw_reply *r);
 
 /* ---- devices and contexts (device.c) ---- */
 
+enum { /* indexes of sw_device.attr (Hello's order) */
+	SW_A_VENDOR, SW_A_PART, SW_A_MAX_QP, SW_A_MAX_QP_WR, SW_A_MAX_SGE, SW_A_MAX_SGE_RD,
+	SW_A_MAX_CQ, SW_A_MAX_CQE, SW_A_MAX_MR, SW_A_MAX_PD, SW_A_MAX_QP_RD_ATOM,
+	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU, SW_A_ATOMIC_CAP, SW_A_COUNT
+};
+
 struct sw_device {
 	struct ibv_device dev; /* first: the application's pointer */
 	/* What rdma-core's verbs_device holds after ibv_device (ops,
@@ -141,18 +147,12 @@ struct sw_device {
 	char ctl[512];  /* the control socket */
 	uint64_t guid;
 	char fw[64];
-	uint32_t attr[14]; /* Hello's u32s: vendor, part, limits... */
+	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap */
 	int mtu;
 	int naddrs;
 	struct sockaddr_storage addrs[SW_MAX_ADDRS];
 	int prefix[SW_MAX_ADDRS];
 	struct sw_device *next;
-};
-
-enum { /* indexes of sw_device.attr (Hello's order) */
-	SW_A_VENDOR, SW_A_PART, SW_A_MAX_QP, SW_A_MAX_QP_WR, SW_A_MAX_SGE, SW_A_MAX_SGE_RD,
-	SW_A_MAX_CQ, SW_A_MAX_CQE, SW_A_MAX_MR, SW_A_MAX_PD, SW_A_MAX_QP_RD_ATOM,
-	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU,
 };
 
 struct sw_async_ev {

@@ -112,6 +112,10 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int // IRD: inbound RDMA Reads per QP
 	MaxInline       int
 	MTU             int // the link MTU (the verbs MTU enum cannot express it)
+	// AtomicCap is AtomicHCA when the device performs RFC 7306 atomics
+	// (toward peers that announce them), AtomicNone when its RDMAP
+	// extensions are off.
+	AtomicCap AtomicCap
 }
 
 // VendorID is siwtun's vendor id in DeviceAttr ("siw" in ASCII: a software

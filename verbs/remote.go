@@ -56,7 +56,8 @@ func DialPath(path string) (*Device, error) {
 	rd.attr = DeviceAttr{FWVersion: h.FWVersion, NodeGUID: h.NodeGUID, VendorID: h.VendorID, VendorPartID: h.VendorPartID,
 		MaxQP: int(h.MaxQP), MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxSGERead: int(h.MaxSGERead),
 		MaxCQ: int(h.MaxCQ), MaxCQE: int(h.MaxCQE), MaxMR: int(h.MaxMR), MaxPD: int(h.MaxPD),
-		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU)}
+		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU),
+		AtomicCap: AtomicCap(h.AtomicCap)}
 	return NewDevice(rd), nil
 }
 

@@ -30,6 +30,15 @@ const (
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
 )
 
+// AtomicCap is how a device performs atomics (ibv_atomic_cap).
+type AtomicCap = ibv.AtomicCap
+
+// Atomic capabilities.
+const (
+	AtomicNone = ibv.AtomicNone
+	AtomicHCA  = ibv.AtomicHCA
+)
+
 // WROpcode is a send work request's operation (ibv_wr_opcode).
 type WROpcode = ibv.WROpcode
 

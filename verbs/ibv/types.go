@@ -49,6 +49,18 @@ func (a Access) String() string {
 	return s
 }
 
+// AtomicCap is how a device performs atomics (enum ibv_atomic_cap).
+type AtomicCap uint32
+
+// Atomic capabilities.
+const (
+	// AtomicNone: no atomics (IBV_ATOMIC_NONE; Linux siw).
+	AtomicNone AtomicCap = 0
+	// AtomicHCA: atomics are atomic with respect to the device's own
+	// atomics, from every queue pair (IBV_ATOMIC_HCA).
+	AtomicHCA AtomicCap = 1
+)
+
 // WROpcode is the operation of a send work request (enum ibv_wr_opcode).
 type WROpcode uint32
 

@@ -88,7 +88,7 @@ func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
 		VendorID: a.VendorID, VendorPartID: a.VendorPartID, MaxQP: capAttr(a.MaxQP, l.QPs), MaxQPWR: uint32(a.MaxQPWR),
 		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: capAttr(a.MaxCQ, l.CQs), MaxCQE: capAttr(a.MaxCQE, l.CQEs),
 		MaxMR: capAttr(a.MaxMR, l.MRs), MaxPD: capAttr(a.MaxPD, l.PDs), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
-		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU)}, nil
+		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU), AtomicCap: uint32(a.AtomicCap)}, nil
 }
 
 func (ss *session) allocPD() (uabi.Msg, error) {

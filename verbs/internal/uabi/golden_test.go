@@ -47,7 +47,7 @@ func samples() []sample {
 			NodeGUID: 0x0123456789abcdef, VendorID: 0x736977, VendorPartID: 1 + 1<<24, MaxQP: 1024 + 2<<24,
 			MaxQPWR: 4096 + 3<<24, MaxSGE: 6 + 4<<24, MaxSGERead: 1 + 5<<24, MaxCQ: 256 + 6<<24,
 			MaxCQE: 65536 + 7<<24, MaxMR: 4096 + 8<<24, MaxPD: 512 + 9<<24, MaxQPRdAtom: 16 + 10<<24,
-			MaxQPInitRdAtom: 16 + 11<<24, MaxInline: 256 + 12<<24, MTU: 1500 + 13<<24}},
+			MaxQPInitRdAtom: 16 + 11<<24, MaxInline: 256 + 12<<24, MTU: 1500 + 13<<24, AtomicCap: 1 + 14<<24}},
 		{name: "alloc pd", op: OpAllocPD, m: &Empty{}},
 		{name: "alloc pd reply", op: OpAllocPD, st: ok, m: &AllocPDReply{Handle: 0x11, PDNum: 3}},
 		{name: "dealloc pd", op: OpDeallocPD, m: sampleRef},

@@ -48,6 +48,7 @@ type HelloReply struct {
 	MaxQPRdAtom                 uint32
 	MaxQPInitRdAtom             uint32
 	MaxInline, MTU              uint32
+	AtomicCap                   uint32 // ibv.AtomicCap (from Version 4 on)
 }
 
 // AllocPDReply is a new PD: its handle and its number.

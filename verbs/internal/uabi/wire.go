@@ -30,8 +30,10 @@ const (
 	MaxFDs = 2
 	// Version is the protocol version of Hello. 2: QPEvent carries
 	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
-	// reply Established, QueryQPReply and QPEvent carry Ext.
-	Version = 3
+	// reply Established, QueryQPReply and QPEvent carry Ext. 4: atomics
+	// (their operands in the SQE's inline area), HelloReply carries
+	// AtomicCap.
+	Version = 4
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
