@@ -217,6 +217,7 @@ struct sw_cq {
 struct sw_shadow {
 	uint64_t id;
 	uint32_t op;
+	uint32_t signaled; /* completes on success too (IBV_SEND_SIGNALED or sq_sig_all) */
 };
 
 struct sw_cm_id;

@@ -396,12 +396,22 @@ static void retire(struct sw_context *ctx, const struct ibv_wc *wc)
 				q->r_head++;
 			pthread_spin_unlock(&q->rlock);
 		} else {
+			/* Send requests complete in order, so this completion
+			 * retires its request and every one before it. Which
+			 * one it is: the first with its wr_id that completes
+			 * this way: a success completes only a signaled
+			 * request (an application may give every request the
+			 * same wr_id, as perftest does, and signal one in
+			 * 100); an error completes any. */
 			pthread_spin_lock(&q->slock);
-			for (uint64_t p = q->s_head; p < q->s_tail; p++)
-				if (q->sent[p % q->nsent].id == wc->wr_id) {
+			int ok = wc->status == IBV_WC_SUCCESS;
+			for (uint64_t p = q->s_head; p < q->s_tail; p++) {
+				const struct sw_shadow *s = &q->sent[p % q->nsent];
+				if (s->id == wc->wr_id && (s->signaled || !ok)) {
 					q->s_head = p + 1;
 					break;
 				}
+			}
 			pthread_spin_unlock(&q->slock);
 		}
 	}
@@ -882,7 +892,8 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
 		st32(e, SW_OWNER_VALID);
 		q->sq_prod++;
-		q->sent[q->s_tail % q->nsent] = (struct sw_shadow){wr->wr_id, wr->opcode};
+		q->sent[q->s_tail % q->nsent] =
+			(struct sw_shadow){wr->wr_id, wr->opcode, (flags & IBV_SEND_SIGNALED) || q->sig_all};
 		q->s_tail++;
 		n++;
 	}
