@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs"
 )
@@ -292,5 +295,80 @@ func TestDaemonsAtomicPeerWithout(t *testing.T) {
 	}
 	if st := cli.qp.State(); st != verbs.QPRTS {
 		t.Fatalf("state %v, want RTS", st)
+	}
+}
+
+// TestCaptureAtomics captures siwtun0's traffic with `siwtun capture`
+// (CRC and markers on) while an application runs 50 Fetch-and-Adds and 50
+// Compare-and-Swaps over the daemons, and has Wireshark's dissectors
+// (tshark) read it: 100 Atomic Requests (AOpCode 0 and 2, 50 each) and
+// 100 Atomic Responses, every FPDU with a good CRC, nothing malformed.
+func TestCaptureAtomics(t *testing.T) {
+	requireRoot(t)
+	tshark := needTshark(t)
+	r := newTwoRNICs(t, 1500, "--crc", "--markers")
+	file := filepath.Join(t.TempDir(), "siwtun0.pcapng")
+	capt := startWatcher(t, r.bin, "capture", "--dev", "siwtun0", "--socket-dir", r.d0.socketDir, "-w", file)
+	cli, srv := r.connect(t, 7174, 16)
+	tmr, tbuf := srv.mr(t, 64, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+	rmr, rbuf := cli.mr(t, 8, verbs.AccessLocalWrite)
+	const n = 50
+	for i := range 2 * n {
+		wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.FlagSignaled,
+			SGL: []verbs.SGE{rmr.SGE(0, 8)}, RemoteAddr: tmr.Addr() + 16, RKey: tmr.RKey(), CompareAdd: 3}
+		if i >= n {
+			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.WRAtomicCmpSwap, 3*n+uint64(i-n), 3*n+uint64(i-n)+1
+		}
+		if _, err := cli.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := cli.wait(t, cli.scq); wc.Status != verbs.WCSuccess || wc.Opcode != wr.Opcode.WC() {
+			t.Fatalf("atomic %d: %+v", i, wc)
+		}
+		want := uint64(3 * i)
+		if i >= n {
+			want = 3*n + uint64(i-n)
+		}
+		if got := binary.NativeEndian.Uint64(rbuf); got != want {
+			t.Fatalf("atomic %d returned %d, want %d", i, got, want)
+		}
+	}
+	if got := loadWord(tbuf[16:]); got != 4*n {
+		t.Fatalf("word %d, want %d", got, 4*n)
+	}
+	time.Sleep(200 * time.Millisecond) // the last segments reach the capture
+	capt.stop(t)
+
+	out, err := exec.Command(tshark, append([]string{"-r", file, "-n", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
+		"-e", "iwarp_rdma.opcode", "-e", "iwarp_rdma.atomic.opcode"}, capture.TsharkHeuristicsOff...)...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	count := map[string]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 2 {
+			continue
+		}
+		ops, aops := strings.Split(f[0], ","), strings.Split(f[1], ",")
+		for _, op := range ops {
+			count["op "+op]++
+		}
+		for _, a := range aops {
+			if a != "" {
+				count["aop "+a]++
+			}
+		}
+	}
+	t.Logf("tshark: %v", count)
+	if count["op 0x0a"] != 2*n || count["op 0x0b"] != 2*n || count["aop 0"] != n || count["aop 2"] != n {
+		t.Fatalf("tshark decoded %v, want %d Atomic Requests (%d FetchAdd, %d CmpSwap) and %d Atomic Responses", count, 2*n, n, n, 2*n)
+	}
+	res := capture.RunTshark(context.Background(), tshark, file)
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if res.FPDUs == 0 || res.GoodCRC != res.FPDUs || res.BadCRC != 0 || res.Malformed != 0 || res.ExpertErrors != 0 {
+		t.Errorf("tshark: %+v", res)
 	}
 }
