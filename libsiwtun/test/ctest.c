@@ -404,6 +404,28 @@ static void check_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *
 	usleep(50000);
 	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused atomic completed");
 	OK("atomic-post-errors");
+	/* perftest's way: every request with the same wr_id, one in 16
+	 * signaled, more of them than the send queue holds (32): each signaled
+	 * completion frees the 16 requests up to it. */
+	*word = 0;
+	enum { M = 400, MOD = 16, DEPTH = 32 };
+	int scnt = 0, ccnt = 0;
+	while (ccnt < M) {
+		while (scnt < M && scnt - ccnt < DEPTH) {
+			struct ibv_sge sge = {(uintptr_t)&res[scnt % N], 8, rmr->lkey};
+			struct ibv_send_wr wr = {.wr_id = 0x5157, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+						 .send_flags = (scnt + 1) % MOD == 0 ? IBV_SEND_SIGNALED : 0};
+			wr.wr.atomic.remote_addr = (uintptr_t)word;
+			wr.wr.atomic.rkey = tmr->rkey;
+			wr.wr.atomic.compare_add = 1;
+			CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post unsignaled fetch-and-add %d (%d completed)", scnt, ccnt);
+			scnt++;
+		}
+		poll_one(cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 0x5157, &wc);
+		ccnt += MOD;
+	}
+	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == M, "word %llu after %d unsignaled adds", (unsigned long long)*word, M);
+	OK("atomic-unsignaled");
 	CHECK(ibv_dereg_mr(tmr) == 0 && ibv_dereg_mr(rmr) == 0, "dereg");
 	free(tbuf);
 	free(res);
