@@ -77,6 +77,7 @@ func WriteDevInfo(w io.Writer, d DevInfo, verbose bool) error {
 		dev("max_pd", itoa(d.MaxPD))
 		dev("max_qp_rd_atom", itoa(d.MaxQPRdAtom))
 		dev("max_qp_init_rd_atom", itoa(d.MaxQPInitRdAtom))
+		dev("atomic_cap", d.AtomicCap)
 		dev("max_inline", itoa(d.MaxInline))
 	}
 	p := d.Port

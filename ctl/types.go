@@ -34,6 +34,10 @@ type DevInfo struct {
 	MaxPD           int `json:"max_pd"`
 	MaxQPRdAtom     int `json:"max_qp_rd_atom"`
 	MaxQPInitRdAtom int `json:"max_qp_init_rd_atom"`
+	// AtomicCap is ibv_device_attr's atomic_cap as ibv_devinfo prints
+	// it: "ATOMIC_HCA (1)" with RFC 7306 atomics, "ATOMIC_NONE (0)"
+	// with the RDMAP extensions off.
+	AtomicCap string `json:"atomic_cap"`
 	// MaxInline is the most payload bytes of an inline work request (from
 	// ibv_qp_cap, not ibv_device_attr: ibv_devinfo does not print it).
 	MaxInline int `json:"max_inline"`
