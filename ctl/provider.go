@@ -91,6 +91,7 @@ func (p *engineProvider) DevInfo() DevInfo {
 		MaxQP: attr.MaxQP, MaxQPWR: attr.MaxQPWR, MaxSGE: attr.MaxSGE, MaxSGERd: attr.MaxSGERead,
 		MaxCQ: attr.MaxCQ, MaxCQE: attr.MaxCQE, MaxMR: attr.MaxMR, MaxPD: attr.MaxPD,
 		MaxQPRdAtom: attr.MaxQPRdAtom, MaxQPInitRdAtom: attr.MaxQPInitRdAtom, MaxInline: attr.MaxInline,
+		MaxSRQ: attr.MaxSRQ, MaxSRQWR: attr.MaxSRQWR, MaxSRQSGE: attr.MaxSRQSGE,
 		AtomicCap: atomicCapString(attr.AtomicCap),
 		Port: Port{
 			Port: portNum, State: portActive, StateNum: portActiveNum,

@@ -77,6 +77,9 @@ func WriteDevInfo(w io.Writer, d DevInfo, verbose bool) error {
 		dev("max_pd", itoa(d.MaxPD))
 		dev("max_qp_rd_atom", itoa(d.MaxQPRdAtom))
 		dev("max_qp_init_rd_atom", itoa(d.MaxQPInitRdAtom))
+		dev("max_srq", itoa(d.MaxSRQ))
+		dev("max_srq_wr", itoa(d.MaxSRQWR))
+		dev("max_srq_sge", itoa(d.MaxSRQSGE))
 		dev("atomic_cap", d.AtomicCap)
 		dev("max_inline", itoa(d.MaxInline))
 	}

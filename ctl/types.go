@@ -34,6 +34,9 @@ type DevInfo struct {
 	MaxPD           int `json:"max_pd"`
 	MaxQPRdAtom     int `json:"max_qp_rd_atom"`
 	MaxQPInitRdAtom int `json:"max_qp_init_rd_atom"`
+	MaxSRQ          int `json:"max_srq"`
+	MaxSRQWR        int `json:"max_srq_wr"`
+	MaxSRQSGE       int `json:"max_srq_sge"`
 	// AtomicCap is ibv_device_attr's atomic_cap as ibv_devinfo prints
 	// it: "ATOMIC_HCA (1)" with RFC 7306 atomics, "ATOMIC_NONE (0)"
 	// with the RDMAP extensions off.

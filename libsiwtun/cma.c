@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -351,6 +352,38 @@ SW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
  * listen for or make connections that could never carry datagrams. */
 static int is_ud(const struct rdma_cm_id *id) { return id->qp_type == IBV_QPT_UD; }
 
+/* purge_events drops the events of sid its channel still holds, not yet
+ * retrieved: the id is going, and rdma_get_cm_event must not hand out an
+ * event naming it (rdma_cm discards them too). Each took one count of the
+ * channel's eventfd (a semaphore), given back here. */
+static void purge_events(struct sw_cm_id *sid)
+{
+	struct sw_channel *ch = sid->ch;
+	if (!ch)
+		return;
+	int n = 0;
+	pthread_mutex_lock(&ch->mu);
+	for (struct sw_cm_event **pp = &ch->q; *pp;) {
+		struct sw_cm_event *e = *pp;
+		if (e->ev.id == &sid->id) {
+			*pp = e->next;
+			free(e);
+			n++;
+		} else {
+			pp = &e->next;
+		}
+	}
+	ch->tail = &ch->q;
+	while (*ch->tail)
+		ch->tail = &(*ch->tail)->next;
+	pthread_mutex_unlock(&ch->mu);
+	for (uint64_t v; n > 0; n--) {
+		struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
+		if (poll(&p, 1, 0) != 1 || read(ch->ch.fd, &v, sizeof(v)) != sizeof(v))
+			break;
+	}
+}
+
 /* Frees an id no async call holds any more (cm_mu held). */
 static void unlink_free(struct sw_cm_id *sid)
 {
@@ -428,6 +461,7 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	free_own_cqs(sid);
 	free(sid->ep_qp);
 	sid->ep_qp = NULL;
+	purge_events(sid);
 	pthread_mutex_lock(&cm_mu);
 	sid->destroyed = 1;
 	struct sw_channel *own = sid->sync && !sid->pending ? sid->ch : NULL;
@@ -1001,6 +1035,8 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 			return -1;
 	}
 	struct ibv_qp_init_attr a = *attr;
+	if (!a.srq && id->srq)
+		a.srq = id->srq; /* rdma_create_srq's, as librdmacm */
 	if (!a.send_cq || !a.recv_cq) {
 		/* As librdmacm: one CQ per queue, of its depth, each with its
 		 * own completion channel and the id as its context
@@ -1358,22 +1394,48 @@ SW_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	return fail(EOPNOTSUPP);
 }
 
+/* rdma_create_srq makes an SRQ on the id's device (with the id's PD, or
+ * the one rdma_create_qp would use, when pd is NULL) and keeps it in
+ * id->srq, which the id's rdma_create_qp then attaches its QP to (as
+ * librdmacm does); rdma_destroy_srq destroys it. */
 SW_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
-	(void)id;
-	(void)pd;
-	(void)attr;
-	return fail(EOPNOTSUPP);
+	struct sw_cm_id *sid = (struct sw_cm_id *)id;
+	if (!sid->ctx || id->srq)
+		return fail(EINVAL);
+	if (!pd)
+		pd = id->pd;
+	if (!pd) {
+		if (!sid->ctx->cm_pd)
+			sid->ctx->cm_pd = ibv_alloc_pd(id->verbs);
+		if (!(pd = sid->ctx->cm_pd))
+			return -1;
+	}
+	struct ibv_srq *srq = ibv_create_srq(pd, attr);
+	if (!srq)
+		return -1;
+	id->srq = srq;
+	id->pd = pd;
+	return 0;
 }
 
 SW_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
 {
-	(void)id;
-	(void)attr;
-	return fail(EOPNOTSUPP);
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	if ((attr->comp_mask & ~known) || ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC))
+		return fail(EOPNOTSUPP); /* XRC and tag-matching SRQs */
+	struct ibv_srq_init_attr a = {.srq_context = attr->srq_context, .attr = attr->attr};
+	int ret = rdma_create_srq(id, (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!ret)
+		attr->attr = a.attr;
+	return ret;
 }
 
-SW_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id) { (void)id; }
+SW_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (id->srq && ibv_destroy_srq(id->srq) == 0)
+		id->srq = NULL;
+}
 
 SW_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {

@@ -54,7 +54,7 @@ static const char *socket_dir(void)
 	return d && *d ? d : "/run/siwtun";
 }
 
-_Static_assert(SW_A_COUNT == 15, "Hello's u32s (abi_check.c)");
+_Static_assert(SW_A_COUNT == 18, "Hello's u32s (abi_check.c)");
 
 /* Hello: the device's name, firmware, GUID and limits. */
 static int hello(struct sw_conn *c, struct sw_device *d)
@@ -295,6 +295,10 @@ void sw_async_push(struct sw_context *ctx, enum ibv_event_type type, void *obj)
 	case IBV_EVENT_CQ_ERR:
 		e->ev.element.cq = obj;
 		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		e->ev.element.srq = obj;
+		break;
 	default:
 		e->ev.element.port_num = 1;
 	}
@@ -351,6 +355,12 @@ static void on_event(struct sw_conn *c, const uint8_t *body, size_t n)
 			c->reason[l] = 0;
 			pthread_mutex_unlock(&c->mu);
 		}
+		return;
+	}
+	if (kind == SW_EV_SRQ) {
+		uint32_t h = sw_dec_u32(&d), type = sw_dec_u32(&d);
+		if (!d.err)
+			sw_srq_event(ctx, h, type);
 		return;
 	}
 	if (kind != SW_EV_QP)
@@ -420,13 +430,6 @@ int sw_ctx_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
 int sw_ctx_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int sw_query_port_ex(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t len);
 
-static int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	(void)srq;
-	*bad = wr;
-	return EOPNOTSUPP;
-}
-
 SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct sw_device *d = NULL;
@@ -481,7 +484,7 @@ SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.req_notify_cq = sw_ctx_req_notify_cq;
 	c->ops.post_send = sw_ctx_post_send;
 	c->ops.post_recv = sw_ctx_post_recv;
-	c->ops.post_srq_recv = post_srq_recv;
+	c->ops.post_srq_recv = sw_ctx_post_srq_recv;
 	return c;
 }
 
@@ -522,6 +525,10 @@ SW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	a->max_qp_rd_atom = (int)d->attr[SW_A_MAX_QP_RD_ATOM];
 	a->max_qp_init_rd_atom = (int)d->attr[SW_A_MAX_QP_INIT_RD_ATOM];
 	a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
+	a->max_srq = (int)d->attr[SW_A_MAX_SRQ];
+	a->max_srq_wr = (int)d->attr[SW_A_MAX_SRQ_WR];
+	a->max_srq_sge = (int)d->attr[SW_A_MAX_SRQ_SGE];
+	a->device_cap_flags |= IBV_DEVICE_SRQ_RESIZE; /* ibv_modify_srq's IBV_SRQ_MAX_WR */
 	/* IBV_ATOMIC_HCA when the daemon does RFC 7306 atomics (toward peers
 	 * that announce them), IBV_ATOMIC_NONE with its extensions off. */
 	a->atomic_cap = d->attr[SW_A_ATOMIC_CAP] == IBV_ATOMIC_HCA ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;

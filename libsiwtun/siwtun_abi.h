@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       4
+#define SW_VERSION                       5
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2
@@ -31,8 +31,15 @@
 #define SW_OP_REJECT                     0x12
 #define SW_OP_CANCEL                     0x13
 #define SW_OP_EVENT                      0x4000
+#define SW_OP_CREATE_SRQ                 0x14
+#define SW_OP_DESTROY_SRQ                0x15
+#define SW_OP_MODIFY_SRQ                 0x16
+#define SW_OP_QUERY_SRQ                  0x17
+#define SW_OP_REREG_MR                   0x18
 #define SW_EV_QP                         1
 #define SW_EV_DEVICE_REMOVED             2
+#define SW_EV_SRQ                        3
+#define SW_SRQEV_LIMIT_REACHED           5
 #define SW_ST_OK                         0
 #define SW_ST_ERROR                      1
 #define SW_ST_BAD_MESSAGE                2

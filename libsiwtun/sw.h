@@ -127,7 +127,10 @@ void sw_close_fds(struct sw_reply *r);
 enum { /* indexes of sw_device.attr (Hello's order) */
 	SW_A_VENDOR, SW_A_PART, SW_A_MAX_QP, SW_A_MAX_QP_WR, SW_A_MAX_SGE, SW_A_MAX_SGE_RD,
 	SW_A_MAX_CQ, SW_A_MAX_CQE, SW_A_MAX_MR, SW_A_MAX_PD, SW_A_MAX_QP_RD_ATOM,
-	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU, SW_A_ATOMIC_CAP, SW_A_COUNT
+	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU,
+	SW_A_MAX_SRQ, SW_A_MAX_SRQ_WR, SW_A_MAX_SRQ_SGE, /* protocol version 4 */
+	SW_A_ATOMIC_CAP,                                 /* protocol version 5 */
+	SW_A_COUNT
 };
 
 struct sw_device {
@@ -155,6 +158,7 @@ struct sw_device {
 	struct sw_device *next;
 };
 
+
 struct sw_async_ev {
 	struct ibv_async_event ev;
 	struct sw_async_ev *next;
@@ -162,6 +166,7 @@ struct sw_async_ev {
 
 struct sw_qp;
 struct sw_cq;
+struct sw_srq;
 
 struct sw_context {
 	struct verbs_context vctx; /* ibv_context is its last field */
@@ -170,6 +175,7 @@ struct sw_context {
 	pthread_mutex_t mu;
 	struct sw_qp *qps;
 	struct sw_cq *cqs;
+	struct sw_srq *srqs;
 	struct sw_async_ev *aq, **aq_tail;
 	atomic_int removed;
 	struct ibv_pd *cm_pd; /* rdma_create_qp without a PD */
@@ -199,7 +205,12 @@ struct sw_pd {
 struct sw_mr {
 	struct ibv_mr mr;
 	uint32_t h;
+	uint64_t iova;       /* the tagged offset of its first byte (rereg.c) */
+	unsigned int access; /* as registered (rereg.c) */
 };
+
+/* The access flags reg_mr grants for access, or -1 with errno (verbs.c). */
+int sw_mr_access(unsigned int access);
 
 struct sw_cq {
 	struct ibv_cq cq;
@@ -212,6 +223,21 @@ struct sw_cq {
 	unsigned empty; /* polls in a row that found nothing */
 	pthread_spinlock_t lock;
 	struct sw_cq *next; /* in the context */
+};
+
+/* A shared receive queue: the ring of receives the daemon reads when a
+ * Send on one of its QPs needs one (srq.c). */
+struct sw_srq {
+	struct ibv_srq srq;
+	uint32_t h;
+	pthread_mutex_t lock; /* posts, and a modify replacing the ring */
+	uint8_t *mem;
+	size_t memlen;
+	uint32_t count, prod;
+	uint32_t max_wr;
+	uint64_t posted;       /* under lock */
+	_Atomic uint64_t done; /* completions of its receives, counted by poll */
+	struct sw_srq *next;   /* in the context */
 };
 
 struct sw_shadow {
@@ -243,6 +269,7 @@ struct sw_qp {
 	uint64_t *recvd;
 	uint32_t nrecvd;
 	uint64_t r_head, r_tail;
+	struct sw_srq *srq;  /* the SRQ its receives come from, or NULL */
 	struct sw_cm_id *cm; /* the rdma_cm id the QP belongs to */
 	struct sw_qp *next;  /* in the context */
 };
@@ -255,6 +282,21 @@ int sw_qp_addrs(struct sw_context *ctx, uint32_t h, struct sockaddr_storage *loc
 void sw_cm_qp_event(struct sw_context *ctx, struct sw_qp *qp, uint32_t type, int status, const void *pdata,
 		    size_t pdlen);
 void sw_cm_device_removed(struct sw_context *ctx);
+
+/* ---- shared receive queues (srq.c) ---- */
+
+int sw_ctx_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* An SRQ event from the daemon (reader thread). */
+void sw_srq_event(struct sw_context *ctx, uint32_t h, uint32_t type);
+
+/* ---- shared helpers (verbs.c) ---- */
+
+/* Checks a ring header the daemon formatted: 0 or EPROTO. */
+int sw_check_ring(const uint8_t *mem, size_t len, uint32_t count, uint32_t esz);
+/* Waits for the daemon to hand back a ring entry (0, or ENOMEM). */
+int sw_wait_free(const uint8_t *e);
+/* Writes n scatter/gather elements into a ring entry's SGL at s. */
+void sw_put_sgl(uint8_t *s, const struct ibv_sge *sg, int n);
 
 /* ---- memory (mem.c) ---- */
 

@@ -90,7 +90,7 @@ static void *undo_create(struct sw_context *ctx, uint16_t destroy_op, uint32_t h
 }
 
 /* Maps a ring memfd the daemon sent and checks one ring header. */
-static int check_ring(const uint8_t *mem, size_t len, uint32_t count, uint32_t esz)
+int sw_check_ring(const uint8_t *mem, size_t len, uint32_t count, uint32_t esz)
 {
 	if (len < SW_RING_HEADER_SIZE || ld32(mem + SW_RING_HDR_MAGIC) != SW_RING_MAGIC ||
 	    get32(mem + SW_RING_HDR_ENTRY_SIZE) != esz || get32(mem + SW_RING_HDR_COUNT) != count || count == 0 ||
@@ -139,9 +139,8 @@ SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 /* ---- MR ---- */
 
-static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+int sw_mr_access(unsigned int access)
 {
-	struct sw_pd *pd = (struct sw_pd *)ibpd;
 	/* Optional bits are ignored when unsupported (rdma-core's rule);
 	 * memory-window binding names an operation this RNIC does not
 	 * offer, so granting it grants nothing. REMOTE_ATOMIC lets the peer's
@@ -149,10 +148,24 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	access &= ~(unsigned int)IBV_ACCESS_MW_BIND;
 	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				     IBV_ACCESS_REMOTE_ATOMIC))
-		return fail_null(EOPNOTSUPP);
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
-		return fail_null(EINVAL);
+				     IBV_ACCESS_REMOTE_ATOMIC)) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		errno = EINVAL;
+		return -1;
+	}
+	return (int)access;
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct sw_pd *pd = (struct sw_pd *)ibpd;
+	int acc = sw_mr_access(access);
+	if (acc < 0)
+		return NULL;
+	access = (unsigned int)acc;
 	if (!addr || !length)
 		return fail_null(EINVAL);
 	int fd;
@@ -184,6 +197,8 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr->mr.pd = ibpd;
 	mr->mr.addr = addr;
 	mr->mr.length = length;
+	mr->iova = iova;
+	mr->access = access;
 	return &mr->mr;
 }
 
@@ -290,7 +305,7 @@ SW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, voi
 	}
 	uint8_t *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
 	close(r.fds[0]);
-	err = mem == MAP_FAILED ? errno : check_ring(mem, size, count, SW_CQE_SIZE);
+	err = mem == MAP_FAILED ? errno : sw_check_ring(mem, size, count, SW_CQE_SIZE);
 	struct sw_cq *cq = err ? NULL : calloc(1, sizeof(*cq));
 	if (!cq)
 		return undo_create(ctx, SW_OP_DESTROY_CQ, h, mem, size, r.fds[1], err);
@@ -390,7 +405,9 @@ static void retire(struct sw_context *ctx, const struct ibv_wc *wc)
 	while (q && q->qp.qp_num != wc->qp_num)
 		q = q->next;
 	if (q) {
-		if (wc->opcode & IBV_WC_RECV) {
+		if ((wc->opcode & IBV_WC_RECV) && q->srq) {
+			atomic_fetch_add(&q->srq->done, 1); /* one of the SRQ's receives */
+		} else if (wc->opcode & IBV_WC_RECV) {
 			pthread_spin_lock(&q->rlock);
 			if (q->r_head < q->r_tail)
 				q->r_head++;
@@ -507,15 +524,18 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 {
 	struct sw_context *ctx = to_ctx(ibpd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
-	if (attr->qp_type != IBV_QPT_RC || attr->srq)
+	if (attr->qp_type != IBV_QPT_RC)
 		return fail_null(EOPNOTSUPP);
 	if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != ibpd->context ||
-	    attr->recv_cq->context != ibpd->context)
+	    attr->recv_cq->context != ibpd->context || (attr->srq && attr->srq->context != ibpd->context))
 		return fail_null(EINVAL);
 	if (cap->max_send_wr > SW_MAX_QP_WR || cap->max_recv_wr > SW_MAX_QP_WR || cap->max_send_sge > SW_MAX_SGE ||
 	    cap->max_recv_sge > SW_MAX_SGE || cap->max_inline_data > SW_MAX_INLINE)
 		return fail_null(EINVAL);
-	uint32_t ms = cap->max_send_wr ? cap->max_send_wr : 1, mr = cap->max_recv_wr ? cap->max_recv_wr : 1;
+	struct sw_srq *srq = (struct sw_srq *)attr->srq;
+	/* A QP on an SRQ has no receive queue of its own (a one-entry ring
+	 * the daemon never reads). */
+	uint32_t ms = cap->max_send_wr ? cap->max_send_wr : 1, mr = srq || !cap->max_recv_wr ? 1 : cap->max_recv_wr;
 	struct sw_enc e;
 	struct sw_reply r;
 	sw_enc_begin(&e, 0, 0);
@@ -525,6 +545,7 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	sw_enc_u32(&e, ms);
 	sw_enc_u32(&e, mr);
 	sw_enc_u8(&e, attr->sq_sig_all ? 1 : 0);
+	sw_enc_u32(&e, srq ? srq->h : 0);
 	int err = create_call(ctx, SW_OP_CREATE_QP, &e, &r);
 	if (err)
 		return fail_null(err);
@@ -538,9 +559,9 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	}
 	uint8_t *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
 	close(r.fds[0]);
-	err = mem == MAP_FAILED ? errno : check_ring(mem, sqb, sqc, SW_SQE_SIZE);
+	err = mem == MAP_FAILED ? errno : sw_check_ring(mem, sqb, sqc, SW_SQE_SIZE);
 	if (!err)
-		err = check_ring(mem + sqb, total - sqb, rqc, SW_RQE_SIZE);
+		err = sw_check_ring(mem + sqb, total - sqb, rqc, SW_RQE_SIZE);
 	struct sw_qp *q = err ? NULL : calloc(1, sizeof(*q));
 	if (q) {
 		q->sent = calloc(ms, sizeof(*q->sent));
@@ -569,9 +590,10 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
 	cap->max_send_wr = ms;
-	cap->max_recv_wr = mr;
+	cap->max_recv_wr = srq ? 0 : mr;
 	cap->max_send_sge = SW_MAX_SGE;
-	cap->max_recv_sge = SW_MAX_SGE;
+	cap->max_recv_sge = srq ? 0 : SW_MAX_SGE;
+	q->srq = srq;
 	cap->max_inline_data = SW_MAX_INLINE;
 	q->cap = *cap;
 	struct ibv_qp *qp = &q->qp;
@@ -580,6 +602,7 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	qp->pd = ibpd;
 	qp->send_cq = attr->send_cq;
 	qp->recv_cq = attr->recv_cq;
+	qp->srq = attr->srq;
 	qp->handle = h;
 	qp->qp_num = num;
 	qp->state = IBV_QPS_RESET;
@@ -744,6 +767,7 @@ SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int ma
 		init->qp_context = ibqp->qp_context;
 		init->send_cq = ibqp->send_cq;
 		init->recv_cq = ibqp->recv_cq;
+		init->srq = ibqp->srq;
 		init->cap = q->cap;
 		init->qp_type = IBV_QPT_RC;
 		init->sq_sig_all = q->sig_all;
@@ -757,7 +781,7 @@ SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int ma
  * the engine, which may complete it (and the application poll that
  * completion and post again) first. The wait is short; ENOMEM after 100 ms
  * (the daemon is stuck or gone). */
-static int wait_free(const uint8_t *e)
+int sw_wait_free(const uint8_t *e)
 {
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -782,7 +806,7 @@ static int post_allowed(struct sw_qp *q, atomic_int *ok)
 }
 
 /* Writes n scatter/gather elements into a ring entry's SGL at s. */
-static void put_sgl(uint8_t *s, const struct ibv_sge *sg, int n)
+void sw_put_sgl(uint8_t *s, const struct ibv_sge *sg, int n)
 {
 	for (int i = 0; i < n; i++, s += SW_SGE_SIZE) {
 		put64(s + SW_SGE_ADDR, sg[i].addr);
@@ -850,7 +874,7 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
-		if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && wait_free(e))) {
+		if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && sw_wait_free(e))) {
 			err = ENOMEM;
 			break;
 		}
@@ -873,7 +897,7 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		} else {
 			e[SW_SQE_NSGE] = (uint8_t)wr->num_sge;
 			put16(e + SW_SQE_INLINE_LEN, 0);
-			put_sgl(e + SW_SQE_SGL, wr->sg_list, wr->num_sge);
+			sw_put_sgl(e + SW_SQE_SGL, wr->sg_list, wr->num_sge);
 		}
 		put32(e + SW_SQE_FLAGS, flags);
 		put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
@@ -908,6 +932,10 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
+	if (q->srq) { /* its receives are posted to the SRQ */
+		*bad = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&q->rlock);
 	int err = post_allowed(q, &q->inited), n = 0;
 	for (; !err && wr; wr = wr->next) {
@@ -916,13 +944,13 @@ int sw_ctx_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			break;
 		}
 		uint8_t *e = q->rq + SW_RING_HEADER_SIZE + (size_t)(q->rq_prod & (q->rq_count - 1)) * SW_RQE_SIZE;
-		if (q->r_tail - q->r_head == q->nrecvd || (ld32(e) != 0 && wait_free(e))) {
+		if (q->r_tail - q->r_head == q->nrecvd || (ld32(e) != 0 && sw_wait_free(e))) {
 			err = ENOMEM;
 			break;
 		}
 		e[SW_RQE_NSGE] = (uint8_t)wr->num_sge;
 		put64(e + SW_RQE_ID, wr->wr_id);
-		put_sgl(e + SW_RQE_SGL, wr->sg_list, wr->num_sge);
+		sw_put_sgl(e + SW_RQE_SGL, wr->sg_list, wr->num_sge);
 		st32(e, SW_OWNER_VALID);
 		q->rq_prod++;
 		q->recvd[q->r_tail % q->nrecvd] = wr->wr_id;

@@ -25,6 +25,7 @@ type Device struct {
 	mu        sync.Mutex
 	qps       map[uint32]*QP
 	nextQPN   uint32
+	srqs      int // live SRQs, at most cfg.MaxQP
 	listeners map[*Listener]struct{}
 	retired   QPStats // counters of destroyed QPs
 	closed    bool
@@ -81,16 +82,37 @@ func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ ibv.CompletionQueue, attr QP
 	if sendCQ == nil || recvCQ == nil {
 		return nil, fmt.Errorf("create QP: %w: nil completion queue", ibv.ErrInvalidWR)
 	}
+	if attr.SRQ != nil {
+		attr.MaxRecvWR = 1 // ignored: see below
+	}
 	if attr.MaxSendWR <= 0 || attr.MaxSendWR > ibv.MaxQPWR || attr.MaxRecvWR <= 0 || attr.MaxRecvWR > ibv.MaxQPWR {
 		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, ibv.MaxQPWR)
 	}
+	rqDepth := attr.MaxRecvWR
+	if attr.SRQ != nil {
+		if attr.SRQ.dev != d {
+			return nil, fmt.Errorf("create QP: %w: SRQ of another device", ibv.ErrInvalidWR)
+		}
+		// The QP's receive queue holds the one receive its message in
+		// progress took from the SRQ.
+		rqDepth = 1
+		if err := attr.SRQ.attach(); err != nil {
+			return nil, err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	fail := func(err error) (*QP, error) {
+		if attr.SRQ != nil {
+			attr.SRQ.detach()
+		}
+		return nil, err
+	}
 	if d.closed {
-		return nil, ErrDeviceClosed
+		return fail(ErrDeviceClosed)
 	}
 	if len(d.qps) >= d.cfg.MaxQP {
-		return nil, fmt.Errorf("create QP: device %s has its maximum of %d QPs", d.cfg.Name, d.cfg.MaxQP)
+		return fail(fmt.Errorf("create QP: device %s has its maximum of %d QPs", d.cfg.Name, d.cfg.MaxQP))
 	}
 	num := d.nextQPN
 	for d.qps[num] != nil || num == 0 {
@@ -98,8 +120,8 @@ func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ ibv.CompletionQueue, attr QP
 	}
 	d.nextQPN = num + 1
 	qp := &QP{
-		dev: d, num: num, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ, sigAll: attr.SignalAll,
-		state: ibv.QPReset, sq: make([]sendWQE, attr.MaxSendWR), rq: make([]recvWQE, attr.MaxRecvWR),
+		dev: d, num: num, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ, sigAll: attr.SignalAll, srq: attr.SRQ,
+		state: ibv.QPReset, sq: make([]sendWQE, attr.MaxSendWR), rq: make([]recvWQE, rqDepth),
 		events: make(chan ibv.Event, 32),
 	}
 	qp.txCond = sync.NewCond(&qp.mu)
@@ -107,13 +129,17 @@ func (d *Device) CreateQP(pd uint32, sendCQ, recvCQ ibv.CompletionQueue, attr QP
 	return qp, nil
 }
 
-func (d *Device) removeQP(qp *QP) {
+// removeQP removes qp from the device and reports whether it was there
+// (a second Destroy finds it gone).
+func (d *Device) removeQP(qp *QP) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.qps[qp.num] == qp {
 		delete(d.qps, qp.num)
 		d.retired.add(&qp.stats)
+		return true
 	}
+	return false
 }
 
 // QP returns the queue pair numbered num.

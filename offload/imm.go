@@ -121,6 +121,14 @@ func (r *rxState) endImmediate() error {
 // one, or fails with DDP's "no buffer".
 func (r *rxState) takeRecv() error {
 	qp := r.qp
+	if qp.srq != nil {
+		qp.mu.Lock()
+		empty := qp.rqHead == qp.rqTail
+		qp.mu.Unlock()
+		if empty {
+			qp.takeSRQ()
+		}
+	}
 	qp.mu.Lock()
 	if qp.rqHead == qp.rqTail && qp.refill != nil {
 		refill := qp.refill

@@ -19,6 +19,9 @@ type QPAttr struct {
 	MaxSendWR, MaxRecvWR int
 	// SignalAll completes every send request, signaled or not.
 	SignalAll bool
+	// SRQ, if set, is the shared receive queue the QP takes its receives
+	// from; MaxRecvWR is then ignored and PostRecv refused.
+	SRQ *SRQ
 }
 
 type wqeState uint8
@@ -150,6 +153,7 @@ type QP struct {
 	sendCQ ibv.CompletionQueue // fixed
 	recvCQ ibv.CompletionQueue // fixed
 	sigAll bool                // fixed
+	srq    *SRQ                // fixed; nil: the QP's own receive queue
 
 	mu     sync.Mutex
 	txCond *sync.Cond // on mu; signalled when the TX goroutine may have work
@@ -370,6 +374,9 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 // PostRecv queues receive work requests (allowed from INIT on). It returns
 // how many were queued, stopping at the first bad one with an error.
 func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
+	if qp.srq != nil {
+		return 0, fmt.Errorf("QP %d: %w: the QP takes its receives from an SRQ (post them there)", qp.num, ibv.ErrInvalidWR)
+	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state == ibv.QPReset {
@@ -546,6 +553,8 @@ func (qp *QP) Disconnect() {
 // Destroy disconnects the queue pair and removes it from its device.
 func (qp *QP) Destroy() error {
 	qp.Disconnect()
-	qp.dev.removeQP(qp)
+	if qp.dev.removeQP(qp) && qp.srq != nil {
+		qp.srq.detach()
+	}
 	return nil
 }

@@ -127,6 +127,34 @@ func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access ibv.Access
 	return r, nil
 }
 
+// Reregister replaces the region named by stag with one of buf, whose
+// first byte has tagged offset addr, in protection domain pd with access,
+// under the same STag (ibv_rereg_mr): from now on the STag names the new
+// region, valid again if it had been invalidated. A placement that looked
+// the old region up just before finishes into the old memory, as one
+// racing a deregistration does. The table is unchanged on an error.
+func (t *Regions) Reregister(stag, pd uint32, buf []byte, addr uint64, access ibv.Access) (*Region, error) {
+	if addr+uint64(len(buf)) < addr {
+		return nil, fmt.Errorf("%w: address 0x%x + length %d wraps", errRegion, addr, len(buf))
+	}
+	if access&^(ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead) != 0 {
+		return nil, fmt.Errorf("%w: unsupported access flags %v", errRegion, access)
+	}
+	if access&ibv.AccessRemoteWrite != 0 && access&ibv.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: REMOTE_WRITE requires LOCAL_WRITE", errRegion)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.at(stag)
+	if old == nil || old.stag != stag {
+		return nil, fmt.Errorf("%w 0x%08x", ErrInvalidSTag, stag)
+	}
+	r := &Region{stag: stag, pd: pd, addr: addr, buf: buf, access: access, valid: true}
+	old.valid = false
+	t.slots[t.secret.slot(stag>>8)] = r
+	return r, nil
+}
+
 // Lookup returns the valid region named by stag.
 func (t *Regions) Lookup(stag uint32) (*Region, bool) {
 	t.mu.RLock()

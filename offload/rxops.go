@@ -296,7 +296,7 @@ func (r *rxState) startSend() error {
 			continue
 		}
 		reg, ok := qp.dev.regions.Lookup(s.LKey)
-		if !ok || reg.pd != qp.pd {
+		if !ok || reg.pd != qp.recvPD() {
 			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
 		}
 		if reg.access&ibv.AccessLocalWrite == 0 {

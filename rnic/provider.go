@@ -68,10 +68,31 @@ func (p *pd) CreateQP(send, recv verbs.ProviderCQ, attr verbs.QPInitAttr) (verbs
 	if !ok1 || !ok2 {
 		return nil, errors.New("create QP: completion queue of another device")
 	}
+	var s *offload.SRQ
+	if attr.SRQ != nil {
+		rs, ok := attr.SRQ.Provider().(srq)
+		if !ok {
+			return nil, errors.New("create QP: SRQ of another device")
+		}
+		s = rs.SRQ
+	}
 	return p.dev.eng.CreateQP(p.handle, scq, rcq, offload.QPAttr{
-		MaxSendWR: attr.MaxSendWR, MaxRecvWR: attr.MaxRecvWR, SignalAll: attr.SignalAll,
+		MaxSendWR: attr.MaxSendWR, MaxRecvWR: attr.MaxRecvWR, SignalAll: attr.SignalAll, SRQ: s,
 	})
 }
+
+func (p *pd) CreateSRQ(attr verbs.SRQAttr) (verbs.ProviderSRQ, error) {
+	s, err := p.dev.eng.CreateSRQ(p.handle, attr)
+	if err != nil {
+		return nil, err
+	}
+	return srq{s}, nil
+}
+
+// srq is the engine's SRQ as a verbs backend.
+type srq struct{ *offload.SRQ }
+
+func (s srq) Query() (verbs.SRQAttr, error) { return s.SRQ.Query(), nil }
 
 type mr struct {
 	regions *offload.Regions
@@ -79,6 +100,11 @@ type mr struct {
 }
 
 func (m *mr) Dereg() error { return m.regions.Deregister(m.stag) }
+
+func (m *mr) Rereg(_ verbs.ProviderPD, pd uint32, buf []byte, iova uint64, access verbs.Access) error {
+	_, err := m.regions.Reregister(m.stag, pd, buf, iova, access)
+	return err
+}
 
 type listener struct{ l *offload.Listener }
 

@@ -94,7 +94,8 @@ func Query(eng *offload.Device) verbs.DeviceAttr {
 		MaxQP: cfg.MaxQP, MaxQPWR: verbs.MaxQPWR, MaxSGE: verbs.MaxSGE, MaxSGERead: verbs.MaxSGERead,
 		MaxCQ: cfg.MaxQP * 2, MaxCQE: verbs.MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
 		MaxQPRdAtom: verbs.MaxIRDORD, MaxQPInitRdAtom: verbs.MaxIRDORD, MaxInline: verbs.MaxInline,
-		MTU: eng.Stack().MTU(), AtomicCap: atomicCap(cfg.RDMAPExt),
+		MTU: eng.Stack().MTU(), MaxSRQ: eng.MaxSRQ(), MaxSRQWR: verbs.MaxQPWR, MaxSRQSGE: verbs.MaxSGE,
+		AtomicCap: atomicCap(cfg.RDMAPExt),
 	}
 }
 

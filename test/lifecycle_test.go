@@ -10,16 +10,16 @@ import (
 	"github.com/siwtun/siwtun/verbs"
 )
 
-// TestDaemonsIPv6: the two RNICs with IPv6 addresses only (2001:2::/48,
-// the benchmarking range), a Write and a Read verified across them.
+// TestDaemonsIPv6: the two RNICs with IPv6 addresses only (2001:db8::/32,
+// the documentation prefix), a Write and a Read verified across them.
 func TestDaemonsIPv6(t *testing.T) {
 	requireRoot(t)
 	ns := newNetns(t)
 	bin := siwtunBin(t)
-	d0 := startDaemon(t, ns, bin, "siwtun0", "2001:2:1::2/64", "2001:2:1::1/64", 1500)
-	d1 := startDaemon(t, ns, bin, "siwtun1", "2001:2:2::2/64", "2001:2:2::1/64", 1500)
+	d0 := startDaemon(t, ns, bin, "siwtun0", "2001:db8:1::2/64", "2001:db8:1::1/64", 1500)
+	d1 := startDaemon(t, ns, bin, "siwtun1", "2001:db8:2::2/64", "2001:db8:2::1/64", 1500)
 	r := &twoRNICs{ns: ns, bin: bin, d0: d0, d1: d1, mtu: 1500,
-		a0: netip.MustParseAddr("2001:2:1::2"), a1: netip.MustParseAddr("2001:2:2::2")}
+		a0: netip.MustParseAddr("2001:db8:1::2"), a1: netip.MustParseAddr("2001:db8:2::2")}
 	r.dial(t)
 	cli, srv := r.connect(t, 7174, 8)
 	const n = 256 << 10

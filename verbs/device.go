@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // Errors of the verbs calls.
@@ -16,7 +18,7 @@ var (
 	// ErrDestroyed is returned by calls on a destroyed object or closed device.
 	ErrDestroyed = errors.New("verbs: object destroyed")
 	// ErrBusy is returned when destroying an object still in use (EBUSY).
-	ErrBusy = errors.New("verbs: object in use")
+	ErrBusy = ibv.ErrBusy
 	// ErrDeviceRemoved is returned by every call on a device reached over
 	// the verbs socket once the daemon has gone (it exited, crashed or
 	// removed the device): IBV_EVENT_DEVICE_FATAL. That includes calls
@@ -112,6 +114,9 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int // IRD: inbound RDMA Reads per QP
 	MaxInline       int
 	MTU             int // the link MTU (the verbs MTU enum cannot express it)
+	MaxSRQ          int // shared receive queues
+	MaxSRQWR        int // receives one SRQ holds
+	MaxSRQSGE       int // SGEs of an SRQ receive
 	// AtomicCap is AtomicHCA when the device performs RFC 7306 atomics
 	// (toward peers that announce them), AtomicNone when its RDMAP
 	// extensions are off.
@@ -177,6 +182,7 @@ type PD struct {
 	handle uint32
 	mrs    map[*MR]struct{}
 	qps    map[*QP]struct{}
+	srqs   map[*SRQ]struct{}
 	freed  bool // guarded by dev.mu
 }
 
@@ -206,7 +212,7 @@ func (d *Device) AllocPD() (*PD, error) {
 		be.Dealloc()
 		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
 	}
-	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{})}
+	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{}), srqs: make(map[*SRQ]struct{})}
 	d.pds[pd] = struct{}{}
 	return pd, nil
 }
@@ -214,7 +220,8 @@ func (d *Device) AllocPD() (*PD, error) {
 // Handle is the PD's number.
 func (pd *PD) Handle() uint32 { return pd.handle }
 
-// Dealloc frees the PD; it fails with ErrBusy while regions or QPs remain.
+// Dealloc frees the PD; it fails with ErrBusy while regions, QPs or SRQs
+// remain.
 func (pd *PD) Dealloc() error {
 	d := pd.dev
 	d.mu.Lock()
@@ -222,9 +229,9 @@ func (pd *PD) Dealloc() error {
 		d.mu.Unlock()
 		return fmt.Errorf("dealloc PD %d: %w", pd.handle, ErrDestroyed)
 	}
-	if len(pd.mrs) > 0 || len(pd.qps) > 0 {
+	if len(pd.mrs) > 0 || len(pd.qps) > 0 || len(pd.srqs) > 0 {
 		d.mu.Unlock()
-		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps))
+		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs, %d SRQs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps), len(pd.srqs))
 	}
 	pd.freed = true
 	delete(d.pds, pd)
@@ -244,6 +251,12 @@ func (pd *PD) destroyAll() {
 	for _, qp := range qps {
 		qp.Destroy()
 	}
+	d.mu.Lock()
+	srqs := slices.Collect(maps.Keys(pd.srqs))
+	d.mu.Unlock()
+	for _, s := range srqs {
+		s.Destroy()
+	}
 	for _, mr := range mrs {
 		mr.Dereg()
 	}
@@ -253,11 +266,12 @@ func (pd *PD) destroyAll() {
 // MR is a registered memory region (ibv_mr). The engine places incoming
 // RDMA data straight into its bytes and reads outgoing data from them.
 type MR struct {
-	pd   *PD
-	be   ProviderMR
-	stag uint32
-	addr uint64
-	buf  []byte
+	pd     *PD // guarded by pd.dev.mu once registered (Rereg)
+	be     ProviderMR
+	stag   uint32
+	addr   uint64
+	buf    []byte
+	access Access
 }
 
 // RegMR registers buf with the given access rights. The region's address
@@ -280,7 +294,7 @@ func (pd *PD) RegMRAt(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reg MR: %w", err)
 	}
-	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf}
+	mr := &MR{pd: pd, be: be, stag: stag, addr: iova, buf: buf, access: access}
 	if err := pd.attach(func() { pd.mrs[mr] = struct{}{} }); err != nil {
 		be.Dereg()
 		return nil, fmt.Errorf("reg MR: %w", err)
@@ -314,9 +328,10 @@ func (mr *MR) Dereg() error {
 	if err := mr.be.Dereg(); err != nil {
 		return fmt.Errorf("dereg MR: %w", err)
 	}
-	mr.pd.dev.mu.Lock()
+	d := mr.pd.dev
+	d.mu.Lock()
 	delete(mr.pd.mrs, mr)
-	mr.pd.dev.mu.Unlock()
+	d.mu.Unlock()
 	return nil
 }
 
@@ -327,6 +342,10 @@ type QPInitAttr struct {
 	MaxSendWR, MaxRecvWR int
 	// SignalAll completes every send request (sq_sig_all).
 	SignalAll bool
+	// SRQ, if set, is the shared receive queue (of the same device) the
+	// QP takes its receives from (ibv_qp_init_attr.srq): MaxRecvWR is
+	// then ignored, and QP.PostRecv fails with ErrInvalidWR.
+	SRQ *SRQ
 }
 
 // QP is a reliable-connected queue pair (ibv_qp + its rdma_cm_id).
@@ -345,6 +364,35 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
 		return nil, fmt.Errorf("create QP: completion queue of another device")
 	}
+	if attr.SRQ != nil {
+		if attr.SRQ.pd.dev != pd.dev {
+			return nil, fmt.Errorf("create QP: SRQ of another device")
+		}
+		// The SRQ is held from now on: it cannot be destroyed while
+		// the QP is being created.
+		pd.dev.mu.Lock()
+		destroyed := attr.SRQ.destroyed
+		if !destroyed {
+			attr.SRQ.users++
+		}
+		pd.dev.mu.Unlock()
+		if destroyed {
+			return nil, fmt.Errorf("create QP: SRQ: %w", ErrDestroyed)
+		}
+		if attr.MaxRecvWR <= 0 {
+			attr.MaxRecvWR = 1 // the provider's check; an SRQ QP has no receive queue of its own
+		}
+	}
+	qp, err := pd.createQP(attr)
+	if err != nil && attr.SRQ != nil {
+		pd.dev.mu.Lock()
+		attr.SRQ.users--
+		pd.dev.mu.Unlock()
+	}
+	return qp, err
+}
+
+func (pd *PD) createQP(attr QPInitAttr) (*QP, error) {
 	if err := pd.attach(func() {}); err != nil {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
@@ -417,6 +465,9 @@ func (qp *QP) Destroy() error {
 	delete(qp.pd.qps, qp)
 	qp.att.SendCQ.users--
 	qp.att.RecvCQ.users--
+	if qp.att.SRQ != nil {
+		qp.att.SRQ.users--
+	}
 	d.mu.Unlock()
 	return err
 }

@@ -35,8 +35,12 @@ type ProviderPD interface {
 	// RegMR registers buf at tagged offset iova and returns the STag.
 	RegMR(buf []byte, iova uint64, access Access) (ProviderMR, uint32, error)
 	// CreateQP creates a queue pair completing into send and recv, which
-	// are completion queues of the same provider.
+	// are completion queues of the same provider; attr.SRQ, if set, is a
+	// shared receive queue of the same provider (its backend:
+	// attr.SRQ.Provider()).
 	CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP, error)
+	// CreateSRQ creates a shared receive queue.
+	CreateSRQ(attr SRQAttr) (ProviderSRQ, error)
 	// Dealloc frees the PD; the front has checked it is unused.
 	Dealloc() error
 }
@@ -45,6 +49,9 @@ type ProviderPD interface {
 type ProviderMR interface {
 	// Dereg invalidates the region's STag and releases it.
 	Dereg() error
+	// Rereg makes the region's STag name buf at tagged offset iova in pd
+	// (whose handle is pdHandle) with access (MR.Rereg).
+	Rereg(pd ProviderPD, pdHandle uint32, buf []byte, iova uint64, access Access) error
 }
 
 // ProviderCQ is a completion queue's backend. One that the in-process
@@ -71,6 +78,16 @@ type ProviderQP interface {
 	Connect(ctx context.Context, remote netip.AddrPort, p ConnParam) error
 	Disconnect()
 	Info() Info
+	Destroy() error
+}
+
+// ProviderSRQ is a shared receive queue's backend; its methods are SRQ's.
+type ProviderSRQ interface {
+	PostRecv(wrs []RecvWR) (int, error)
+	Modify(attr SRQAttr, mask SRQAttrMask) error
+	Query() (SRQAttr, error)
+	Events() <-chan Event
+	// Destroy frees the queue; the front has checked no QP uses it.
 	Destroy() error
 }
 

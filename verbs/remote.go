@@ -44,7 +44,7 @@ func DialPath(path string) (*Device, error) {
 		return nil, fmt.Errorf("verbs: dial %s: %w", path, err)
 	}
 	rd := &remoteDevice{conn: uabi.NewConn(c), calls: make(map[uint32]chan rreply),
-		qps: make(map[uint32]*remoteQP), cqs: make(map[*remoteCQ]struct{}),
+		qps: make(map[uint32]*remoteQP), cqs: make(map[*remoteCQ]struct{}), srqs: make(map[uint32]*remoteSRQ),
 		removed: make(chan struct{}), readerDone: make(chan struct{})}
 	go rd.reader()
 	var h uabi.HelloReply
@@ -57,6 +57,7 @@ func DialPath(path string) (*Device, error) {
 		MaxQP: int(h.MaxQP), MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxSGERead: int(h.MaxSGERead),
 		MaxCQ: int(h.MaxCQ), MaxCQE: int(h.MaxCQE), MaxMR: int(h.MaxMR), MaxPD: int(h.MaxPD),
 		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU),
+		MaxSRQ: int(h.MaxSRQ), MaxSRQWR: int(h.MaxSRQWR), MaxSRQSGE: int(h.MaxSRQSGE),
 		AtomicCap: AtomicCap(h.AtomicCap)}
 	return NewDevice(rd), nil
 }
@@ -81,7 +82,8 @@ type remoteDevice struct {
 	mu         sync.Mutex
 	seq        uint32
 	calls      map[uint32]chan rreply
-	qps        map[uint32]*remoteQP // by handle
+	qps        map[uint32]*remoteQP  // by handle
+	srqs       map[uint32]*remoteSRQ // by handle
 	cqs        map[*remoteCQ]struct{}
 	bufs       []sharedBuf
 	closing    bool
@@ -138,6 +140,13 @@ func (d *remoteDevice) reader() {
 						e.Err = errors.New(ev.Err)
 					}
 					qp.emit(e)
+				}
+			case *uabi.SRQEvent:
+				d.mu.Lock()
+				s := d.srqs[ev.SRQ]
+				d.mu.Unlock()
+				if s != nil {
+					s.emit(Event{Type: EventType(ev.Type)})
 				}
 			case *uabi.DeviceRemoved:
 				if ev.Reason != "" {
@@ -472,6 +481,10 @@ func (d *remoteDevice) Close() error {
 	for _, q := range d.qps {
 		qps = append(qps, q)
 	}
+	srqs := make([]*remoteSRQ, 0, len(d.srqs))
+	for _, s := range d.srqs {
+		srqs = append(srqs, s)
+	}
 	bufs := d.bufs
 	d.bufs = nil
 	d.mu.Unlock()
@@ -479,6 +492,9 @@ func (d *remoteDevice) Close() error {
 	<-d.readerDone
 	for _, q := range qps {
 		q.release()
+	}
+	for _, s := range srqs {
+		s.release()
 	}
 	for _, c := range cqs {
 		c.release(errPollDestroyed)
@@ -526,6 +542,20 @@ func (pd *remotePD) RegMR(buf []byte, iova uint64, access Access) (ProviderMR, u
 type remoteMR struct {
 	dev *remoteDevice
 	h   uint32
+}
+
+func (mr *remoteMR) Rereg(pd ProviderPD, _ uint32, buf []byte, iova uint64, access Access) error {
+	rpd, ok := pd.(*remotePD)
+	if !ok || rpd.dev != mr.dev {
+		return errors.New("PD of another device")
+	}
+	fd, off, ok := mr.dev.shared(buf)
+	if !ok {
+		return ErrNotShared
+	}
+	req := &uabi.ReregMR{Handle: mr.h, PD: rpd.h, Offset: off, Length: uint64(len(buf)), IOVA: iova, Access: uint32(access)}
+	_, err := mr.dev.call(context.Background(), uabi.OpReregMR, req, nil, fd)
+	return err
 }
 
 func (mr *remoteMR) Dereg() error {

@@ -178,6 +178,7 @@ type remoteQP struct {
 	dev      *remoteDevice
 	h, num   uint32
 	scq, rcq *remoteCQ
+	srq      *remoteSRQ // nil: the QP's own RQ ring
 	sigAll   bool
 	mem      []byte
 	doorbell int
@@ -216,9 +217,18 @@ func (pd *remotePD) CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP
 		return nil, fmt.Errorf("create QP: queue depths %d/%d: want 1..%d", attr.MaxSendWR, attr.MaxRecvWR, MaxQPWR)
 	}
 	d := pd.dev
+	var srq *remoteSRQ
+	req := &uabi.CreateQP{PD: pd.h, SendCQ: scq.h, RecvCQ: rcq.h,
+		MaxSendWR: uint32(attr.MaxSendWR), MaxRecvWR: uint32(attr.MaxRecvWR), SignalAll: attr.SignalAll}
+	if attr.SRQ != nil {
+		s, ok := attr.SRQ.Provider().(*remoteSRQ)
+		if !ok || s.dev != d {
+			return nil, errors.New("create QP: SRQ of another device")
+		}
+		srq, req.SRQ, req.MaxRecvWR, attr.MaxRecvWR = s, s.h, 1, 1
+	}
 	var rep uabi.CreateQPReply
-	r, err := d.call(context.Background(), uabi.OpCreateQP, &uabi.CreateQP{PD: pd.h, SendCQ: scq.h, RecvCQ: rcq.h,
-		MaxSendWR: uint32(attr.MaxSendWR), MaxRecvWR: uint32(attr.MaxRecvWR), SignalAll: attr.SignalAll}, &rep)
+	r, err := d.call(context.Background(), uabi.OpCreateQP, req, &rep)
 	if err != nil {
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
@@ -241,7 +251,7 @@ func (pd *remotePD) CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP
 		d.call(context.Background(), uabi.OpDestroyQP, &uabi.Ref{Handle: h}, nil)
 		return nil, fmt.Errorf("create QP: %w", err)
 	}
-	q := &remoteQP{dev: d, h: h, num: rep.Num, scq: scq, rcq: rcq, sigAll: attr.SignalAll, mem: mapping,
+	q := &remoteQP{dev: d, h: h, num: rep.Num, scq: scq, rcq: rcq, srq: srq, sigAll: attr.SignalAll, mem: mapping,
 		doorbell: r.fds[1], events: make(chan Event, 32), sq: sq, rq: rq,
 		sent: make([]shadowWR, attr.MaxSendWR), recvd: make([]uint64, attr.MaxRecvWR)}
 	d.mu.Lock()
@@ -419,6 +429,9 @@ func (q *remoteQP) PostSend(wrs []SendWR) (int, error) {
 
 // PostRecv writes the requests into the receive ring.
 func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
+	if q.srq != nil {
+		return 0, fmt.Errorf("QP %d: %w: the QP takes its receives from an SRQ (post them there)", q.num, ibv.ErrInvalidWR)
+	}
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
 	if err := q.check(); err != nil {
@@ -456,6 +469,10 @@ func (q *remoteQP) PostRecv(wrs []RecvWR) (int, error) {
 // completed retires the shadow entries a completion accounts for (called
 // by the CQ's poll with its lock held).
 func (q *remoteQP) completed(wc *WorkCompletion) {
+	if wc.Opcode.Recv() && q.srq != nil {
+		q.srq.done.Add(1) // one of the SRQ's receives
+		return
+	}
 	if wc.Opcode.Recv() {
 		q.rmu.Lock()
 		if q.rHead < q.rTail {

@@ -122,6 +122,7 @@ func limitFlags(f *pflag.FlagSet, l *uverbs.Limits) {
 	sizeVar(f, &l.MRBytes, "max-client-mr-bytes", def.MRBytes, "most bytes one verbs client may have registered, all its regions together, e.g. 64G (0: no limit)")
 	f.IntVar(&l.WRs, "max-client-wrs", def.WRs, "most outstanding work requests of one verbs client: its QPs' send and receive queue depths together, each rounded up to a power of two (0: no limit)")
 	f.IntVar(&l.CQEs, "max-client-cqes", def.CQEs, "most completion queue entries of one verbs client, its CQs together, each rounded up to a power of two (0: no limit)")
+	f.IntVar(&l.SRQs, "max-client-srqs", def.SRQs, "most shared receive queues one verbs client may hold; their depths count in --max-client-wrs (0: no limit)")
 }
 
 // checkLimits refuses negative --max-client-* values.
@@ -129,7 +130,7 @@ func checkLimits(l uverbs.Limits) error {
 	for _, v := range []struct {
 		flag string
 		n    int
-	}{{"qps", l.QPs}, {"cqs", l.CQs}, {"mrs", l.MRs}, {"pds", l.PDs}, {"listeners", l.Listeners}, {"wrs", l.WRs}, {"cqes", l.CQEs}} {
+	}{{"qps", l.QPs}, {"cqs", l.CQs}, {"mrs", l.MRs}, {"pds", l.PDs}, {"listeners", l.Listeners}, {"wrs", l.WRs}, {"cqes", l.CQEs}, {"srqs", l.SRQs}} {
 		if v.n < 0 {
 			return fmt.Errorf("--max-client-%s %d: want 0 (no limit) or more", v.flag, v.n)
 		}

@@ -104,9 +104,11 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { ipnetns.IP("netns", "del", e.ns) })
 	e.run("ip", "link", "set", "lo", "up")
-	e.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
-	e.daemon("siwtun0", "198.18.1.2/24", "198.18.1.1/24")
-	e.daemon("siwtun1", "198.18.2.2/24", "198.18.2.1/24")
+	e.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")
+	// Both RNICs have an IPv4 and an IPv6 address (the documentation
+	// prefix 2001:db8::/32), so programs reach them by either.
+	e.daemon("siwtun0", "198.18.1.2/24,2001:db8:1::2/64", "198.18.1.1/24,2001:db8:1::1/64")
+	e.daemon("siwtun1", "198.18.2.2/24,2001:db8:2::2/64", "198.18.2.1/24,2001:db8:2::1/64")
 	return e
 }
 
@@ -402,10 +404,13 @@ func rpingLine(i, size int) string {
 func TestRping(t *testing.T) {
 	e := newEnv(t)
 	// -q: QPs the programs create and move through INIT/RTR/RTS themselves.
+	// v6: the same between the RNICs' IPv6 addresses (rdma_cm resolves
+	// and connects AF_INET6 sockaddrs).
 	for i, tc := range []struct {
 		size int
 		q    bool
-	}{{64, false}, {4096, false}, {65535, false}, {4096, true}} {
+		v6   bool
+	}{{64, false, false}, {4096, false, false}, {65535, false, false}, {4096, true, false}, {4096, false, true}} {
 		size := tc.size
 		port := strconv.Itoa(7174 + i)
 		var flags []string
@@ -414,15 +419,20 @@ func TestRping(t *testing.T) {
 			flags = []string{"-q"}
 			name += "-q"
 		}
+		server := "198.18.2.2"
+		if tc.v6 {
+			server = "2001:db8:2::2"
+			name += "-ipv6"
+		}
 		t.Run(name, func(t *testing.T) {
-			srv := e.start("siwtun1", nil, append([]string{"rping", "-s", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-S", strconv.Itoa(size)}, flags...)...)
+			srv := e.start("siwtun1", nil, append([]string{"rping", "-s", "-a", server, "-p", port, "-v", "-V", "-S", strconv.Itoa(size)}, flags...)...)
 			var out string
 			var err error
 			// The server listens once its daemon session is up; a client
 			// that comes first is refused and tries again.
 			for try := 0; try < 20; try++ {
 				time.Sleep(200 * time.Millisecond)
-				out, err = e.start("siwtun0", nil, append([]string{"rping", "-c", "-a", "198.18.2.2", "-p", port, "-v", "-V", "-C", "100",
+				out, err = e.start("siwtun0", nil, append([]string{"rping", "-c", "-a", server, "-p", port, "-v", "-V", "-C", "100",
 					"-S", strconv.Itoa(size)}, flags...)...).wait(t, time.Minute)
 				if !strings.Contains(out, "RDMA_CM_EVENT_REJECTED") {
 					break
@@ -450,7 +460,7 @@ func TestRping(t *testing.T) {
 			if !strings.Contains(sout, "server DISCONNECT EVENT") {
 				t.Errorf("server saw no DISCONNECT:\n%s", lastLines(sout, 3))
 			}
-			t.Logf("rping -S %d -C 100 %v: 100 pings verified on both sides, then DISCONNECT events", size, flags)
+			t.Logf("rping -a %s -S %d -C 100 %v: 100 pings verified on both sides, then DISCONNECT events", server, size, flags)
 		})
 	}
 }

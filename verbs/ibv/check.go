@@ -42,6 +42,9 @@ var (
 	// announce atomics. The request goes nowhere: the opcode never
 	// reaches the wire.
 	ErrNotSupportedByPeer = errors.New("verbs: operation not supported by the connection's peer")
+	// ErrBusy is returned when destroying an object still in use (EBUSY):
+	// a shared receive queue that queue pairs are attached to.
+	ErrBusy = errors.New("verbs: object in use")
 )
 
 // sendFlags are the send flags an iWARP RNIC implements.

@@ -60,6 +60,11 @@ const (
 	EventTerminateSent
 	// EventTerminateReceived: the peer sent a Terminate.
 	EventTerminateReceived
+	// EventSRQLimitReached: a shared receive queue's count of posted
+	// receives dropped below its armed limit
+	// (IBV_EVENT_SRQ_LIMIT_REACHED); the limit is disarmed. It is an
+	// event of the SRQ, not of a connection.
+	EventSRQLimitReached
 )
 
 // String names the event as rdma_cm does where it can.
@@ -73,6 +78,8 @@ func (e EventType) String() string {
 		return "TERMINATE_SENT"
 	case EventTerminateReceived:
 		return "TERMINATE_RECEIVED"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
 	}
 	return fmt.Sprintf("EVENT(%d)", int(e))
 }

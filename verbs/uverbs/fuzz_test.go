@@ -43,7 +43,7 @@ func fuzzMessages(data []byte) []fuzzMsg {
 		if sel&0x80 != 0 {
 			m.raw = true
 		} else {
-			m.op, m.fds = uint16(sel&0x1f)%20, int(sel>>5)&3
+			m.op, m.fds = uint16(sel&0x1f)%uint16(len(uabi.Ops)+1), int(sel>>5)&3
 		}
 		out = append(out, m)
 	}
@@ -99,6 +99,12 @@ func FuzzSession(f *testing.F) {
 	f.Add(cat(hello, msg(uabi.OpListen, 0, enc(&uabi.Listen{Backlog: 4})), msg(uabi.OpGetRequest, 0, u32(0)),
 		msg(uabi.OpCloseListener, 0, u32(0)), msg(uabi.OpAccept, 0, enc(&uabi.Accept{Request: 1, QP: 0})),
 		msg(uabi.OpReject, 0, enc(&uabi.Reject{Request: 1}))))
+	// Handles 4, the SRQ, and 5, a QP on it.
+	f.Add(cat(setup, msg(uabi.OpCreateSRQ, 0, enc(&uabi.CreateSRQ{PD: 0, MaxWR: 8, Limit: 2})),
+		msg(uabi.OpCreateQP, 0, enc(&uabi.CreateQP{PD: 0, SendCQ: 1, RecvCQ: 1, MaxSendWR: 8, MaxRecvWR: 8, SRQ: 4})),
+		msg(uabi.OpModifySRQ, 0, enc(&uabi.ModifySRQ{Handle: 4, Mask: 3, MaxWR: 40, Limit: 4})), msg(uabi.OpQuerySRQ, 0, u32(4)),
+		msg(uabi.OpDestroySRQ, 0, u32(4)), msg(uabi.OpReregMR, 1, enc(&uabi.ReregMR{Handle: 2, PD: 0, Length: 4096, Access: 1})),
+		msg(uabi.OpDestroyQP, 0, u32(5)), msg(uabi.OpDestroySRQ, 0, u32(4)), msg(uabi.OpDeallocPD, 0, u32(0))))
 	f.Add(cat(msg(uabi.OpRegMR, 3, nil), msg(uabi.OpCancel, 0, u32(1)), []byte{0x80, 3, 1, 2, 3},
 		[]byte{0x80, 12, 12, 0, 0, 0, 1, 0, 9, 0, 1, 0, 0, 0}, msg(0, 0, nil)))
 

@@ -67,6 +67,16 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 		out, err = ss.accept(req.(*uabi.Accept))
 	case uabi.OpReject:
 		err = ss.reject(req.(*uabi.Reject))
+	case uabi.OpCreateSRQ:
+		out, outFDs, err = ss.createSRQ(req.(*uabi.CreateSRQ))
+	case uabi.OpDestroySRQ:
+		err = ss.destroySRQ(ref())
+	case uabi.OpModifySRQ:
+		out, outFDs, err = ss.modifySRQ(req.(*uabi.ModifySRQ))
+	case uabi.OpQuerySRQ:
+		out, err = ss.querySRQ(ref())
+	case uabi.OpReregMR:
+		err = ss.reregMR(req.(*uabi.ReregMR), fds[0])
 	}
 	if err != nil {
 		ss.reply(h.Seq, h.Op, statusOf(err), nil)
@@ -88,7 +98,9 @@ func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
 		VendorID: a.VendorID, VendorPartID: a.VendorPartID, MaxQP: capAttr(a.MaxQP, l.QPs), MaxQPWR: uint32(a.MaxQPWR),
 		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: capAttr(a.MaxCQ, l.CQs), MaxCQE: capAttr(a.MaxCQE, l.CQEs),
 		MaxMR: capAttr(a.MaxMR, l.MRs), MaxPD: capAttr(a.MaxPD, l.PDs), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
-		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU), AtomicCap: uint32(a.AtomicCap)}, nil
+		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU),
+		MaxSRQ: capAttr(a.MaxSRQ, l.SRQs), MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSRQSGE),
+		AtomicCap: uint32(a.AtomicCap)}, nil
 }
 
 func (ss *session) allocPD() (uabi.Msg, error) {
@@ -251,6 +263,13 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var srq *sSRQ
+	if req.SRQ != 0 {
+		if srq, err = get[*sSRQ](ss, req.SRQ, "SRQ"); err != nil {
+			return nil, nil, err
+		}
+		maxRecv = 1 // an RQ ring of one entry, never read: receives come from the SRQ
+	}
 	if maxSend <= 0 || maxSend > ibv.MaxQPWR || maxRecv <= 0 || maxRecv > ibv.MaxQPWR {
 		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, ibv.MaxQPWR)
 	}
@@ -259,9 +278,13 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 	if err := ss.charge(cost); err != nil {
 		return nil, nil, err
 	}
-	// The QP holds its PD and CQs from now on: they cannot go while it
-	// is being created.
-	if err := ss.hold(req.PD, pd, req.SendCQ, scq, req.RecvCQ, rcq); err != nil {
+	// The QP holds its PD, CQs and SRQ from now on: they cannot go while
+	// it is being created.
+	holds := []any{req.PD, pd, req.SendCQ, scq, req.RecvCQ, rcq}
+	if srq != nil {
+		holds = append(holds, req.SRQ, srq)
+	}
+	if err := ss.hold(holds...); err != nil {
 		ss.uncharge(cost)
 		return nil, nil, err
 	}
@@ -273,6 +296,9 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 			pd.users--
 			scq.users--
 			rcq.users--
+			if srq != nil {
+				srq.users--
+			}
 			ss.mu.Unlock()
 		}
 	}()
@@ -305,7 +331,11 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
-	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll})
+	attr := offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll}
+	if srq != nil {
+		attr.SRQ = srq.srq
+	}
+	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, attr)
 	if err != nil {
 		db.Close()
 		uabi.Close(cfd)
@@ -313,20 +343,31 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		uabi.Unmap(mem)
 		return nil, nil, err
 	}
-	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, mem: mem, sq: sq, rq: rq,
+	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, srq: srq, mem: mem, sq: sq, rq: rq,
 		doorbell: db, stop: make(chan struct{}), epoch: time.Now()}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
-	// PostRecv never waits for the daemon.
-	eqp.SetRecvRefill(func() {
-		q.rqMu.Lock()
-		q.drainRQ()
-		q.rqMu.Unlock()
-	})
+	// PostRecv never waits for the daemon. (A QP on an SRQ takes them
+	// from the SRQ's ring: the SRQ's refill.)
+	if srq == nil {
+		eqp.SetRecvRefill(func() {
+			q.rqMu.Lock()
+			q.drainRQ()
+			q.rqMu.Unlock()
+		})
+	}
 	eqp.SetRxIdle(q.rxIdle)
 	pd.mu.Lock()
 	pd.qps++
 	pd.mu.Unlock()
+	if srq != nil && srq.pd != pd {
+		// The QP copies into regions of the SRQ's PD too (the lkeys of
+		// SRQ receives are the SRQ's PD's): their memory waits for it as
+		// for the PD's own QPs before it is unmapped.
+		srq.pd.mu.Lock()
+		srq.pd.qps++
+		srq.pd.mu.Unlock()
+	}
 	ok = true // q.destroy releases the holds and the charge from now on
 	q.done.Add(1)
 	go q.run()
@@ -362,6 +403,8 @@ func (ss *session) hold(pairs ...any) error {
 		case *sPD:
 			o.users++
 		case *sCQ:
+			o.users++
+		case *sSRQ:
 			o.users++
 		}
 	}

@@ -25,6 +25,9 @@ type Limits struct {
 	// CQEs bounds the entries of the client's CQs, summed (as granted,
 	// rounded up to a power of two); their rings are the daemon's memory.
 	CQEs int
+	// SRQs bounds the client's shared receive queues (their depths
+	// count in WRs).
+	SRQs int
 }
 
 // DefaultLimits are the limits of a server that was given none (and the
@@ -41,6 +44,7 @@ func DefaultLimits() Limits {
 		MRBytes:   64 << 30,
 		WRs:       1 << 18,
 		CQEs:      1 << 21,
+		SRQs:      1024,
 	}
 }
 
@@ -64,6 +68,7 @@ type usage struct {
 	qps, cqs, mrs, pds, listeners int
 	mrBytes                       uint64
 	wrs, cqes                     int
+	srqs                          int
 }
 
 // costOf is what object o counts against the limits.
@@ -79,6 +84,8 @@ func costOf(o any) usage {
 		return usage{qps: 1, wrs: int(o.sq.Count() + o.rq.Count())}
 	case *sListener:
 		return usage{listeners: 1}
+	case *sSRQ:
+		return usage{srqs: 1, wrs: int(o.ring.Count())}
 	}
 	return usage{}
 }
@@ -102,6 +109,8 @@ func (ss *session) charge(c usage) error {
 		return limitErr("PDs", u.pds, l.PDs, "pds")
 	case over(u.listeners, c.listeners, l.Listeners):
 		return limitErr("listeners", u.listeners, l.Listeners, "listeners")
+	case over(u.srqs, c.srqs, l.SRQs):
+		return limitErr("SRQs", u.srqs, l.SRQs, "srqs")
 	case l.MRBytes > 0 && c.mrBytes > 0 && (c.mrBytes > l.MRBytes || u.mrBytes > l.MRBytes-c.mrBytes):
 		return fail(uabi.StLimit, "per-client limit: %d bytes registered, %d more would pass the limit of %d (siwtun up --max-client-mr-bytes)",
 			u.mrBytes, c.mrBytes, l.MRBytes)
@@ -138,6 +147,7 @@ func (u *usage) add(c usage, sign int) {
 	u.listeners += sign * c.listeners
 	u.wrs += sign * c.wrs
 	u.cqes += sign * c.cqes
+	u.srqs += sign * c.srqs
 	if sign > 0 {
 		u.mrBytes += c.mrBytes
 	} else {
@@ -156,6 +166,6 @@ func capAttr(v int, limit int) uint32 {
 
 // String describes the limits as siwtun up's flags set them.
 func (l Limits) String() string {
-	return fmt.Sprintf("qps=%d cqs=%d mrs=%d pds=%d listeners=%d mr-bytes=%d wrs=%d cqes=%d",
-		l.QPs, l.CQs, l.MRs, l.PDs, l.Listeners, l.MRBytes, l.WRs, l.CQEs)
+	return fmt.Sprintf("qps=%d cqs=%d mrs=%d pds=%d listeners=%d mr-bytes=%d wrs=%d cqes=%d srqs=%d",
+		l.QPs, l.CQs, l.MRs, l.PDs, l.Listeners, l.MRBytes, l.WRs, l.CQEs, l.SRQs)
 }

@@ -76,6 +76,7 @@ type sQP struct {
 	pd       *sPD
 	qp       *offload.QP
 	scq, rcq *sCQ
+	srq      *sSRQ // nil: the QP's own RQ ring
 	mem      []byte
 	sq, rq   *uabi.Ring
 	// sqMu serialises draining the SQ ring and rqMu the RQ ring: the
@@ -414,7 +415,13 @@ func (q *sQP) destroy() {
 		q.scq.users--
 		q.rcq.users--
 		q.pd.users--
+		if q.srq != nil {
+			q.srq.users--
+		}
 		q.ss.mu.Unlock()
 		q.pd.qpGone()
+		if q.srq != nil && q.srq.pd != q.pd {
+			q.srq.pd.qpGone()
+		}
 	})
 }

@@ -53,7 +53,7 @@ type session struct {
 	// in order: the engine hands them over without waiting for the
 	// client's socket.
 	evMu      sync.Mutex
-	evQueue   []*uabi.QPEvent
+	evQueue   []uabi.Msg // *uabi.QPEvent, *uabi.SRQEvent
 	evRunning bool
 	evDone    chan struct{} // closed by the event goroutine when it ends
 	evDrops   int
@@ -74,6 +74,12 @@ func (ss *session) queueEvent(h uint32, e ibv.Event, qp *offload.QP) {
 	if e.Err != nil {
 		ev.Err = e.Err.Error()
 	}
+	ss.queueMsg(ev)
+}
+
+// queueMsg queues the event body ev (a *uabi.QPEvent or *uabi.SRQEvent)
+// for the event goroutine.
+func (ss *session) queueMsg(ev uabi.Msg) {
 	ss.evMu.Lock()
 	defer ss.evMu.Unlock()
 	if len(ss.evQueue) >= maxQueuedEvents {
@@ -108,7 +114,12 @@ func (ss *session) forwardEvents(done chan struct{}) {
 			return
 		}
 		for _, ev := range q {
-			ss.event(uabi.EvQP, ev)
+			switch ev.(type) {
+			case *uabi.SRQEvent:
+				ss.event(uabi.EvSRQ, ev)
+			default:
+				ss.event(uabi.EvQP, ev)
+			}
 		}
 	}
 }
@@ -165,7 +176,7 @@ func (ss *session) serve() {
 			ss.mu.Unlock()
 			continue
 		}
-		if h.Op == 0 || h.Op >= uabi.OpCancel {
+		if _, known := uabi.Lookup(h.Op); !known {
 			uabi.CloseFDs(fds)
 			ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StUnknownOp, Msg: fmt.Sprintf("unknown op %d", h.Op)}, nil)
 			continue
@@ -358,6 +369,8 @@ func (ss *session) teardown() {
 	}
 	for _, o := range objs {
 		switch o := o.(type) {
+		case *sSRQ:
+			o.close()
 		case *sCQ:
 			o.close()
 		case *sMR:

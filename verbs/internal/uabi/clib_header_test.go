@@ -60,8 +60,16 @@ func renderCLibHeader(t *testing.T) []byte {
 		{"EVENT", OpEvent}} {
 		def("SW_OP_"+o.n, fmt.Sprintf("0x%x", o.v))
 	}
+	// Shared receive queues (Version 4).
+	def("SW_OP_CREATE_SRQ", fmt.Sprintf("0x%x", OpCreateSRQ))
+	def("SW_OP_DESTROY_SRQ", fmt.Sprintf("0x%x", OpDestroySRQ))
+	def("SW_OP_MODIFY_SRQ", fmt.Sprintf("0x%x", OpModifySRQ))
+	def("SW_OP_QUERY_SRQ", fmt.Sprintf("0x%x", OpQuerySRQ))
+	def("SW_OP_REREG_MR", fmt.Sprintf("0x%x", OpReregMR))
 	def("SW_EV_QP", EvQP)
 	def("SW_EV_DEVICE_REMOVED", EvDeviceRemoved)
+	def("SW_EV_SRQ", EvSRQ)
+	def("SW_SRQEV_LIMIT_REACHED", int(ibv.EventSRQLimitReached))
 	for _, s := range []struct {
 		n string
 		v int

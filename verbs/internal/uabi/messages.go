@@ -48,7 +48,10 @@ type HelloReply struct {
 	MaxQPRdAtom                 uint32
 	MaxQPInitRdAtom             uint32
 	MaxInline, MTU              uint32
-	AtomicCap                   uint32 // ibv.AtomicCap (from Version 4 on)
+	// MaxSRQ, MaxSRQWR and MaxSRQSGE are the shared receive queues this
+	// client may create, their depth and SGEs per receive (Version 4).
+	MaxSRQ, MaxSRQWR, MaxSRQSGE uint32
+	AtomicCap                   uint32 // ibv.AtomicCap (from Version 5 on)
 }
 
 // AllocPDReply is a new PD: its handle and its number.
@@ -60,6 +63,16 @@ type AllocPDReply struct {
 // (the client's AllocBuffer memory) in PD, at tagged offset IOVA.
 type RegMR struct {
 	PD                   uint32
+	Offset, Length, IOVA uint64
+	Access               uint32 // ibv.Access
+}
+
+// ReregMR changes region Handle in place (ibv_rereg_mr), keeping its STag:
+// it covers Length bytes at Offset of the memfd the message carries, at
+// tagged offset IOVA, in PD (a handle), with Access. The client sends the
+// region's current values for what it does not change.
+type ReregMR struct {
+	Handle, PD           uint32
 	Offset, Length, IOVA uint64
 	Access               uint32 // ibv.Access
 }
@@ -81,11 +94,15 @@ type CreateCQReply struct {
 	Handle, Count, Size uint32
 }
 
-// CreateQP asks for a QP in PD completing into SendCQ and RecvCQ.
+// CreateQP asks for a QP in PD completing into SendCQ and RecvCQ. A QP
+// with SRQ (a handle; 0: none) takes its receives from that shared
+// receive queue: MaxRecvWR is ignored and its RQ ring is one entry that
+// the daemon never reads (Version 4).
 type CreateQP struct {
 	PD, SendCQ, RecvCQ   uint32
 	MaxSendWR, MaxRecvWR uint32
 	SignalAll            bool
+	SRQ                  uint32
 }
 
 // CreateQPReply is the new QP's handle and number, and its rings in the
@@ -96,6 +113,47 @@ type CreateQPReply struct {
 	Handle, Num      uint32
 	SQCount, RQCount uint32
 	SQBytes, Total   uint32
+}
+
+// CreateSRQ asks for a shared receive queue in PD of MaxWR receives, its
+// limit event armed at Limit (0: disarmed).
+type CreateSRQ struct {
+	PD, MaxWR, Limit uint32
+}
+
+// CreateSRQReply is the new SRQ's handle and its ring of receives: Count
+// RQE-sized entries in Size bytes of the memfd the reply carries. The
+// client writes receives into it as into a QP's RQ ring (owner word,
+// Valid), with no doorbell: the daemon reads the ring when a message
+// needs a receive, and after the SRQ's count of receives dropped below
+// its armed limit (to count them before the limit event fires). The
+// client keeps at most MaxWR receives posted and not completed.
+type CreateSRQReply struct {
+	Handle, Count, Size uint32
+}
+
+// ModifySRQ changes what Mask (ibv.SRQAttrMask) names of SRQ Handle: its
+// depth MaxWR (ibv.SRQMaxWR; not below the receives it holds) and its
+// limit Limit (ibv.SRQLimit; 0 disarms). The client posts nothing to the
+// SRQ until the reply comes.
+type ModifySRQ struct {
+	Handle, Mask, MaxWR, Limit uint32
+}
+
+// ModifySRQReply is the SRQ's ring after the change: New is set when a
+// larger depth needed a larger ring, which the reply's memfd holds (Count
+// entries in Size bytes; the client posts from its first entry on, the
+// daemon has taken what the old ring held); otherwise the memfd is the
+// ring the client has, unchanged.
+type ModifySRQReply struct {
+	New         bool
+	Count, Size uint32
+}
+
+// QuerySRQReply is an SRQ's depth, SGEs per receive and armed limit (0:
+// disarmed, as after the limit event).
+type QuerySRQReply struct {
+	MaxWR, MaxSGE, Limit uint32
 }
 
 // ModifyQP moves a QP to State (ibv.QPState).
@@ -282,4 +340,11 @@ type QPEvent struct {
 // the daemon closes the session after it.
 type DeviceRemoved struct {
 	Reason string
+}
+
+// SRQEvent (EvSRQ) is a shared receive queue's event: Type is
+// ibv.EventSRQLimitReached (IBV_EVENT_SRQ_LIMIT_REACHED).
+type SRQEvent struct {
+	SRQ  uint32 // the SRQ's handle
+	Type uint32 // ibv.EventType
 }

@@ -48,10 +48,16 @@ type OpInfo struct {
 //	17  Accept         Accept         0    Established     0
 //	18  Reject         Reject         0    Empty           0
 //	19  Cancel         Cancel         0    none            -
+//	20  CreateSRQ      CreateSRQ      0    CreateSRQReply  1
+//	21  DestroySRQ     Ref            0    Empty           0
+//	22  ModifySRQ      ModifySRQ      0    ModifySRQReply  1
+//	23  QuerySRQ       Ref            0    QuerySRQReply   0
+//	24  ReregMR        ReregMR        1    Empty           0
 //
-// RegMR's request carries the region's memfd; CreateCQ's reply the ring's
+// RegMR's and ReregMR's requests carry the region's memfd; CreateCQ's reply the ring's
 // memfd and the notification eventfd, CreateQP's the rings' memfd and the
-// doorbell eventfd. Connect's StRejected reply has the peer's private data
+// doorbell eventfd; CreateSRQ's and ModifySRQ's the SRQ ring's memfd.
+// Connect's StRejected reply has the peer's private data
 // as its Status detail. Cancel has no reply: the request it cancels
 // replies StCanceled.
 //
@@ -77,6 +83,11 @@ var Ops = []OpInfo{
 	{Op: OpAccept, Name: "Accept", Request: &Accept{}, Reply: &Established{}},
 	{Op: OpReject, Name: "Reject", Request: &Reject{}, Reply: &Empty{}},
 	{Op: OpCancel, Name: "Cancel", Request: &Cancel{}},
+	{Op: OpCreateSRQ, Name: "CreateSRQ", Request: &CreateSRQ{}, Reply: &CreateSRQReply{}, ReplyFDs: 1},
+	{Op: OpDestroySRQ, Name: "DestroySRQ", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpModifySRQ, Name: "ModifySRQ", Request: &ModifySRQ{}, Reply: &ModifySRQReply{}, ReplyFDs: 1},
+	{Op: OpQuerySRQ, Name: "QuerySRQ", Request: &Ref{}, Reply: &QuerySRQReply{}},
+	{Op: OpReregMR, Name: "ReregMR", Request: &ReregMR{}, RequestFDs: 1, Reply: &Empty{}},
 }
 
 // EventInfo describes one kind of event.
@@ -91,6 +102,7 @@ type EventInfo struct {
 var Events = []EventInfo{
 	{Kind: EvQP, Name: "QP", Body: &QPEvent{}},
 	{Kind: EvDeviceRemoved, Name: "DeviceRemoved", Body: &DeviceRemoved{}},
+	{Kind: EvSRQ, Name: "SRQ", Body: &SRQEvent{}},
 }
 
 // Lookup returns the description of op.

@@ -30,10 +30,12 @@ const (
 	MaxFDs = 2
 	// Version is the protocol version of Hello. 2: QPEvent carries
 	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
-	// reply Established, QueryQPReply and QPEvent carry Ext. 4: atomics
+	// reply Established, QueryQPReply and QPEvent carry Ext. 4: shared
+	// receive queues (the SRQ ops, CreateQP's SRQ, HelloReply's SRQ
+	// limits, SRQEvent), ReregMR. 5: atomics
 	// (their operands in the SQE's inline area), HelloReply carries
 	// AtomicCap.
-	Version = 4
+	Version = 5
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -59,6 +61,11 @@ const (
 	OpAccept
 	OpReject
 	OpCancel
+	OpCreateSRQ
+	OpDestroySRQ
+	OpModifySRQ
+	OpQuerySRQ
+	OpReregMR
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.
@@ -69,6 +76,7 @@ const (
 const (
 	EvQP            = 1 // u32 QP handle, u32 type, u16 code, string error, bytes private data (EventEstablished), u8 ext
 	EvDeviceRemoved = 2 // string reason
+	EvSRQ           = 3 // u32 SRQ handle, u32 type (the limit event)
 )
 
 // Status codes of replies.

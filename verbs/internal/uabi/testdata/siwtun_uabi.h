@@ -10,7 +10,7 @@
 #define SIWTUN_MSG_HEADER_LEN 12
 #define SIWTUN_MAX_MSG 4096
 #define SIWTUN_MAX_FDS 2
-#define SIWTUN_VERSION 4
+#define SIWTUN_VERSION 5
 #define SIWTUN_REPLY_BIT 0x8000
 #define SIWTUN_MAX_BYTES 1024
 #define SIWTUN_ADDR_SIZE 19
@@ -65,6 +65,9 @@
 	X(u32, max_qp_init_rd_atom) \
 	X(u32, max_inline) \
 	X(u32, mtu) \
+	X(u32, max_srq) \
+	X(u32, max_srqwr) \
+	X(u32, max_srqsge) \
 	X(u32, atomic_cap)
 #define SIWTUN_HELLO_REPLY_FDS 0
 
@@ -134,7 +137,8 @@
 	X(u32, recv_cq) \
 	X(u32, max_send_wr) \
 	X(u32, max_recv_wr) \
-	X(u8, signal_all)
+	X(u8, signal_all) \
+	X(u32, srq)
 #define SIWTUN_CREATE_QP_REQUEST_FDS 0
 #define SIWTUN_CREATE_QP_REPLY(X) \
 	X(u32, handle) \
@@ -266,6 +270,65 @@
 	X(u32, seq)
 #define SIWTUN_CANCEL_REQUEST_FDS 0
 
+/* CreateSRQ */
+#define SIWTUN_OP_CREATE_SRQ 20
+#define SIWTUN_CREATE_SRQ_REQUEST(X) \
+	X(u32, pd) \
+	X(u32, max_wr) \
+	X(u32, limit)
+#define SIWTUN_CREATE_SRQ_REQUEST_FDS 0
+#define SIWTUN_CREATE_SRQ_REPLY(X) \
+	X(u32, handle) \
+	X(u32, count) \
+	X(u32, size)
+#define SIWTUN_CREATE_SRQ_REPLY_FDS 1
+
+/* DestroySRQ */
+#define SIWTUN_OP_DESTROY_SRQ 21
+#define SIWTUN_DESTROY_SRQ_REQUEST(X) \
+	X(u32, handle)
+#define SIWTUN_DESTROY_SRQ_REQUEST_FDS 0
+#define SIWTUN_DESTROY_SRQ_REPLY(X)
+#define SIWTUN_DESTROY_SRQ_REPLY_FDS 0
+
+/* ModifySRQ */
+#define SIWTUN_OP_MODIFY_SRQ 22
+#define SIWTUN_MODIFY_SRQ_REQUEST(X) \
+	X(u32, handle) \
+	X(u32, mask) \
+	X(u32, max_wr) \
+	X(u32, limit)
+#define SIWTUN_MODIFY_SRQ_REQUEST_FDS 0
+#define SIWTUN_MODIFY_SRQ_REPLY(X) \
+	X(u8, new) \
+	X(u32, count) \
+	X(u32, size)
+#define SIWTUN_MODIFY_SRQ_REPLY_FDS 1
+
+/* QuerySRQ */
+#define SIWTUN_OP_QUERY_SRQ 23
+#define SIWTUN_QUERY_SRQ_REQUEST(X) \
+	X(u32, handle)
+#define SIWTUN_QUERY_SRQ_REQUEST_FDS 0
+#define SIWTUN_QUERY_SRQ_REPLY(X) \
+	X(u32, max_wr) \
+	X(u32, max_sge) \
+	X(u32, limit)
+#define SIWTUN_QUERY_SRQ_REPLY_FDS 0
+
+/* ReregMR */
+#define SIWTUN_OP_REREG_MR 24
+#define SIWTUN_REREG_MR_REQUEST(X) \
+	X(u32, handle) \
+	X(u32, pd) \
+	X(u64, offset) \
+	X(u64, length) \
+	X(u64, iova) \
+	X(u32, access)
+#define SIWTUN_REREG_MR_REQUEST_FDS 1
+#define SIWTUN_REREG_MR_REPLY(X)
+#define SIWTUN_REREG_MR_REPLY_FDS 0
+
 /* QP event */
 #define SIWTUN_EV_QP 1
 #define SIWTUN_QP_EVENT(X) \
@@ -280,5 +343,11 @@
 #define SIWTUN_EV_DEVICE_REMOVED 2
 #define SIWTUN_DEVICE_REMOVED_EVENT(X) \
 	X(bytes, reason)
+
+/* SRQ event */
+#define SIWTUN_EV_SRQ 3
+#define SIWTUN_SRQ_EVENT(X) \
+	X(u32, srq) \
+	X(u32, type)
 
 #endif /* SIWTUN_UABI_H */
