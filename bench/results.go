@@ -39,10 +39,19 @@ const (
 	KindConnect = "connect"
 	// KindRate is connections per second.
 	KindRate = "rate"
+	// KindOps is operations per second (the atomics' message rate).
+	KindOps = "ops"
 	// KindMem is a daemon's memory per idle connected queue pair, in KiB
 	// (its resident set with the connections less without, over their
 	// number).
 	KindMem = "mem"
+)
+
+// Tests of the RFC 7306 rows: RDMA Write with Immediate Data (bandwidth
+// and latency, as RDMA WRITE's) and Fetch-and-Add (KindOps).
+const (
+	TestWriteImm = "RDMA WRITE IMM"
+	TestAtomic   = "ATOMIC FETCH_ADD"
 )
 
 // Tests of the set-up, scale and memory rows.
@@ -173,6 +182,9 @@ func (r *Results) find(mtu int, stack, kind, test string, size int, crc *bool) *
 // figure for bandwidth (any size), the request/response of the same size
 // for latency, or of 64 bytes for smaller messages.
 func (r *Results) baseline(row Row, stack string) *Row {
+	if row.Kind == KindOps {
+		return nil // nothing of TCP's compares
+	}
 	if row.Kind == KindBW {
 		for i := range r.Rows {
 			x := &r.Rows[i]
@@ -404,9 +416,12 @@ func (r *Results) WriteTable(w io.Writer) error {
 		if row.Kind == KindLat {
 			unit, val = "us RTT", fmt.Sprintf("%.1f", row.Value)
 		}
+		if row.Kind == KindOps {
+			unit, val = "ops/s", fmt.Sprintf("%.0f", row.Value)
+		}
 		test := row.Test
 		if row.Stack != StackKernel && row.Stack != StackGVisor {
-			test += map[string]string{KindBW: " bw", KindLat: " lat"}[row.Kind]
+			test += map[string]string{KindBW: " bw", KindLat: " lat", KindOps: " rate"}[row.Kind]
 		}
 		mean := "-"
 		if row.Mean > 0 {

@@ -30,6 +30,10 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: off, Value: 700, AppCPUPerGB: 0.01, RNICCPUPerGB: 1.4},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120, Mean: 130},
 			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: "RDMA READ", Size: 65536, CRC: on, Value: 450, Mean: 470},
+			// RFC 7306: Write with Immediate Data, and Fetch-and-Add in operations per second.
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindBW, Test: TestWriteImm, Size: 1 << 20, CRC: on, Value: 640, AppCPUPerGB: 0.02, RNICCPUPerGB: 1.6},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindLat, Test: TestWriteImm, Size: 4, CRC: on, Value: 125, Mean: 135},
+			{MTU: 9000, Stack: StackSiwtun, Kind: KindOps, Test: TestAtomic, Size: 8, CRC: on, Value: 38090},
 			// Set-up, scale and memory.
 			{MTU: 9000, Stack: StackKernel, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 40},
 			{MTU: 9000, Stack: StackKernel, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 20000},
@@ -106,14 +110,20 @@ func TestAnalyze(t *testing.T) {
 			t.Errorf("target %d %q: %+v, want figure %v pass %v", i, tg.Name, tg, want[i].fig, want[i].pass)
 		}
 	}
-	if s := r.Rows[17]; !near(s.VsOneQP, 0.95) || s.VsKernel != 0 {
+	if s := r.Rows[20]; !near(s.VsOneQP, 0.95) || s.VsKernel != 0 {
 		t.Errorf("64 QPs: %v of 1 QP, %v of kernel; want 0.95, none", s.VsOneQP, s.VsKernel)
 	}
-	if c := r.Rows[13]; !near(c.VsKernel, 25) {
+	if c := r.Rows[16]; !near(c.VsKernel, 25) {
 		t.Errorf("connect time against kernel TCP's: %v, want 25", c.VsKernel)
 	}
-	if c := r.Rows[15]; !near(c.VsKernel, 0.01) {
+	if c := r.Rows[18]; !near(c.VsKernel, 0.01) {
 		t.Errorf("4 clients' rate against kernel TCP's: %v, want 0.01", c.VsKernel)
+	}
+	if a := r.Rows[12]; a.Kind != KindOps || a.VsGVisor != 0 || a.VsKernel != 0 {
+		t.Errorf("atomic row %+v: no TCP figure compares with operations per second", a)
+	}
+	if w := r.Rows[10]; w.Test != TestWriteImm || !near(w.VsGVisor, 640.0/600) {
+		t.Errorf("write --imm row %+v: want 1.07x raw gVisor bulk", w)
 	}
 	// A run of some suites judges their targets only.
 	r.Suites = []string{SuiteScale}

@@ -36,7 +36,10 @@ type Config struct {
 	LatSizes []int
 	// LatIters gives the number of round trips of a latency run by size.
 	LatIters func(size int) int
-	// Ops are the perftest tests: "write", "read", "send".
+	// Ops are the perftest tests: "write", "read", "send", "write-imm"
+	// (siwtun perf write --imm: RFC 7306 RDMA Write with Immediate Data,
+	// bandwidth and latency at the sizes) and "atomic" (siwtun perf
+	// atomic: RFC 7306 Fetch-and-Add, operations per second, KindOps).
 	Ops []string
 	// CRCs are the MPA CRC settings measured.
 	CRCs []bool
@@ -82,7 +85,7 @@ func DefaultConfig(bin string) Config {
 			}
 			return 500
 		},
-		Ops: []string{"write", "read", "send"}, CRCs: []bool{true, false},
+		Ops: AllOps, CRCs: []bool{true, false},
 		Connections: 1000, Clients: 4, ScaleQPs: []int{1, 4, 16, 64}, IdleQPs: []int{1000, 10000},
 	}
 }
@@ -320,6 +323,13 @@ func (r *runner) measurePerf(mtu int) error {
 			}
 		}
 		for _, op := range r.cfg.Ops {
+			if op == "atomic" {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				r.siwtunAtomic(mtu, crc)
+				continue
+			}
 			for _, size := range r.cfg.BWSizes {
 				if err := r.ctx.Err(); err != nil {
 					return err
@@ -328,6 +338,9 @@ func (r *runner) measurePerf(mtu int) error {
 			}
 		}
 		for _, op := range r.cfg.Ops {
+			if op == "atomic" {
+				continue // ib_atomic_bw has no latency test here
+			}
 			for _, size := range r.cfg.LatSizes {
 				if err := r.ctx.Err(); err != nil {
 					return err
@@ -525,13 +538,28 @@ func (r *runner) gvisorTCP(mtu int, w tcpWorkload) {
 	r.res.Rows = append(r.res.Rows, row)
 }
 
-var opNames = map[string]string{"write": "RDMA WRITE", "read": "RDMA READ", "send": "SEND"}
+// AllOps are the perf suite's tests (Config.Ops).
+var AllOps = []string{"write", "read", "send", "write-imm", "atomic"}
+
+var opNames = map[string]string{"write": "RDMA WRITE", "read": "RDMA READ", "send": "SEND",
+	"write-imm": TestWriteImm, "atomic": TestAtomic}
+
+// perfCommand is the siwtun perf subcommand and flags of op.
+func perfCommand(op string) []string {
+	switch op {
+	case "write-imm":
+		return []string{"write", "--imm"}
+	case "atomic":
+		return []string{"atomic", "-A", "FETCH_AND_ADD"}
+	}
+	return []string{op}
+}
 
 // perfPair runs `siwtun perf` as server on siwtun1 and client on siwtun0
 // with the same test arguments and returns both, exited.
 func (r *runner) perfPair(op string, args ...string) (srv, cli *proc, err error) {
 	port := r.nextPort()
-	common := append([]string{"perf", op, "--socket-dir", r.dir, "-p", port, "--json"}, args...)
+	common := append(append([]string{"perf"}, perfCommand(op)...), append([]string{"--socket-dir", r.dir, "-p", port, "--json"}, args...)...)
 	srv, err = r.start("siwtun perf server", r.nsRNIC, append(common, "--dev", dev1)...)
 	if err != nil {
 		return nil, nil, err
@@ -609,6 +637,27 @@ func (r *runner) siwtunBW(mtu int, crc bool, op string, size int) {
 		CRC: boolp(crc), Value: mbps, AppCPUPerGB: perGB(appCPU(recv), bytes), RNICCPUPerGB: perGB(after-before, bytes)})
 }
 
+// siwtunAtomic measures RFC 7306 Fetch-and-Add between the daemons for
+// the run's duration: a KindOps row of operations per second (perftest's
+// MsgRate, the client's).
+func (r *runner) siwtunAtomic(mtu int, crc bool) {
+	what := fmt.Sprintf("MTU %d siwtun %s CRC %s", mtu, TestAtomic, onOff(crc))
+	r.logf("%s", what)
+	secs := int(r.cfg.Duration / time.Second)
+	_, cli, err := r.perfPair("atomic", "-D", fmt.Sprint(secs))
+	if err != nil {
+		r.failed(what, err)
+		return
+	}
+	bw, err := bwFigure(cli.stdout.String())
+	if err != nil {
+		r.failed(what, fmt.Errorf("%s output: %w", cli.name, err))
+		return
+	}
+	r.res.Rows = append(r.res.Rows, Row{MTU: mtu, Stack: StackSiwtun, Kind: KindOps, Test: TestAtomic, Size: 8,
+		CRC: boolp(crc), Value: bw.MsgRate * 1e6})
+}
+
 func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {
 	what := fmt.Sprintf("MTU %d siwtun %s lat %s CRC %s", mtu, opNames[op], FormatSize(size), onOff(crc))
 	r.logf("%s", what)
@@ -680,8 +729,8 @@ func decodeJSON(s string, v any) error {
 func (r *runner) sortRows() {
 	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackCLib: 3}
 	pair := map[string]int{StackCLib: 1}
-	kind := map[string]int{KindBW: 0, KindLat: 1}
-	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, "RDMA READ": 3, "SEND": 4}
+	kind := map[string]int{KindBW: 0, KindOps: 1, KindLat: 2}
+	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, TestWriteImm: 3, "RDMA READ": 4, "SEND": 5, TestAtomic: 6}
 	crc := func(b *bool) int {
 		if b == nil || *b {
 			return 0

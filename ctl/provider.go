@@ -92,6 +92,7 @@ func (p *engineProvider) DevInfo() DevInfo {
 		MaxCQ: attr.MaxCQ, MaxCQE: attr.MaxCQE, MaxMR: attr.MaxMR, MaxPD: attr.MaxPD,
 		MaxQPRdAtom: attr.MaxQPRdAtom, MaxQPInitRdAtom: attr.MaxQPInitRdAtom, MaxInline: attr.MaxInline,
 		MaxSRQ: attr.MaxSRQ, MaxSRQWR: attr.MaxSRQWR, MaxSRQSGE: attr.MaxSRQSGE,
+		AtomicCap: atomicCapString(attr.AtomicCap),
 		Port: Port{
 			Port: portNum, State: portActive, StateNum: portActiveNum,
 			MaxMTU: ibv.MTUEnum(mtu), ActiveMTU: ibv.MTUEnum(mtu), LinkLayer: linkLayerEthernet,
@@ -208,3 +209,14 @@ func prefixStrings(ps []netip.Prefix) []string {
 
 // Watch implements Watcher.
 func (p *engineProvider) Watch() *offload.Watch { return p.eng.Watch(0) }
+
+// atomicCapString is how ibv_devinfo prints an atomic capability.
+func atomicCapString(c ibv.AtomicCap) string {
+	switch c {
+	case ibv.AtomicNone:
+		return "ATOMIC_NONE (0)"
+	case ibv.AtomicHCA:
+		return "ATOMIC_HCA (1)"
+	}
+	return fmt.Sprintf("ATOMIC_CAP(%d)", uint32(c))
+}

@@ -80,6 +80,7 @@ func WriteDevInfo(w io.Writer, d DevInfo, verbose bool) error {
 		dev("max_srq", itoa(d.MaxSRQ))
 		dev("max_srq_wr", itoa(d.MaxSRQWR))
 		dev("max_srq_sge", itoa(d.MaxSRQSGE))
+		dev("atomic_cap", d.AtomicCap)
 		dev("max_inline", itoa(d.MaxInline))
 	}
 	p := d.Port

@@ -19,6 +19,7 @@ func fixtureDevInfo() DevInfo {
 		VendorID: 0x736977, VendorPartID: 1, PhysPortCnt: 1, MaxMRSize: maxMRSize,
 		MaxQP: 4096, MaxQPWR: 16384, MaxSGE: 6, MaxSGERd: 1, MaxCQ: 8192, MaxCQE: 1048576,
 		MaxMR: 65536, MaxPD: 4096, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxInline: 256, MaxSRQ: 4096, MaxSRQWR: 16384, MaxSRQSGE: 6,
+		AtomicCap: "ATOMIC_HCA (1)",
 		Port: Port{
 			Port: 1, State: "PORT_ACTIVE", StateNum: 4, MaxMTU: 3, ActiveMTU: 3, LinkLayer: "Ethernet",
 			NetdevMTU: 1500, EMSS: 1420, MPARev: 2, CRC: true, P2P: "none", IRD: 16, ORD: 16,

@@ -37,6 +37,10 @@ type DevInfo struct {
 	MaxSRQ          int `json:"max_srq"`
 	MaxSRQWR        int `json:"max_srq_wr"`
 	MaxSRQSGE       int `json:"max_srq_sge"`
+	// AtomicCap is ibv_device_attr's atomic_cap as ibv_devinfo prints
+	// it: "ATOMIC_HCA (1)" with RFC 7306 atomics, "ATOMIC_NONE (0)"
+	// with the RDMAP extensions off.
+	AtomicCap string `json:"atomic_cap"`
 	// MaxInline is the most payload bytes of an inline work request (from
 	// ibv_qp_cap, not ibv_device_attr: ibv_devinfo does not print it).
 	MaxInline int `json:"max_inline"`

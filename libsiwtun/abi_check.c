@@ -43,9 +43,9 @@ _Static_assert(SW_RING_HEADER_SIZE == SIWTUN_RING_HEADER_SIZE && SW_RING_MAGIC =
 		       SW_NOTIFY_SOLICITED == SIWTUN_NOTIFY_SOLICITED,
 	       "rings");
 /* Fixed parts, in bytes, of what libsiwtun writes and reads field by field. */
-_Static_assert(0 SIWTUN_HELLO_REQUEST(SIZE) == 4 && 0 SIWTUN_HELLO_REPLY(ONE) == 21 &&
-		       0 SIWTUN_HELLO_REPLY(SIZE) == 4 + 2 + 2 + 8 + 17 * 4,
-	       "Hello: version, name, firmware, GUID, 17 u32s (device.c)");
+_Static_assert(0 SIWTUN_HELLO_REQUEST(SIZE) == 4 && 0 SIWTUN_HELLO_REPLY(ONE) == 22 &&
+		       0 SIWTUN_HELLO_REPLY(SIZE) == 4 + 2 + 2 + 8 + 18 * 4,
+	       "Hello: version, name, firmware, GUID, 18 u32s (device.c, sw.h SW_A_COUNT)");
 _Static_assert(0 SIWTUN_ALLOC_PD_REPLY(SIZE) == 8, "AllocPD");
 _Static_assert(0 SIWTUN_REG_MR_REQUEST(SIZE) == 4 + 8 + 8 + 8 + 4 && SIWTUN_REG_MR_REQUEST_FDS == 1 &&
 		       0 SIWTUN_REG_MR_REPLY(SIZE) == 8,

@@ -54,6 +54,8 @@ static const char *socket_dir(void)
 	return d && *d ? d : "/run/siwtun";
 }
 
+_Static_assert(SW_A_COUNT == 18, "Hello's u32s (abi_check.c)");
+
 /* Hello: the device's name, firmware, GUID and limits. */
 static int hello(struct sw_conn *c, struct sw_device *d)
 {
@@ -527,7 +529,9 @@ SW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	a->max_srq_wr = (int)d->attr[SW_A_MAX_SRQ_WR];
 	a->max_srq_sge = (int)d->attr[SW_A_MAX_SRQ_SGE];
 	a->device_cap_flags |= IBV_DEVICE_SRQ_RESIZE; /* ibv_modify_srq's IBV_SRQ_MAX_WR */
-	a->atomic_cap = IBV_ATOMIC_NONE;
+	/* IBV_ATOMIC_HCA when the daemon does RFC 7306 atomics (toward peers
+	 * that announce them), IBV_ATOMIC_NONE with its extensions off. */
+	a->atomic_cap = d->attr[SW_A_ATOMIC_CAP] == IBV_ATOMIC_HCA ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;
 	a->max_pkeys = 1;
 	a->phys_port_cnt = 1;
 	return 0;

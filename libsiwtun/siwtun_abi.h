@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       4
+#define SW_VERSION                       5
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2
@@ -78,6 +78,7 @@
 #define SW_MAX_RING_ENTRIES              1048576
 #define SW_SGE_SIZE                      16
 #define SW_EXT_IMMEDIATE                 1
+#define SW_EXT_ATOMIC                    2
 #define SW_SQE_SIZE                      392
 #define SW_SQE_OPCODE                    4
 #define SW_SQE_NSGE                      5
@@ -93,6 +94,8 @@
 #define SW_SGE_LKEY                      12
 #define SW_SQE_INLINE_LEN                6
 #define SW_SQE_INLINE                    136
+#define SW_SQE_COMPARE_ADD               136
+#define SW_SQE_SWAP                      144
 #define SW_RQE_SIZE                      112
 #define SW_RQE_NSGE                      4
 #define SW_RQE_ID                        8

@@ -129,6 +129,7 @@ enum { /* indexes of sw_device.attr (Hello's order) */
 	SW_A_MAX_CQ, SW_A_MAX_CQE, SW_A_MAX_MR, SW_A_MAX_PD, SW_A_MAX_QP_RD_ATOM,
 	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU,
 	SW_A_MAX_SRQ, SW_A_MAX_SRQ_WR, SW_A_MAX_SRQ_SGE, /* protocol version 4 */
+	SW_A_ATOMIC_CAP,                                 /* protocol version 5 */
 	SW_A_COUNT
 };
 
@@ -149,7 +150,7 @@ struct sw_device {
 	char ctl[512];  /* the control socket */
 	uint64_t guid;
 	char fw[64];
-	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits... */
+	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap */
 	int mtu;
 	int naddrs;
 	struct sockaddr_storage addrs[SW_MAX_ADDRS];
@@ -242,6 +243,7 @@ struct sw_srq {
 struct sw_shadow {
 	uint64_t id;
 	uint32_t op;
+	uint32_t signaled; /* completes on success too (IBV_SEND_SIGNALED or sq_sig_all) */
 };
 
 struct sw_cm_id;

@@ -142,15 +142,17 @@ SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 int sw_mr_access(unsigned int access)
 {
 	/* Optional bits are ignored when unsupported (rdma-core's rule);
-	 * atomics and memory-window binding name operations this RNIC does
-	 * not offer, so granting them grants nothing. */
+	 * memory-window binding names an operation this RNIC does not
+	 * offer, so granting it grants nothing. REMOTE_ATOMIC lets the peer's
+	 * RFC 7306 atomics operate on the region. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
-	access &= ~(unsigned int)(IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
-	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) {
+	access &= ~(unsigned int)IBV_ACCESS_MW_BIND;
+	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				     IBV_ACCESS_REMOTE_ATOMIC)) {
 		errno = EOPNOTSUPP;
 		return -1;
 	}
-	if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -386,6 +388,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_RDMA_WRITE;
 	case IBV_WR_RDMA_READ:
 		return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
 	default:
 		return IBV_WC_SEND;
 	}
@@ -407,12 +413,22 @@ static void retire(struct sw_context *ctx, const struct ibv_wc *wc)
 				q->r_head++;
 			pthread_spin_unlock(&q->rlock);
 		} else {
+			/* Send requests complete in order, so this completion
+			 * retires its request and every one before it. Which
+			 * one it is: the first with its wr_id that completes
+			 * this way: a success completes only a signaled
+			 * request (an application may give every request the
+			 * same wr_id, as perftest does, and signal one in
+			 * 100); an error completes any. */
 			pthread_spin_lock(&q->slock);
-			for (uint64_t p = q->s_head; p < q->s_tail; p++)
-				if (q->sent[p % q->nsent].id == wc->wr_id) {
+			int ok = wc->status == IBV_WC_SUCCESS;
+			for (uint64_t p = q->s_head; p < q->s_tail; p++) {
+				const struct sw_shadow *s = &q->sent[p % q->nsent];
+				if (s->id == wc->wr_id && (s->signaled || !ok)) {
 					q->s_head = p + 1;
 					break;
 				}
+			}
 			pthread_spin_unlock(&q->slock);
 		}
 	}
@@ -745,7 +761,7 @@ SW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int ma
 	attr->max_rd_atomic = (uint8_t)(ord > 255 ? 255 : ord);
 	attr->max_dest_rd_atomic = (uint8_t)(ird > 255 ? 255 : ird);
 	attr->port_num = 1;
-	attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 	if (init) {
 		memset(init, 0, sizeof(*init));
 		init->qp_context = ibqp->qp_context;
@@ -840,6 +856,15 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			if ((flags & IBV_SEND_INLINE) || wr->num_sge > SW_MAX_SGE_READ)
 				err = EINVAL;
 			break;
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+			/* RFC 7306 atomics: only toward a peer that announced
+			 * them; the 8-byte result buffer is the one SGE. */
+			if (!(atomic_load(&q->ext) & SW_EXT_ATOMIC))
+				err = EOPNOTSUPP;
+			else if ((flags & IBV_SEND_INLINE) || wr->num_sge != 1 || wr->sg_list[0].length != 8)
+				err = EINVAL;
+			break;
 		default:
 			err = EINVAL;
 		}
@@ -877,13 +902,22 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		put32(e + SW_SQE_FLAGS, flags);
 		put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
 		put64(e + SW_SQE_ID, wr->wr_id);
-		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
-		put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+		if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			/* wr.atomic's rkey is not where wr.rdma's is. */
+			put64(e + SW_SQE_REMOTE_ADDR, wr->wr.atomic.remote_addr);
+			put32(e + SW_SQE_RKEY, wr->wr.atomic.rkey);
+			put64(e + SW_SQE_COMPARE_ADD, wr->wr.atomic.compare_add);
+			put64(e + SW_SQE_SWAP, wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : 0);
+		} else {
+			put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
+			put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+		}
 		int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
 		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
 		st32(e, SW_OWNER_VALID);
 		q->sq_prod++;
-		q->sent[q->s_tail % q->nsent] = (struct sw_shadow){wr->wr_id, wr->opcode};
+		q->sent[q->s_tail % q->nsent] =
+			(struct sw_shadow){wr->wr_id, wr->opcode, (flags & IBV_SEND_SIGNALED) || q->sig_all};
 		q->s_tail++;
 		n++;
 	}

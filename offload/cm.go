@@ -252,7 +252,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	// The queues of outstanding Reads grow with the Reads (up to ORD and
 	// IRD): an idle QP holds none.
 	qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
-	qp.sendMSN, qp.readMSN = 1, 1
+	qp.sendMSN, qp.readMSN, qp.atomicRespMSN = 1, 1, 1
 	emss := conn.MSS()
 	if emss > qp.dev.cfg.MaxFPDU {
 		emss = qp.dev.cfg.MaxFPDU

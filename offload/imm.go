@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
@@ -61,13 +60,6 @@ func (qp *QP) sendImmediate(op rdmap.Opcode, m rdmap.Immediate) error {
 	}
 	qp.stats.ImmediatesTx.Add(1)
 	return nil
-}
-
-// negotiated reports whether the connection may carry opcode op: an
-// extended one only if it negotiated it. The header of one it may not is
-// not collected: the opcode is unexpected, whatever follows it.
-func (r *rxState) negotiated(op rdmap.Opcode) bool {
-	return !op.Extended() || r.ext&mpa.ExtImmediate != 0
 }
 
 // rxImmediate is the handling of the two Immediate Data opcodes.

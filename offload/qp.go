@@ -47,6 +47,9 @@ type sendWQE struct {
 	rkey      uint32
 	invRKey   uint32
 	imm       uint32
+	cmpAdd    uint64 // an atomic's compare_add
+	swap      uint64 // an atomic's swap
+	reqID     uint32 // an atomic's Request Identifier (set when it enters the ORQ)
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -71,8 +74,12 @@ type recvWQE struct {
 	sgl  [ibv.MaxSGE]ibv.SGE
 }
 
-// orqEntry is an outstanding outbound RDMA Read (ORQ): its sink and progress.
+// orqEntry is an outstanding outbound RDMA Read (ORQ): its sink and
+// progress; or an atomic (atomic set): its Request Identifier and its
+// 8-byte result buffer (dst).
 type orqEntry struct {
+	atomic   bool
+	reqID    uint32
 	sq       uint64 // SQ position of the Read WR; rtrSlot for the RTR read
 	sinkSTag uint32
 	sinkTO   uint64
@@ -84,12 +91,22 @@ type orqEntry struct {
 // rtrSlot marks the ORQ entry of a zero-length RTR Read (no work request).
 const rtrSlot = ^uint64(0)
 
-// irqEntry is an inbound RDMA Read to answer (IRQ).
+// irqEntry is an inbound RDMA Read to answer (IRQ), or with atomic the
+// response of an inbound atomic.
 type irqEntry struct {
 	sinkSTag uint32
 	sinkTO   uint64
 	src      []byte
+	// atomic marks the response of an atomic: the request's identifier
+	// and the word's original value.
+	atomic bool
+	reqID  uint32
+	value  uint64
 }
+
+// responded reports whether the request completes when the peer's response
+// arrives (an RDMA Read or an atomic: it takes an ORD slot).
+func (w *sendWQE) responded() bool { return w.op == ibv.WRRead || w.op.Atomic() }
 
 // QP is a reliable-connected iWARP queue pair: its work queues, the RDMAP
 // stream state of its connection, and the goroutines that move its data.
@@ -184,7 +201,9 @@ type QP struct {
 	tx               txState // TX
 	rx               rxState // RX
 	sendMSN          uint32  // TX; next MSN on QN 0
-	readMSN          uint32  // TX; next MSN on QN 1
+	readMSN          uint32  // TX; next MSN on QN 1 (Read and Atomic Requests)
+	atomicRespMSN    uint32  // TX; next MSN on QN 3 (Atomic Responses)
+	atomicID         uint32  // mu; the last Atomic Request Identifier
 	// refill (mu), if set, is asked for receives when a Send finds none
 	// (the verbs socket's daemon moves them from the client's ring).
 	refill func()
@@ -334,6 +353,7 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
 		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
+		w.cmpAdd, w.swap = wr.CompareAdd, wr.Swap
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0

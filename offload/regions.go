@@ -84,12 +84,16 @@ func (t *Regions) Register(pd uint32, buf []byte, addr uint64, access ibv.Access
 	if addr+uint64(len(buf)) < addr {
 		return nil, fmt.Errorf("%w: address 0x%x + length %d wraps", errRegion, addr, len(buf))
 	}
-	if access&^(ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead) != 0 {
+	if access&^(ibv.AccessLocalWrite|ibv.AccessRemoteWrite|ibv.AccessRemoteRead|ibv.AccessRemoteAtomic) != 0 {
 		return nil, fmt.Errorf("%w: unsupported access flags %v", errRegion, access)
 	}
 	if access&ibv.AccessRemoteWrite != 0 && access&ibv.AccessLocalWrite == 0 {
 		// libibverbs: remote write requires local write (EINVAL).
 		return nil, fmt.Errorf("%w: REMOTE_WRITE requires LOCAL_WRITE", errRegion)
+	}
+	if access&ibv.AccessRemoteAtomic != 0 && access&ibv.AccessLocalWrite == 0 {
+		// libibverbs: remote atomic requires local write (EINVAL).
+		return nil, fmt.Errorf("%w: REMOTE_ATOMIC requires LOCAL_WRITE", errRegion)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -82,7 +82,9 @@ func (qp *QP) aborted() bool { return qp.inErr.Load() }
 
 // rxHdrMax holds the longest header the receiver needs whole: an untagged
 // DDP header and a Terminate with both copied headers.
-const rxHdrMax = ddp.UntaggedHeaderLen + rdmap.TerminateHeaderLen + 2 + ddp.UntaggedHeaderLen + rdmap.ReadRequestLen
+// (Atomic Requests, which are no longer, fit as well).
+const rxHdrMax = max(ddp.UntaggedHeaderLen+rdmap.TerminateHeaderLen+2+ddp.UntaggedHeaderLen+rdmap.ReadRequestLen,
+	ddp.UntaggedHeaderLen+rdmap.AtomicRequestLen)
 
 // rxPhase is where the receive engine stands in the current FPDU's ULPDU,
 // as mpa.Receiver's states say where it stands in the FPDU. The header
@@ -138,8 +140,9 @@ type rxState struct {
 	sendPlaced uint64
 	sgi, sgo   int
 
-	// Expected MSNs.
-	sendMSN, readMSN, termMSN uint32
+	// Expected MSNs (readMSN: Read and Atomic Requests, QN 1;
+	// atomicRespMSN: Atomic Responses, QN 3).
+	sendMSN, readMSN, termMSN, atomicRespMSN uint32
 
 	// ext is the RDMAP extensions the connection negotiated.
 	ext mpa.Ext
@@ -167,7 +170,7 @@ func (r *rxState) init(qp *QP, p *mpa.Params, awaitRTR mpa.RTR, place *oooPlacer
 	crc, markers := p.CRC, p.MarkersRx
 	*r = rxState{qp: qp, place: place, ext: p.Ext}
 	r.mpa.Init(crc, markers, r)
-	r.sendMSN, r.readMSN, r.termMSN = 1, 1, 1
+	r.sendMSN, r.readMSN, r.termMSN, r.atomicRespMSN = 1, 1, 1, 1
 	r.awaitRTR = awaitRTR
 }
 

@@ -30,16 +30,18 @@ type rxOp struct {
 
 // rxOps is indexed by the RDMAP opcode (4 bits).
 var rxOps = [16]rxOp{
-	rdmap.OpWrite:        {begin: (*rxState).beginWrite, end: (*rxState).endWrite},
-	rdmap.OpReadRequest:  {hdr: rdmap.ReadRequestLen, begin: (*rxState).beginReadRequest, end: (*rxState).readRequest},
-	rdmap.OpReadResponse: {begin: (*rxState).beginReadResponse, end: (*rxState).endReadResponse},
-	rdmap.OpSend:         rxSend,
-	rdmap.OpSendInv:      rxSend,
-	rdmap.OpSendSE:       rxSend,
-	rdmap.OpSendSEInv:    rxSend,
-	rdmap.OpTerminate:    {hdr: rxHdrMax - ddp.UntaggedHeaderLen, varHdr: true, begin: (*rxState).beginTerminate, end: (*rxState).terminateArrived},
-	rdmap.OpImmediate:    rxImmediate,
-	rdmap.OpImmediateSE:  rxImmediate,
+	rdmap.OpWrite:          {begin: (*rxState).beginWrite, end: (*rxState).endWrite},
+	rdmap.OpReadRequest:    {hdr: rdmap.ReadRequestLen, begin: (*rxState).beginReadRequest, end: (*rxState).readRequest},
+	rdmap.OpReadResponse:   {begin: (*rxState).beginReadResponse, end: (*rxState).endReadResponse},
+	rdmap.OpSend:           rxSend,
+	rdmap.OpSendInv:        rxSend,
+	rdmap.OpSendSE:         rxSend,
+	rdmap.OpSendSEInv:      rxSend,
+	rdmap.OpTerminate:      {hdr: rxHdrMax - ddp.UntaggedHeaderLen, varHdr: true, begin: (*rxState).beginTerminate, end: (*rxState).terminateArrived},
+	rdmap.OpImmediate:      rxImmediate,
+	rdmap.OpImmediateSE:    rxImmediate,
+	rdmap.OpAtomicRequest:  rxAtomicRequest,
+	rdmap.OpAtomicResponse: rxAtomicResponse,
 }
 
 // rxSend is the handling of the four Send opcodes.
@@ -81,6 +83,10 @@ func (r *rxState) beginReadResponse() error {
 		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
 	}
 	e := &qp.orq[0]
+	if e.atomic {
+		qp.mu.Unlock()
+		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with an atomic outstanding first"))
+	}
 	placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
 	qp.mu.Unlock()
 	if size == 0 && r.payload == 0 {

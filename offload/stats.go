@@ -84,7 +84,15 @@ type QPStats struct {
 	ReadResponsesTx atomic.Uint64 `stat:"OutRdmaReadResponses"`
 	// ReadBytesTx counts RDMA Read Response payload octets sent.
 	ReadBytesTx atomic.Uint64 `stat:"OutRdmaReadOctets"`
-	// IRDOverflows counts Read Requests beyond the negotiated IRD.
+	// AtomicsTx counts Atomic Requests (RFC 7306) sent.
+	AtomicsTx atomic.Uint64 `stat:"OutRdmaAtomics"`
+	// AtomicsCompleted counts atomics whose Atomic Response arrived.
+	AtomicsCompleted atomic.Uint64 `stat:"rdmaAtomicsCompleted"`
+	// AtomicsRx counts Atomic Requests performed on local memory.
+	AtomicsRx atomic.Uint64 `stat:"InRdmaAtomics"`
+	// AtomicResponsesTx counts Atomic Responses sent.
+	AtomicResponsesTx atomic.Uint64 `stat:"OutRdmaAtomicResponses"`
+	// IRDOverflows counts Read and Atomic Requests beyond the negotiated IRD.
 	IRDOverflows atomic.Uint64 `stat:"rdmapIrdExceeded"`
 	// Invalidations counts STags invalidated by Send with Invalidate.
 	Invalidations atomic.Uint64 `stat:"RdmaInv"`

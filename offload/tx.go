@@ -70,8 +70,8 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 			if qp.sqNext < qp.sqTail {
 				w = &qp.sq[qp.sqNext%uint64(len(qp.sq))]
 				switch {
-				case w.op == ibv.WRRead && len(qp.orq) >= qp.ord:
-					// ORD reached: wait for a Read Response.
+				case w.responded() && len(qp.orq) >= qp.ord:
+					// ORD reached: wait for a Read or Atomic Response.
 				case w.flags&ibv.FlagFence != 0 && len(qp.orq) > 0:
 					// Fenced behind outstanding Reads.
 				default:
@@ -134,7 +134,11 @@ func (qp *QP) txLoop() {
 			// The IRQ entry is released just before the response's last
 			// FPDU goes out (sendMessage), so a requester that sends its
 			// next Read as soon as this one completes never finds it taken.
-			if err := qp.sendReadResponse(&e); err != nil {
+			send := qp.sendReadResponse
+			if e.atomic {
+				send = qp.sendAtomicResponse
+			}
+			if err := send(&e); err != nil {
 				if errors.Is(err, errAborted) {
 					continue // the QP entered ERR: send its Terminate, if any
 				}
@@ -157,16 +161,20 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 	qp.irqBurst = 0
 	pos := qp.sqNext
 	qp.sqNext++
-	if w.op == ibv.WRRead {
-		if st := qp.prepareReadLocked(w, pos); st != ibv.WCSuccess {
+	if w.responded() {
+		prepare := qp.prepareReadLocked
+		if w.op.Atomic() {
+			prepare = qp.prepareAtomicLocked
+		}
+		if st := prepare(w, pos); st != ibv.WCSuccess {
 			w.state, w.status = wqeDone, st
 			qp.retireLocked()
-			qp.localErrorLocked(st, fmt.Errorf("RDMA Read WR %d: bad local sink (%v)", w.id, st))
+			qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local sink (%v)", w.op, w.id, st))
 			qp.mu.Unlock()
 			return false
 		}
 	}
-	if w.op != ibv.WRRead {
+	if !w.responded() {
 		// Ours to complete from now on, even if the QP enters ERR meanwhile
 		// (flushLocked leaves it alone).
 		w.state = wqeSending
@@ -174,7 +182,7 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 	qp.mu.Unlock()
 	st, err := qp.sendWQE(w)
 	qp.mu.Lock()
-	if w.op != ibv.WRRead {
+	if !w.responded() {
 		// A request completes when all of it is with TCP, as in siw; one
 		// cut short by the QP's error state is flushed.
 		w.state, w.status = wqeDone, ibv.WCSuccess
@@ -269,6 +277,9 @@ func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 			qp.stats.ReadsTx.Add(1)
 		}
 		return ibv.WCSuccess, err
+	}
+	if w.op.Atomic() {
+		return ibv.WCSuccess, qp.sendAtomicRequest(w)
 	}
 	total, st := qp.gather(w)
 	if st != ibv.WCSuccess {

@@ -95,5 +95,15 @@ func Query(eng *offload.Device) verbs.DeviceAttr {
 		MaxCQ: cfg.MaxQP * 2, MaxCQE: verbs.MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
 		MaxQPRdAtom: verbs.MaxIRDORD, MaxQPInitRdAtom: verbs.MaxIRDORD, MaxInline: verbs.MaxInline,
 		MTU: eng.Stack().MTU(), MaxSRQ: eng.MaxSRQ(), MaxSRQWR: verbs.MaxQPWR, MaxSRQSGE: verbs.MaxSGE,
+		AtomicCap: atomicCap(cfg.RDMAPExt),
 	}
+}
+
+// atomicCap is the atomic capability of an engine whose RDMAP extensions
+// are on (ext) or off.
+func atomicCap(ext bool) verbs.AtomicCap {
+	if ext {
+		return verbs.AtomicHCA
+	}
+	return verbs.AtomicNone
 }

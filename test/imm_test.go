@@ -31,8 +31,8 @@ func TestDaemonsWriteWithImm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newTwoRNICs(t, tc.mtu, tc.extra...)
 			cli, srv := r.connect(t, 7174, 64)
-			if ext := cli.qp.Info().Params.Ext; ext != mpa.ExtImmediate {
-				t.Fatalf("negotiated extensions %v, want imm", ext)
+			if ext := cli.qp.Info().Params.Ext; ext != mpa.ExtAll {
+				t.Fatalf("negotiated extensions %v, want imm|atomic", ext)
 			}
 			const n, slot, window = 2000, 16 << 10, 32
 			smr, sbuf := cli.mr(t, n*slot/8, verbs.AccessLocalWrite)

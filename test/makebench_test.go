@@ -225,3 +225,65 @@ func TestMakeBenchInterrupted(t *testing.T) {
 		t.Errorf("no cleanup logged:\n%s", stderr.String())
 	}
 }
+
+// TestMakeBenchRFC7306 runs a tiny `siwtun bench` of the RFC 7306 rows
+// (--ops write-imm,atomic: RDMA WRITE with Immediate Data 1 MiB bandwidth
+// and 4 B latency, Fetch-and-Add operations per second; 1 s runs, CRC on
+// and off): each row has a positive figure, the write --imm rows their
+// ratios to the TCP baselines, the atomic rows none (nothing of TCP's
+// compares), and the table names them.
+func TestMakeBenchRFC7306(t *testing.T) {
+	requireRoot(t)
+	bin := siwtunBin(t)
+	out := t.TempDir()
+	cmd := exec.Command(bin, "bench", "--quick", "--suites", "perf", "--ops", "write-imm,atomic", "--mtu", "1500", "-D", "1", "--rounds", "1", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("siwtun bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	files, _ := filepath.Glob(filepath.Join(out, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v, want one JSON file", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results JSON: %v\n%s", err, b)
+	}
+	count := map[string]int{}
+	for _, r := range res.Rows {
+		if r.Stack != bench.StackSiwtun {
+			continue
+		}
+		count[r.Test+" "+r.Kind]++
+		if r.Value <= 0 {
+			t.Errorf("row without a figure: %+v", r)
+		}
+		switch r.Kind {
+		case bench.KindOps:
+			if r.Test != bench.TestAtomic || r.Size != 8 || r.VsKernel != 0 || r.VsGVisor != 0 {
+				t.Errorf("atomic row %+v", r)
+			}
+		default:
+			if r.Test != bench.TestWriteImm || r.VsKernel <= 0 || r.VsGVisor <= 0 {
+				t.Errorf("write --imm row %+v", r)
+			}
+		}
+	}
+	want := map[string]int{bench.TestWriteImm + " " + bench.KindBW: 2, bench.TestWriteImm + " " + bench.KindLat: 2, bench.TestAtomic + " " + bench.KindOps: 2}
+	for k, n := range want {
+		if count[k] != n {
+			t.Errorf("%d rows of %s, want %d (CRC on and off): %v", count[k], k, n, count)
+		}
+	}
+	for _, s := range []string{"RDMA WRITE IMM bw", "RDMA WRITE IMM lat", "ATOMIC FETCH_ADD rate", "ops/s"} {
+		if !strings.Contains(stdout.String(), s) {
+			t.Errorf("the table lacks %q", s)
+		}
+	}
+}

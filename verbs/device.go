@@ -117,6 +117,10 @@ type DeviceAttr struct {
 	MaxSRQ          int // shared receive queues
 	MaxSRQWR        int // receives one SRQ holds
 	MaxSRQSGE       int // SGEs of an SRQ receive
+	// AtomicCap is AtomicHCA when the device performs RFC 7306 atomics
+	// (toward peers that announce them), AtomicNone when its RDMAP
+	// extensions are off.
+	AtomicCap AtomicCap
 }
 
 // VendorID is siwtun's vendor id in DeviceAttr ("siw" in ASCII: a software

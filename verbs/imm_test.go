@@ -153,8 +153,8 @@ func TestImmediateMatrix(t *testing.T) {
 				srv: func(c *offload.Config) { c.MPARev, c.CRC, c.Markers = m.rev, false, m.srvMarkers },
 			})
 			p := cli.qp.Info().Params
-			if p.CRC != m.crc || p.MarkersRx != m.cliMarkers || p.MarkersTx != m.srvMarkers || p.Rev != m.rev || p.Ext != mpa.ExtImmediate {
-				t.Fatalf("negotiated %+v, want rev %d crc %v markers rx %v tx %v ext imm", p, m.rev, m.crc, m.cliMarkers, m.srvMarkers)
+			if p.CRC != m.crc || p.MarkersRx != m.cliMarkers || p.MarkersTx != m.srvMarkers || p.Rev != m.rev || p.Ext != mpa.ExtAll {
+				t.Fatalf("negotiated %+v, want rev %d crc %v markers rx %v tx %v ext imm|atomic", p, m.rev, m.crc, m.cliMarkers, m.srvMarkers)
 			}
 			exerciseImm(t, cli, srv, 120, 9000, uint64(i+1))
 			st := srv.eng.Stats()

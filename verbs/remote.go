@@ -57,7 +57,8 @@ func DialPath(path string) (*Device, error) {
 		MaxQP: int(h.MaxQP), MaxQPWR: int(h.MaxQPWR), MaxSGE: int(h.MaxSGE), MaxSGERead: int(h.MaxSGERead),
 		MaxCQ: int(h.MaxCQ), MaxCQE: int(h.MaxCQE), MaxMR: int(h.MaxMR), MaxPD: int(h.MaxPD),
 		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU),
-		MaxSRQ: int(h.MaxSRQ), MaxSRQWR: int(h.MaxSRQWR), MaxSRQSGE: int(h.MaxSRQSGE)}
+		MaxSRQ: int(h.MaxSRQ), MaxSRQWR: int(h.MaxSRQWR), MaxSRQSGE: int(h.MaxSRQSGE),
+		AtomicCap: AtomicCap(h.AtomicCap)}
 	return NewDevice(rd), nil
 }
 

@@ -26,6 +26,17 @@ const (
 	AccessLocalWrite  = ibv.AccessLocalWrite
 	AccessRemoteWrite = ibv.AccessRemoteWrite
 	AccessRemoteRead  = ibv.AccessRemoteRead
+	// AccessRemoteAtomic lets the peer's atomics operate on the region.
+	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+)
+
+// AtomicCap is how a device performs atomics (ibv_atomic_cap).
+type AtomicCap = ibv.AtomicCap
+
+// Atomic capabilities.
+const (
+	AtomicNone = ibv.AtomicNone
+	AtomicHCA  = ibv.AtomicHCA
 )
 
 // WROpcode is a send work request's operation (ibv_wr_opcode).
@@ -34,14 +45,20 @@ type WROpcode = ibv.WROpcode
 // Send work request opcodes. WRWriteWithImm and WRSendWithImm (RFC 7306
 // Immediate Data) need a peer that negotiated them (Info().Params.Ext has
 // mpa.ExtImmediate: another siwtun); toward any other peer PostSend
-// refuses them with ErrNotSupportedByPeer.
+// refuses them with ErrNotSupportedByPeer. The same holds for the RFC 7306
+// atomics WRAtomicFetchAdd and WRAtomicCmpSwap (mpa.ExtAtomic): SendWR's
+// RemoteAddr and RKey name the peer's 8-byte aligned word, CompareAdd and
+// Swap are the operands, and the word's original value lands in the one
+// 8-byte SGE.
 const (
-	WRWrite        = ibv.WRWrite
-	WRWriteWithImm = ibv.WRWriteWithImm
-	WRSend         = ibv.WRSend
-	WRSendWithImm  = ibv.WRSendWithImm
-	WRRead         = ibv.WRRead
-	WRSendWithInv  = ibv.WRSendWithInv
+	WRWrite          = ibv.WRWrite
+	WRWriteWithImm   = ibv.WRWriteWithImm
+	WRSend           = ibv.WRSend
+	WRSendWithImm    = ibv.WRSendWithImm
+	WRRead           = ibv.WRRead
+	WRAtomicCmpSwap  = ibv.WRAtomicCmpSwap
+	WRAtomicFetchAdd = ibv.WRAtomicFetchAdd
+	WRSendWithInv    = ibv.WRSendWithInv
 )
 
 // SendFlags modify a send work request (ibv_send_flags).
@@ -67,6 +84,8 @@ const (
 	WCSend            = ibv.WCSend
 	WCWrite           = ibv.WCWrite
 	WCRead            = ibv.WCRead
+	WCCompSwap        = ibv.WCCompSwap
+	WCFetchAdd        = ibv.WCFetchAdd
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
@@ -129,14 +148,16 @@ type SGE = ibv.SGE
 // SendWR is a send work request (ibv_send_wr):
 //
 //	ID             uint64    // returned in the work completion
-//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead, WRWriteWithImm, WRSendWithImm
+//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead, WRWriteWithImm, WRSendWithImm, WRAtomicFetchAdd, WRAtomicCmpSwap
 //	Flags          SendFlags // FlagSignaled (a completion), FlagInline, FlagSolicited, FlagFence
-//	SGL            []SGE     // the local data: source of a Send or Write, sink of a Read (one element)
+//	SGL            []SGE     // the local data: source of a Send or Write, sink of a Read (one element), an atomic's 8-byte result
 //	Inline         []byte    // the payload of a Send or Write posted with FlagInline (copied at post)
-//	RemoteAddr     uint64    // the peer's memory for Write and Read: its address ...
+//	RemoteAddr     uint64    // the peer's memory for Write, Read and atomics (8-byte aligned): its address ...
 //	RKey           uint32    // ... and its region's rkey (the peer's MR.RKey())
 //	InvalidateRKey uint32    // the peer's STag a WRSendWithInv invalidates
 //	ImmData        uint32    // the immediate value of WRWriteWithImm, WRSendWithImm (libibverbs' imm_data is htonl of it)
+//	CompareAdd     uint64    // what WRAtomicFetchAdd adds, what WRAtomicCmpSwap compares with (compare_add)
+//	Swap           uint64    // what WRAtomicCmpSwap stores when the word equals CompareAdd
 type SendWR = ibv.SendWR
 
 // RecvWR is a receive work request (ibv_recv_wr), posted before the peer's

@@ -567,6 +567,10 @@ var opClass = map[string][2]string{
 	// RFC 7306: untagged on QN 0, consuming a receive as a Send does.
 	rdmap.OpImmediate.String():   {"send", "Imm"},
 	rdmap.OpImmediateSE.String(): {"send", "ImmSE"},
+	// RFC 7306 atomics: a request on the Read Request queue, answered
+	// on QN 3, as a Read is.
+	rdmap.OpAtomicRequest.String():  {"rreq", "AtomicReq"},
+	rdmap.OpAtomicResponse.String(): {"rresp", "AtomicResp"},
 }
 
 // classOf returns the class and label of a segment from its report; cls

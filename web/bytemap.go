@@ -165,6 +165,12 @@ func fpduPieces(f *inspect.FPDU) []piece {
 		case !h.Tagged && (h.Op == rdmap.OpImmediate.String() || h.Op == rdmap.OpImmediateSE.String()) && rest >= rdmap.ImmediateDataLen:
 			ps = append(ps, piece{FieldImmData, rdmap.ImmediateDataLen})
 			rest -= rdmap.ImmediateDataLen
+		case !h.Tagged && h.Op == rdmap.OpAtomicRequest.String() && rest >= rdmap.AtomicRequestLen:
+			ps = append(ps, piece{FieldAtomicReq, rdmap.AtomicRequestLen})
+			rest -= rdmap.AtomicRequestLen
+		case !h.Tagged && h.Op == rdmap.OpAtomicResponse.String() && rest >= rdmap.AtomicResponseLen:
+			ps = append(ps, piece{FieldAtomicResp, rdmap.AtomicResponseLen})
+			rest -= rdmap.AtomicResponseLen
 		case !h.Tagged && h.Op == rdmap.OpTerminate.String() && rest >= rdmap.TerminateHeaderLen:
 			ps = append(ps, piece{FieldTermHdr, rdmap.TerminateHeaderLen})
 			rest -= rdmap.TerminateHeaderLen

@@ -32,6 +32,8 @@ const (
 	FieldInvSTag                  // RDMAP Invalidate STag (reserved unless Send with Invalidate)
 	FieldImmData                  // RFC 7306 Immediate Data of an Immediate Data message
 	FieldFrameExt                 // siwtun's extension block at the end of the private data (RFC 7306 support)
+	FieldAtomicReq                // RFC 7306 Atomic Request header
+	FieldAtomicResp               // RFC 7306 Atomic Response header
 	numFields
 )
 
@@ -78,6 +80,8 @@ const (
 	RFCTerminate = rfcBase + "rfc5040.html#section-4.8"
 	// RFCImmediate is RFC 7306's Immediate Data.
 	RFCImmediate = rfcBase + "rfc7306.html#section-6"
+	// RFCAtomic is RFC 7306's atomic operations.
+	RFCAtomic = rfcBase + "rfc7306.html#section-5"
 	// RFCRDMAPErrors is RDMAP's error codes.
 	RFCRDMAPErrors = rfcBase + "rfc5040.html#section-7.1"
 	// RFCStream is RDMAP stream initialisation and teardown (the QP's life).
@@ -115,6 +119,8 @@ var Fields = [numFields]FieldInfo{
 	FieldInvSTag:     {"Invalidate STag (reserved)", "rdmap", RFCRDMAPHeader, "RFC 5040 §4"},
 	FieldImmData:     {"Immediate Data", "rdmap", RFCImmediate, "RFC 7306 §6"},
 	FieldFrameExt:    {"siwtun extension block (RFC 7306 support)", "mpa", RFCMPAFrame, "RFC 5044 §7.1"},
+	FieldAtomicReq:   {"Atomic Request", "rdmap", RFCAtomic, "RFC 7306 §5"},
+	FieldAtomicResp:  {"Atomic Response", "rdmap", RFCAtomic, "RFC 7306 §5"},
 }
 
 // String returns the field's name.

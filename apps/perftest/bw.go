@@ -446,10 +446,17 @@ func (r *bwRun) post() (posted, creditBlocked bool, err error) {
 				}
 			case Read:
 				wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRead, s.rem[i].VAddr, s.rem[i].RKey
+			case Atomic:
+				// One word of the peer's buffer, 8-byte aligned.
+				wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRAtomicFetchAdd, s.rem[i].VAddr&^7, s.rem[i].RKey
+				wr.CompareAdd = atomicAddValue
+				if c.AtomicType == CmpAndSwap {
+					wr.Opcode, wr.CompareAdd, wr.Swap = verbs.WRAtomicCmpSwap, 0, atomicSwapValue
+				}
 			default:
 				wr.Opcode = verbs.WRSend
 			}
-			if c.Verb != Read && r.size <= c.Inline {
+			if !c.readsOut() && r.size <= c.Inline {
 				wr.Flags |= verbs.FlagInline
 				wr.Inline = s.mem.buf[s.sendOff(i) : s.sendOff(i)+r.size]
 			} else {

@@ -16,6 +16,43 @@ const (
 	Send Verb = iota
 	Write
 	Read
+	// Atomic is ib_atomic_bw: RFC 7306 Fetch-and-Add or Compare-and-Swap
+	// (Config.AtomicType) of 8 bytes, siwtun peers only.
+	Atomic
+)
+
+// AtomicType is the operation of an Atomic test (perftest's -A).
+type AtomicType int
+
+// The atomic operations, with perftest's names.
+const (
+	FetchAndAdd AtomicType = iota
+	CmpAndSwap
+)
+
+// String is perftest's name of the operation.
+func (a AtomicType) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// ParseAtomicType parses "FETCH_AND_ADD" or "CMP_AND_SWAP".
+func ParseAtomicType(s string) (AtomicType, error) {
+	switch s {
+	case "FETCH_AND_ADD":
+		return FetchAndAdd, nil
+	case "CMP_AND_SWAP":
+		return CmpAndSwap, nil
+	}
+	return 0, fmt.Errorf("%w: atomic type %q: want FETCH_AND_ADD or CMP_AND_SWAP", ErrConfig, s)
+}
+
+// perftest's atomic operands (ATOMIC_ADD_VALUE, ATOMIC_SWAP_VALUE).
+const (
+	atomicAddValue  = 1
+	atomicSwapValue = 0
 )
 
 // String is perftest's name of the verb (testsStr).
@@ -27,13 +64,17 @@ func (v Verb) String() string {
 		return "RDMA_Write"
 	case Read:
 		return "RDMA_Read"
+	case Atomic:
+		return "Atomic"
 	}
 	return fmt.Sprintf("Verb(%d)", int(v))
 }
 
-// ParseVerb parses "write", "read" or "send".
+// ParseVerb parses "write", "read", "send" or "atomic".
 func ParseVerb(s string) (Verb, error) {
 	switch s {
+	case "atomic":
+		return Atomic, nil
 	case "send":
 		return Send, nil
 	case "write":
@@ -41,7 +82,7 @@ func ParseVerb(s string) (Verb, error) {
 	case "read":
 		return Read, nil
 	}
-	return 0, fmt.Errorf("unknown test %q: want write, read or send", s)
+	return 0, fmt.Errorf("unknown test %q: want write, read, send or atomic", s)
 }
 
 // perftest's defaults and limits (perftest_parameters.h).
@@ -83,7 +124,9 @@ type Config struct {
 	// message also consumes a receive at the peer, which the receiver
 	// posts and polls as in a Send test (receive credits included).
 	Imm bool
-	// Size is the message size (-s).
+	// AtomicType is an Atomic test's operation (-A).
+	AtomicType AtomicType
+	// Size is the message size (-s); an Atomic test's is 8.
 	Size int
 	// All runs every size from 2 to 2^23 (-a).
 	All bool
@@ -148,8 +191,19 @@ func badf(format string, a ...any) error {
 // (perftest_parameters.c: init_perftest_params, force_dependecies), or an
 // error naming the bad parameter. dev gives the device limits.
 func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
-	if c.Verb != Send && c.Verb != Write && c.Verb != Read {
+	if c.Verb != Send && c.Verb != Write && c.Verb != Read && c.Verb != Atomic {
 		return c, badf("verb %d", int(c.Verb))
+	}
+	if c.Verb == Atomic {
+		if c.Latency {
+			return c, badf("atomic tests measure bandwidth only (ib_atomic_bw)")
+		}
+		if c.All || c.Size != 0 && c.Size != 8 {
+			return c, badf("atomic tests move 8 bytes (no --size, no --all)")
+		}
+		c.Size = 8
+	} else if c.AtomicType != FetchAndAdd {
+		return c, badf("--atomic_type applies to atomic tests only")
 	}
 	if c.Imm && c.Verb != Write {
 		return c, badf("--imm applies to RDMA Write tests only")
@@ -241,9 +295,13 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		return c, badf("rx depth %d: send and write --imm bandwidth tests need at least 3 (credits every third)", c.RxDepth)
 	}
 	switch {
-	case c.Verb == Read:
+	case c.Verb == Read || c.Verb == Atomic:
 		if c.Inline > 0 {
-			return c, badf("--inline_size does not apply to RDMA Read")
+			what := "RDMA Read"
+			if c.Verb == Atomic {
+				what = "atomic tests"
+			}
+			return c, badf("--inline_size does not apply to %s", what)
 		}
 		c.Inline = 0
 	case c.Inline < 0:
@@ -258,7 +316,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	case c.Inline > dev.MaxInline:
 		return c, badf("inline size %d: the device allows %d", c.Inline, dev.MaxInline)
 	}
-	if c.Verb == Read {
+	if c.readsOut() {
 		max := dev.MaxQPRdAtom
 		if c.OutReads == 0 {
 			c.OutReads = max
@@ -268,7 +326,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	} else {
 		if c.OutReads != 0 {
-			return c, badf("--outs applies to RDMA Read tests only")
+			return c, badf("--outs applies to RDMA Read and atomic tests only")
 		}
 		c.OutReads = 1
 	}
@@ -283,6 +341,10 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	}
 	return c, nil
 }
+
+// readsOut reports whether the test's requests are answered by the peer
+// and so bounded by the outstanding reads (ORD): RDMA Read and atomics.
+func (c *Config) readsOut() bool { return c.Verb == Read || c.Verb == Atomic }
 
 // recvs reports whether the receiver of the test's messages consumes
 // receives: Send tests and Write tests with immediate data.

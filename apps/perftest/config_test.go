@@ -26,6 +26,8 @@ func TestNormalizeDefaults(t *testing.T) {
 		{Config{Verb: Read, Latency: true, Inline: -1, OutReads: 4}, 2, 1000, 1, 1, 0, 4, 1},
 		{Config{Verb: Write, All: true, Inline: -1}, 1 << 23, 5000, 128, 1, 0, 1, 100},
 		{Config{Verb: Write, Duration: 4 * time.Second, Inline: 0}, 65536, 0, 128, 1, 0, 1, 1},
+		{Config{Verb: Atomic, Inline: -1}, 8, 1000, 128, 1, 0, 128, 100},
+		{Config{Verb: Atomic, AtomicType: CmpAndSwap, Size: 8, Inline: -1, OutReads: 16}, 8, 1000, 128, 1, 0, 16, 100},
 	}
 	for _, c := range cases {
 		got, err := c.in.Normalize(attr)
@@ -73,9 +75,14 @@ func TestNormalizeErrors(t *testing.T) {
 		{Config{Verb: Send, RxDepth: 20000}, "rx depth 20000"},
 		{Config{Verb: Send, RxDepth: 2}, "at least 3"},
 		{Config{Verb: Read, Inline: 16}, "--inline_size does not apply to RDMA Read"},
+		{Config{Verb: Atomic, Inline: 16}, "--inline_size does not apply to atomic tests"},
+		{Config{Verb: Atomic, Size: 64}, "atomic tests move 8 bytes"},
+		{Config{Verb: Atomic, All: true}, "atomic tests move 8 bytes"},
+		{Config{Verb: Atomic, Latency: true}, "atomic tests measure bandwidth only"},
+		{Config{Verb: Write, AtomicType: CmpAndSwap}, "--atomic_type applies to atomic tests only"},
 		{Config{Verb: Write, Inline: 4096}, "inline size 4096: the device allows 256"},
 		{Config{Verb: Read, OutReads: 1000}, "outstanding reads 1000"},
-		{Config{Verb: Write, OutReads: 4}, "--outs applies to RDMA Read tests only"},
+		{Config{Verb: Write, OutReads: 4}, "--outs applies to RDMA Read and atomic tests only"},
 		{Config{Verb: Write, QPs: 20000}, "queue pairs 20000"},
 		{Config{Verb: Verb(9)}, "verb 9"},
 	}
@@ -88,12 +95,20 @@ func TestNormalizeErrors(t *testing.T) {
 }
 
 func TestParseVerb(t *testing.T) {
-	for s, v := range map[string]Verb{"write": Write, "read": Read, "send": Send} {
+	for s, v := range map[string]Verb{"write": Write, "read": Read, "send": Send, "atomic": Atomic} {
 		if got, err := ParseVerb(s); err != nil || got != v {
 			t.Errorf("ParseVerb(%q) = %v, %v", s, got, err)
 		}
 	}
-	if _, err := ParseVerb("atomic"); err == nil || !strings.Contains(err.Error(), "want write, read or send") {
-		t.Errorf("ParseVerb(atomic): %v", err)
+	if _, err := ParseVerb("swap"); err == nil || !strings.Contains(err.Error(), "want write, read, send or atomic") {
+		t.Errorf("ParseVerb(swap): %v", err)
+	}
+	for s, a := range map[string]AtomicType{"FETCH_AND_ADD": FetchAndAdd, "CMP_AND_SWAP": CmpAndSwap} {
+		if got, err := ParseAtomicType(s); err != nil || got != a || got.String() != s {
+			t.Errorf("ParseAtomicType(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseAtomicType("SWAP"); !errors.Is(err, ErrConfig) {
+		t.Errorf("ParseAtomicType(SWAP): %v", err)
 	}
 }

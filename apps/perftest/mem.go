@@ -43,7 +43,7 @@ func newRegion(dev *verbs.Device, pd *verbs.PD, n int) (*region, error) {
 		}
 		r.buf, r.unmap = b, true
 	}
-	mr, err := pd.RegMR(r.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	mr, err := pd.RegMR(r.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
 	if err != nil {
 		r.free()
 		return nil, fmt.Errorf("register %d bytes: %w", n, err)

@@ -50,6 +50,11 @@ var modes = []mode{
 	{"write-imm-bw-b", Config{Verb: Write, Imm: true, Iters: 2000, Size: 4096, Inline: -1, Bidirectional: true}},
 	{"write-imm-bw-q2", Config{Verb: Write, Imm: true, Iters: 2000, Size: 4096, Inline: -1, QPs: 2}},
 	{"write-imm-bw-a", Config{Verb: Write, Imm: true, Iters: 5, All: true, Inline: -1, allUpTo: 1 << 16}},
+	// RFC 7306 atomics (ib_atomic_bw): 8-byte Fetch-and-Add and Compare-and-Swap.
+	{"atomic-bw", Config{Verb: Atomic, Iters: 2000, Inline: -1}},
+	{"atomic-cas-bw", Config{Verb: Atomic, AtomicType: CmpAndSwap, Iters: 2000, Inline: -1}},
+	{"atomic-bw-q2", Config{Verb: Atomic, Iters: 2000, Inline: -1, QPs: 2}},
+	{"atomic-bw-b", Config{Verb: Atomic, Iters: 2000, Inline: -1, Bidirectional: true}},
 }
 
 // traceLog records the control messages of one side.

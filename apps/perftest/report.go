@@ -146,6 +146,9 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 // title is the banner's test name ("RDMA_Write BW Test").
 func (c *Config) title() string {
 	s := c.Verb.String() + " "
+	if c.Verb == Atomic {
+		s += c.AtomicType.String() + " "
+	}
 	if c.Latency {
 		return s + "Latency Test"
 	}
@@ -180,7 +183,7 @@ func printBanner(w io.Writer, c *Config, info *TestInfo, server bool) {
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", info.MTU)
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " GID index       : 0\n")
-	if c.Verb == Read {
+	if c.readsOut() {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", c.OutReads)
 	} else {
 		fmt.Fprintf(w, " Max inline data : %d[B]\n", c.Inline)

@@ -86,7 +86,7 @@ func run(ctx context.Context, dev *verbs.Device, addr netip.AddrPort, client boo
 	if !cfg.Latency {
 		s.report.Info.CQMod = cfg.cqMod()
 	}
-	if cfg.Verb == Read {
+	if cfg.readsOut() {
 		s.report.Info.OutReads = cfg.OutReads
 	} else {
 		s.report.Info.Inline = cfg.Inline
@@ -368,7 +368,7 @@ func (s *session) connectTestQPs(addr netip.AddrPort) error {
 	}
 	c := &s.cfg
 	var p verbs.ConnParam
-	if c.Verb == Read {
+	if c.readsOut() {
 		p = verbs.ConnParam{ResponderResources: uint16(c.OutReads), InitiatorDepth: uint16(c.OutReads)}
 	}
 	for i, qp := range s.qps {
@@ -383,7 +383,7 @@ func (s *session) connectTestQPs(addr netip.AddrPort) error {
 			return fmt.Errorf("waiting for test connection %d: %w", i, err)
 		}
 		ap := p
-		if c.Verb == Read {
+		if c.readsOut() {
 			// Clamped to what the initiator asked (rdma_cm_connection_request_handler).
 			ap.ResponderResources = min(p.ResponderResources, max(req.ORD, 1))
 			ap.InitiatorDepth = min(p.InitiatorDepth, max(req.IRD, 1))

@@ -30,6 +30,7 @@ type benchOptions struct {
 	quick       bool
 	rounds      int
 	suites      []string
+	ops         []string
 	connections int
 	clients     int
 	scaleQPs    []int
@@ -47,8 +48,10 @@ TUN devices (each its own siwtun up) and a veth pair, and measures in one run:
 kernel TCP over the veth pair (bulk and request/response), raw gVisor TCP
 between the two daemons' own stacks through their TUN devices (the engine's
 floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
-and latency (4 B, 64 KiB) with MPA CRC on and off, at each MTU (the perf
-suite); connect time and connections per second between the daemons, one
+and latency (4 B, 64 KiB), RFC 7306 RDMA WRITE with Immediate Data the
+same way (siwtun perf write --imm) and Fetch-and-Add operations per second
+(siwtun perf atomic), with MPA CRC on and off, at each MTU (the perf
+suite; --ops picks its tests); connect time and connections per second between the daemons, one
 client and several at once, next to kernel TCP over the veth pair
 (connect); aggregate RDMA WRITE bandwidth over several queue pairs
 (scale); the daemons' memory per idle connected queue pair (memory, at
@@ -73,6 +76,7 @@ memory, judges the targets, and writes the same as JSON to --out.`,
 	f.StringVar(&o.out, "out", "bench/results", "directory for the JSON results (<time>.json); empty: none")
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
+	f.StringSliceVar(&o.ops, "ops", nil, "perf suite tests: some of write, read, send, write-imm, atomic (default all; write with --quick)")
 	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
 	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
 	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
@@ -141,6 +145,14 @@ func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
 	}
 	cfg.Suites = o.suites
 	cfg.DaemonNice = o.nice
+	for _, op := range o.ops {
+		if !slices.Contains(bench.AllOps, op) {
+			return fmt.Errorf("--ops: %q: want some of %s", op, strings.Join(bench.AllOps, ", "))
+		}
+	}
+	if o.ops != nil {
+		cfg.Ops = o.ops
+	}
 	if slices.Contains(o.suites, bench.SuiteCLib) {
 		cfg.CLibSkip = clibMissing()
 	}

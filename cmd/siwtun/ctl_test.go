@@ -220,7 +220,7 @@ func TestCtlCommands(t *testing.T) {
 			t.Errorf("devinfo without -v prints verbose keys:\n%s", out)
 		}
 		out = run("devinfo", "-v")
-		for _, want := range []string{"\tmax_qp:\t\t\t\t4096\n", "\tmax_sge_rd:\t\t\t1\n", "\t\t\tnetdev_mtu:\t\t1500\n", "\t\t\temss:\t\t\t1420\n", "\t\t\tmpa_rev:\t\t2\n", "\t\t\tcrc:\t\t\ton\n"} {
+		for _, want := range []string{"\tmax_qp:\t\t\t\t4096\n", "\tmax_sge_rd:\t\t\t1\n", "\t\t\tnetdev_mtu:\t\t1500\n", "\t\t\temss:\t\t\t1420\n", "\t\t\tmpa_rev:\t\t2\n", "\t\t\tcrc:\t\t\ton\n", "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("devinfo -v lacks %q:\n%s", want, out)
 			}

@@ -176,8 +176,20 @@ func describe(p []byte, markers bool) []string {
 				line += fmt.Sprintf(" [%v]", rr)
 			}
 		}
-		if op.Extended() && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.ImmediateDataLen {
+		if (op == rdmap.OpImmediate || op == rdmap.OpImmediateSE) && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.ImmediateDataLen {
 			var m rdmap.Immediate
+			if m.Unmarshal(p[2+ddp.UntaggedHeaderLen:]) == nil {
+				line += fmt.Sprintf(" [%v]", m)
+			}
+		}
+		if op == rdmap.OpAtomicRequest && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.AtomicRequestLen {
+			var m rdmap.AtomicRequest
+			if m.Unmarshal(p[2+ddp.UntaggedHeaderLen:]) == nil {
+				line += fmt.Sprintf(" [%v]", m)
+			}
+		}
+		if op == rdmap.OpAtomicResponse && !h.Tagged && n >= ddp.UntaggedHeaderLen+rdmap.AtomicResponseLen {
+			var m rdmap.AtomicResponse
 			if m.Unmarshal(p[2+ddp.UntaggedHeaderLen:]) == nil {
 				line += fmt.Sprintf(" [%v]", m)
 			}

@@ -39,6 +39,7 @@ type perfOptions struct {
 	gbits         bool
 	legacyUnits   bool
 	imm           bool
+	atomicType    string
 	json          bool
 	rdmaCM        bool
 	settle        time.Duration
@@ -65,11 +66,12 @@ queue.`,
   siwtun perf write 198.18.2.2           # client
   siwtun perf send --lat -a 198.18.2.2   # send latency, every size 2..8 MiB
   siwtun perf write --imm 198.18.2.2     # RDMA Write with Immediate Data bandwidth (server: siwtun perf write --imm)
+  siwtun perf atomic -A CMP_AND_SWAP 198.18.2.2   # RFC 7306 atomics, operations per second (ib_atomic_bw)
   siwtun perf read -b -q 2 -D 5 198.18.2.2 --json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return fmt.Errorf("unknown test %q: want write, read or send", args[0])
+				return fmt.Errorf("unknown test %q: want write, read, send or atomic", args[0])
 			}
 			return cmd.Help()
 		},
@@ -85,7 +87,7 @@ queue.`,
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return verbsSocketDevs(d.dir), cobra.ShellCompDirectiveNoFileComp
 	})
-	for _, v := range []perftest.Verb{perftest.Write, perftest.Read, perftest.Send} {
+	for _, v := range []perftest.Verb{perftest.Write, perftest.Read, perftest.Send, perftest.Atomic} {
 		cmd.AddCommand(newPerfTestCmd(v, d))
 	}
 	return cmd
@@ -95,9 +97,10 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 	o := &perfOptions{perfDevice: d}
 	name := strings.ToLower(strings.TrimPrefix(verb.String(), "RDMA_"))
 	short := map[perftest.Verb]string{
-		perftest.Write: "RDMA Write bandwidth or latency (ib_write_bw, ib_write_lat)",
-		perftest.Read:  "RDMA Read bandwidth or latency (ib_read_bw, ib_read_lat)",
-		perftest.Send:  "Send bandwidth or latency (ib_send_bw, ib_send_lat)",
+		perftest.Write:  "RDMA Write bandwidth or latency (ib_write_bw, ib_write_lat)",
+		perftest.Read:   "RDMA Read bandwidth or latency (ib_read_bw, ib_read_lat)",
+		perftest.Send:   "Send bandwidth or latency (ib_send_bw, ib_send_lat)",
+		perftest.Atomic: "RFC 7306 Fetch-and-Add or Compare-and-Swap rate (ib_atomic_bw; siwtun peers only)",
 	}[verb]
 	cmd := &cobra.Command{
 		Use:   name + " [server-address]",
@@ -121,6 +124,9 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 	f.IntVarP(&o.inline, "inline_size", "I", -1, "largest message sent inline; -1: perftest's default (0, or 220/236 with --lat)")
 	f.IntVarP(&o.outs, "outs", "o", 0, "outstanding RDMA Reads (default: the device maximum)")
 	f.BoolVarP(&o.bidir, "bidirectional", "b", false, "measure both directions at once (bandwidth tests)")
+	if verb == perftest.Atomic {
+		f.StringVarP(&o.atomicType, "atomic_type", "A", "FETCH_AND_ADD", "the atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	}
 	if verb == perftest.Write {
 		f.BoolVar(&o.imm, "imm", false, "RDMA Write with Immediate Data (RFC 7306, perftest's --write_with_imm): the receiver consumes a receive per message; both sides siwtun")
 	}
@@ -165,6 +171,13 @@ func (o *perfOptions) config(verb perftest.Verb) (perftest.Config, error) {
 		return c, fmt.Errorf("--connect-tries %d: at least 1", o.connectTries)
 	}
 	c.Duration = time.Duration(o.duration) * time.Second
+	if verb == perftest.Atomic {
+		t, err := perftest.ParseAtomicType(o.atomicType)
+		if err != nil {
+			return c, err
+		}
+		c.AtomicType = t
+	}
 	return c, nil
 }
 

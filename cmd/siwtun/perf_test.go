@@ -21,7 +21,11 @@ func TestPerfBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"perf", "atomic"}, `unknown test "atomic": want write, read or send`},
+		{[]string{"perf", "swap"}, `unknown test "swap": want write, read, send or atomic`},
+		{[]string{"perf", "atomic", "-A", "SWAP"}, `atomic type "SWAP": want FETCH_AND_ADD or CMP_AND_SWAP`},
+		{[]string{"perf", "atomic", "-s", "64"}, "atomic tests move 8 bytes"},
+		{[]string{"perf", "atomic", "--lat"}, "atomic tests measure bandwidth only"},
+		{[]string{"perf", "atomic", "-I", "8"}, "--inline_size does not apply to atomic tests"},
 		{[]string{"perf", "write", "--lat", "-q", "2"}, "latency tests run on one queue pair"},
 		{[]string{"perf", "send", "--lat", "-b"}, "--bidirectional is only available in bandwidth tests"},
 		{[]string{"perf", "write", "-s", "-1"}, "--size -1"},
@@ -31,7 +35,7 @@ func TestPerfBadFlags(t *testing.T) {
 		{[]string{"perf", "write", "-p", "0"}, "--port 0"},
 		{[]string{"perf", "write", "-I", "1000"}, "inline size 1000: the device allows 256"},
 		{[]string{"perf", "read", "-I", "8"}, "--inline_size does not apply to RDMA Read"},
-		{[]string{"perf", "write", "-o", "4"}, "--outs applies to RDMA Read tests only"},
+		{[]string{"perf", "write", "-o", "4"}, "--outs applies to RDMA Read and atomic tests only"},
 		{[]string{"perf", "write", "-r", "8"}, "--rx-depth applies to send and write --imm tests only"},
 		{[]string{"perf", "send", "-r", "2"}, "at least 3"},
 		{[]string{"perf", "write", "--rdma_cm=false"}, "always connects with rdma_cm"},

@@ -15,8 +15,9 @@
  * peer's RDMA WRITE and read back by RDMA READ with guard bytes around it
  * checked, Send/Receive, completion channels with poll(2) (solicited-only
  * included), RDMA Write and Send with Immediate Data (RFC 7306: imm_data,
- * IBV_WC_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM; with --no-imm, against a
- * daemon with --rdmap-ext off, the post's EOPNOTSUPP instead),
+ * IBV_WC_WITH_IMM, IBV_WC_RECV_RDMA_WITH_IMM) and atomics (Fetch-and-Add,
+ * Compare-and-Swap, atomic_cap; with --no-imm, against a daemon with
+ * --rdmap-ext off, the posts' EOPNOTSUPP instead),
  * ibv_query_qp, ibv_rereg_mr (new memory, access, PD), a QP moved to ERR,
  * back to RESET and connected again, and the flush of posted receives on disconnect
  * (with --terminate: on the Terminate a Write to a bad rkey draws, after
@@ -487,6 +488,149 @@ static void check_no_imm(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_mr *
 	usleep(100000);
 	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused request completed");
 	OK("imm-refused");
+}
+
+/* check_atomic: RFC 7306 atomics from A on a word of B's region (both
+ * daemons report IBV_ATOMIC_HCA): Fetch-and-Adds returning the word's
+ * value before each into A's 8-byte result buffers (IBV_WC_FETCH_ADD,
+ * byte_len 8), a Compare-and-Swap that stores and one that does not
+ * (IBV_WC_COMP_SWAP), the word itself checked in B's memory, guard bytes
+ * untouched; and what the library refuses at post time (EINVAL: two SGEs,
+ * a 4-byte result, inline) and registration (REMOTE_ATOMIC without
+ * LOCAL_WRITE). */
+static void check_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *pda, struct ibv_pd *pdb)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(pda->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "A's atomic_cap %d", da.atomic_cap);
+	CHECK(ibv_query_device(pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "B's atomic_cap %d", da.atomic_cap);
+	enum { N = 40 };
+	uint64_t *tbuf = aligned_alloc(64, 64 + 64 + 64);
+	CHECK(tbuf, "aligned_alloc");
+	memset(tbuf, GUARD_BYTE, 192);
+	uint64_t *word = tbuf + 8 + 1; /* the region is tbuf[8..15]; the word its second */
+	memset(tbuf + 8, 0, 64);
+	*word = 10;
+	struct ibv_mr *tmr = ibv_reg_mr(pdb, tbuf + 8, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(tmr, "register the atomic target");
+	uint64_t *res = calloc(N, 8);
+	CHECK(res, "calloc");
+	struct ibv_mr *rmr = ibv_reg_mr(pda, res, N * 8, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(rmr, "register the results");
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	uint64_t sum = 10;
+	for (int i = 0; i < N; i++) {
+		struct ibv_sge sge = {(uintptr_t)&res[i], 8, rmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 900 + (uint64_t)i, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD, .send_flags = IBV_SEND_SIGNALED};
+		wr.wr.atomic.remote_addr = (uintptr_t)word;
+		wr.wr.atomic.rkey = tmr->rkey;
+		wr.wr.atomic.compare_add = (uint64_t)i;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post fetch-and-add %d", i);
+		if (i % 8 == 7 || i == N - 1)
+			for (int k = i - i % 8; k <= i; k++) {
+				poll_one(cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 900 + (uint64_t)k, &wc);
+				CHECK(wc.byte_len == 8, "fetch-and-add %d: byte_len %u", k, wc.byte_len);
+			}
+	}
+	for (int i = 0; i < N; i++) {
+		CHECK(res[i] == sum, "fetch-and-add %d returned %llu, want %llu", i, (unsigned long long)res[i], (unsigned long long)sum);
+		sum += (uint64_t)i;
+	}
+	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == sum, "word %llu, want %llu", (unsigned long long)*word, (unsigned long long)sum);
+	OK("atomic-fetch-add");
+	const uint64_t cmp[2] = {sum, sum}, swp[2] = {0x0123456789abcdefull, 7};
+	for (int k = 0; k < 2; k++) {
+		struct ibv_sge sge = {(uintptr_t)&res[k], 8, rmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 990 + (uint64_t)k, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_ATOMIC_CMP_AND_SWP, .send_flags = IBV_SEND_SIGNALED};
+		wr.wr.atomic.remote_addr = (uintptr_t)word;
+		wr.wr.atomic.rkey = tmr->rkey;
+		wr.wr.atomic.compare_add = cmp[k];
+		wr.wr.atomic.swap = swp[k];
+		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post compare-and-swap %d", k);
+		poll_one(cqa, IBV_WC_COMP_SWAP, IBV_WC_SUCCESS, wr.wr_id, &wc);
+		CHECK(wc.byte_len == 8, "compare-and-swap %d: byte_len %u", k, wc.byte_len);
+	}
+	CHECK(res[0] == sum && res[1] == swp[0], "compare-and-swap returned %llx %llx", (unsigned long long)res[0],
+	      (unsigned long long)res[1]);
+	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == swp[0], "word %llx after compare-and-swap", (unsigned long long)*word);
+	const uint8_t *b = (const uint8_t *)tbuf;
+	for (int i = 0; i < 192; i++)
+		CHECK((i >= 72 && i < 80) || (i >= 64 && i < 128 ? b[i] == 0 : b[i] == GUARD_BYTE), "byte %d around the word", i);
+	OK("atomic-cmp-swap");
+	/* Malformed atomics fail at post with EINVAL. */
+	struct ibv_sge two[2] = {{(uintptr_t)&res[0], 8, rmr->lkey}, {(uintptr_t)&res[1], 8, rmr->lkey}};
+	struct ibv_send_wr w = {.wr_id = 999, .sg_list = two, .num_sge = 2, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				.send_flags = IBV_SEND_SIGNALED};
+	w.wr.atomic.remote_addr = (uintptr_t)word;
+	w.wr.atomic.rkey = tmr->rkey;
+	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "two SGEs");
+	w.num_sge = 1;
+	two[0].length = 4;
+	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "a 4-byte result");
+	two[0].length = 8;
+	w.send_flags |= IBV_SEND_INLINE;
+	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "inline atomic");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pdb, tbuf + 8, 64, IBV_ACCESS_REMOTE_ATOMIC) && errno == EINVAL, "REMOTE_ATOMIC without LOCAL_WRITE");
+	usleep(50000);
+	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused atomic completed");
+	OK("atomic-post-errors");
+	/* perftest's way: every request with the same wr_id, one in 16
+	 * signaled, more of them than the send queue holds (32): each signaled
+	 * completion frees the 16 requests up to it. */
+	*word = 0;
+	enum { M = 400, MOD = 16, DEPTH = 32 };
+	int scnt = 0, ccnt = 0;
+	while (ccnt < M) {
+		while (scnt < M && scnt - ccnt < DEPTH) {
+			struct ibv_sge sge = {(uintptr_t)&res[scnt % N], 8, rmr->lkey};
+			struct ibv_send_wr wr = {.wr_id = 0x5157, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+						 .send_flags = (scnt + 1) % MOD == 0 ? IBV_SEND_SIGNALED : 0};
+			wr.wr.atomic.remote_addr = (uintptr_t)word;
+			wr.wr.atomic.rkey = tmr->rkey;
+			wr.wr.atomic.compare_add = 1;
+			CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post unsignaled fetch-and-add %d (%d completed)", scnt, ccnt);
+			scnt++;
+		}
+		poll_one(cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 0x5157, &wc);
+		ccnt += MOD;
+	}
+	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == M, "word %llu after %d unsignaled adds", (unsigned long long)*word, M);
+	OK("atomic-unsignaled");
+	CHECK(ibv_dereg_mr(tmr) == 0 && ibv_dereg_mr(rmr) == 0, "dereg");
+	free(tbuf);
+	free(res);
+}
+
+/* check_no_atomic: toward a peer without RFC 7306 atomics (--rdmap-ext
+ * off, which also reports IBV_ATOMIC_NONE) both atomics fail at post time
+ * with EOPNOTSUPP, bad_wr naming them, and nothing completes. */
+static void check_no_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *pda, struct ibv_pd *pdb)
+{
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_NONE, "B's atomic_cap %d", da.atomic_cap);
+	uint64_t *res = calloc(1, 8);
+	CHECK(res, "calloc");
+	struct ibv_mr *rmr = ibv_reg_mr(pda, res, 8, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(rmr, "register the result");
+	const enum ibv_wr_opcode ops[2] = {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
+	for (int k = 0; k < 2; k++) {
+		struct ibv_sge sge = {(uintptr_t)res, 8, rmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 950 + (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = ops[k],
+					 .send_flags = IBV_SEND_SIGNALED}, *bad = NULL;
+		wr.wr.atomic.remote_addr = 0x1000;
+		wr.wr.atomic.rkey = 1;
+		wr.wr.atomic.compare_add = 1;
+		CHECK(ibv_post_send(qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without atomics", ops[k]);
+	}
+	struct ibv_wc wc;
+	usleep(100000);
+	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused atomic completed");
+	CHECK(ibv_dereg_mr(rmr) == 0, "dereg");
+	free(res);
+	OK("atomic-refused");
 }
 
 /* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
@@ -1120,15 +1264,18 @@ int main(int argc, char **argv)
 	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
 	OK("solicited");
 
-	if (noimm)
+	if (noimm) {
 		check_no_imm(qpa, cqa, srcmr, &cases[0]);
-	else
+		check_no_atomic(qpa, cqa, pda, pdb);
+	} else {
 		check_imm(qpa, qpb, cqa, cqb, src, srcmr, &cases[0]);
+		check_atomic(qpa, cqa, pda, pdb);
+	}
 
 	/* Bad work requests fail at post with EINVAL, as a provider's do. */
 	struct ibv_send_wr badop = sw;
-	badop.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "atomic refused");
+	badop.opcode = IBV_WR_BIND_MW;
+	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "bind mw refused");
 	OK("post-errors");
 
 	rw.wr_id = 10;

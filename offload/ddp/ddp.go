@@ -46,6 +46,9 @@ const (
 	QNReadRequest = 1
 	// QNTerminate is the queue of Terminate messages.
 	QNTerminate = 2
+	// QNAtomicResponse is the queue of RFC 7306's Atomic Response
+	// messages (its Atomic Requests share QNReadRequest).
+	QNAtomicResponse = 3
 )
 
 // Bits of the first octet of the control word.

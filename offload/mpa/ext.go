@@ -27,12 +27,15 @@ const (
 	// ExtImmediate is RFC 7306's Immediate Data (opcodes 0x8, 0x9): RDMA
 	// Write with Immediate Data and siwtun's Send with Immediate Data.
 	ExtImmediate Ext = 1 << iota
+	// ExtAtomic is RFC 7306's atomic operations (opcodes 0xA, 0xB):
+	// Fetch-and-Add and Compare-and-Swap on the peer's memory.
+	ExtAtomic
 )
 
 // ExtAll is every extension this implementation supports.
-const ExtAll = ExtImmediate
+const ExtAll = ExtImmediate | ExtAtomic
 
-// String returns the extensions joined by "|" ("imm"), or "none".
+// String returns the extensions joined by "|" ("imm|atomic"), or "none".
 func (e Ext) String() string {
 	if e == 0 {
 		return "none"
@@ -40,6 +43,9 @@ func (e Ext) String() string {
 	var parts []string
 	if e&ExtImmediate != 0 {
 		parts = append(parts, "imm")
+	}
+	if e&ExtAtomic != 0 {
+		parts = append(parts, "atomic")
 	}
 	if rest := e &^ ExtAll; rest != 0 {
 		parts = append(parts, "0x"+strconv.FormatUint(uint64(rest), 16))

@@ -128,7 +128,7 @@ func frameVectors(t testing.TB) []struct {
 			name:  "unknown extension bits kept",
 			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 83"),
 			frame: Frame{Rev: 1, Ext: 0x83},
-			str:   "mpa req rev 1 pd 0 ext imm|0x82",
+			str:   "mpa req rev 1 pd 0 ext imm|atomic|0x80",
 		},
 		{
 			name:  "block with no extensions is ULP data",

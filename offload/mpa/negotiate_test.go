@@ -218,6 +218,20 @@ func TestNegotiation(t *testing.T) {
 			wantIni:  Params{Rev: 2, Enhanced: true, CRC: true, IRD: 1, ORD: 1, PeerIRD: 1, PeerORD: 1, PeerPrivateData: []byte("yo"), Ext: ExtImmediate},
 		},
 		{
+			name:     "immediate data and atomics both ways",
+			ini:      Config{Rev: 2, IRD: 1, ORD: 1, Ext: ExtAll},
+			resp:     Config{Rev: 2, IRD: 1, ORD: 1, Ext: ExtImmediate | ExtAtomic},
+			wantResp: Params{Rev: 2, Enhanced: true, IRD: 1, ORD: 1, PeerIRD: 1, PeerORD: 1, Ext: ExtImmediate | ExtAtomic},
+			wantIni:  Params{Rev: 2, Enhanced: true, IRD: 1, ORD: 1, PeerIRD: 1, PeerORD: 1, Ext: ExtImmediate | ExtAtomic},
+		},
+		{
+			name:     "a responder with immediate data only gets no atomics",
+			ini:      Config{Rev: 2, IRD: 1, ORD: 1, Ext: ExtAll},
+			resp:     Config{Rev: 2, IRD: 1, ORD: 1, Ext: ExtImmediate},
+			wantResp: Params{Rev: 2, Enhanced: true, IRD: 1, ORD: 1, PeerIRD: 1, PeerORD: 1, Ext: ExtImmediate},
+			wantIni:  Params{Rev: 2, Enhanced: true, IRD: 1, ORD: 1, PeerIRD: 1, PeerORD: 1, Ext: ExtImmediate},
+		},
+		{
 			name:     "extensions with rev1",
 			ini:      Config{Rev: 1, Ext: ExtImmediate},
 			resp:     Config{Rev: 1, Ext: ExtImmediate},

@@ -43,10 +43,9 @@ const (
 // RDMAP control octet).
 type Opcode uint8
 
-// RDMAP opcodes of RFC 5040, and the Immediate Data pair of RFC 7306 (its
-// atomics, 0xA and 0xB, are not supported: Valid reports them as invalid,
-// which is how Linux siw treats every RFC 7306 opcode: Terminate,
-// Unexpected OpCode).
+// RDMAP opcodes of RFC 5040, and the four of RFC 7306: the Immediate Data
+// pair and the Atomic Request and Response. Linux siw treats every RFC 7306
+// opcode as unexpected (Terminate, Unexpected OpCode); see Extended.
 const (
 	// OpWrite is RDMA Write (tagged).
 	OpWrite Opcode = 0x0
@@ -72,6 +71,12 @@ const (
 	// OpImmediateSE is Immediate Data with Solicited Event (RFC 7306;
 	// untagged, QN 0).
 	OpImmediateSE Opcode = 0x9
+	// OpAtomicRequest is Atomic Request (RFC 7306; untagged, QN 1, the
+	// queue of RDMA Read Requests): an AtomicRequest header.
+	OpAtomicRequest Opcode = 0xA
+	// OpAtomicResponse is Atomic Response (RFC 7306; untagged, QN 3): an
+	// AtomicResponse header.
+	OpAtomicResponse Opcode = 0xB
 )
 
 // NoQN is what Opcode.QN returns for opcodes that have no untagged queue
@@ -107,33 +112,45 @@ func (o Opcode) String() string {
 		return "Immediate Data"
 	case OpImmediateSE:
 		return "Immediate Data with SE"
+	case OpAtomicRequest:
+		return "Atomic Request"
+	case OpAtomicResponse:
+		return "Atomic Response"
 	}
 	return fmt.Sprintf("Opcode(0x%x)", uint8(o))
 }
 
 // Valid reports whether o is one of the eight RFC 5040 opcodes or one of
-// RFC 7306's two Immediate Data opcodes. Whether a stream may carry the
-// latter is negotiated (see the engine); Valid only knows the opcode.
-func (o Opcode) Valid() bool { return o <= OpImmediateSE }
+// RFC 7306's four. Whether a stream may carry the latter is negotiated
+// (see the engine); Valid only knows the opcode.
+func (o Opcode) Valid() bool { return o <= OpAtomicResponse }
 
-// Extended reports whether o is one of the RFC 7306 opcodes this package
-// knows (Immediate Data, Immediate Data with SE): a peer without RFC 7306,
-// such as Linux siw, must never receive them.
-func (o Opcode) Extended() bool { return o == OpImmediate || o == OpImmediateSE }
+// Extended reports whether o is one of RFC 7306's opcodes (Immediate Data,
+// Immediate Data with SE, Atomic Request, Atomic Response): a peer without
+// RFC 7306, such as Linux siw, must never receive them.
+func (o Opcode) Extended() bool { return o >= OpImmediate && o <= OpAtomicResponse }
+
+// Atomic reports whether o is one of RFC 7306's atomic opcodes (Atomic
+// Request, Atomic Response).
+func (o Opcode) Atomic() bool { return o == OpAtomicRequest || o == OpAtomicResponse }
 
 // Tagged reports whether messages with opcode o use the tagged buffer model
 // (RDMA Write and RDMA Read Response).
 func (o Opcode) Tagged() bool { return o == OpWrite || o == OpReadResponse }
 
 // QN returns the untagged queue number that carries opcode o: ddp.QNSend for
-// the Sends and the Immediate Data pair, ddp.QNReadRequest for RDMA Read Request, ddp.QNTerminate for
-// Terminate, and NoQN for tagged and invalid opcodes.
+// the Sends and the Immediate Data pair, ddp.QNReadRequest for RDMA Read
+// Request and Atomic Request, ddp.QNTerminate for Terminate,
+// ddp.QNAtomicResponse for Atomic Response, and NoQN for tagged and
+// invalid opcodes.
 func (o Opcode) QN() uint32 {
 	switch {
-	case o.IsSend(), o.Extended():
+	case o.IsSend(), o == OpImmediate, o == OpImmediateSE:
 		return ddp.QNSend
-	case o == OpReadRequest:
+	case o == OpReadRequest, o == OpAtomicRequest:
 		return ddp.QNReadRequest
+	case o == OpAtomicResponse:
+		return ddp.QNAtomicResponse
 	case o == OpTerminate:
 		return ddp.QNTerminate
 	}

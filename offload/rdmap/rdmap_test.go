@@ -98,7 +98,9 @@ func TestOpcode(t *testing.T) {
 		{name: "terminate", op: OpTerminate, ctrl: 0x47, str: "Terminate", valid: true, qn: ddp.QNTerminate},
 		{name: "immediate data (RFC 7306)", op: OpImmediate, ctrl: 0x48, str: "Immediate Data", valid: true, ext: true, qn: ddp.QNSend},
 		{name: "immediate data with SE (RFC 7306)", op: OpImmediateSE, ctrl: 0x49, str: "Immediate Data with SE", valid: true, ext: true, solicited: true, qn: ddp.QNSend},
-		{name: "atomic request (RFC 7306)", op: 0xa, ctrl: 0x4a, str: "Opcode(0xa)", qn: NoQN},
+		{name: "atomic request (RFC 7306)", op: OpAtomicRequest, ctrl: 0x4a, str: "Atomic Request", valid: true, ext: true, qn: ddp.QNReadRequest},
+		{name: "atomic response (RFC 7306)", op: OpAtomicResponse, ctrl: 0x4b, str: "Atomic Response", valid: true, ext: true, qn: ddp.QNAtomicResponse},
+		{name: "unassigned 0xc", op: 0xc, ctrl: 0x4c, str: "Opcode(0xc)", qn: NoQN},
 		{name: "out of range", op: 0x1f, ctrl: 0x4f, str: "Opcode(0x1f)", qn: NoQN},
 	}
 	for _, tc := range tests {

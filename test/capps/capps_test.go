@@ -560,6 +560,8 @@ type perfCase struct {
 var perfCases = []perfCase{
 	{"ib_write_bw", "write", "65536", false}, {"ib_read_bw", "read", "65536", false}, {"ib_send_bw", "send", "65536", false},
 	{"ib_write_lat", "write", "2", true}, {"ib_read_lat", "read", "2", true}, {"ib_send_lat", "send", "2", true},
+	// RFC 7306 Fetch-and-Add (siwtun perf atomic against ib_atomic_bw).
+	{"ib_atomic_bw", "atomic", "8", false},
 }
 
 // iters is a fixed count, not a duration: each side would time its own
@@ -649,8 +651,9 @@ func (c perfCase) unit() string {
 
 // TestPerftestVsSiwtunPerf runs perftest through libsiwtun against siwtun
 // perf (Go, over the verbs socket), each as server and as client: RDMA
-// WRITE, RDMA READ and Send bandwidth at 64 KiB and latency at 2 B, both
-// sides' reports checked.
+// WRITE, RDMA READ and Send bandwidth at 64 KiB and latency at 2 B, and
+// Fetch-and-Add (ib_atomic_bw against siwtun perf atomic), both sides'
+// reports checked.
 func TestPerftestVsSiwtunPerf(t *testing.T) {
 	e := newEnv(t)
 	port := 18600

@@ -20,6 +20,9 @@ const (
 	MaxIRDORD = 128
 	// MaxQPWR is the largest send or receive queue.
 	MaxQPWR = 16384
+	// AtomicLen is the size of the word an atomic operates on and of its
+	// local result buffer (the request's one SGE): 8 bytes, aligned.
+	AtomicLen = 8
 )
 
 // Errors returned by queue-pair calls (not completions: a failed work
@@ -35,7 +38,9 @@ var (
 	// connection's peer did not say it supports: RDMA Write or Send with
 	// Immediate Data (RFC 7306) toward a peer without siwtun's extension
 	// block in its MPA frame (Linux siw, or a siwtun with extensions off).
-	// The request goes nowhere: the opcode never reaches the wire.
+	// The same for an atomic (RFC 7306) toward a peer that did not
+	// announce atomics. The request goes nowhere: the opcode never
+	// reaches the wire.
 	ErrNotSupportedByPeer = errors.New("verbs: operation not supported by the connection's peer")
 	// ErrBusy is returned when destroying an object still in use (EBUSY):
 	// a shared receive queue that queue pairs are attached to.
@@ -72,6 +77,13 @@ func CheckSendWR(wr *SendWR) error {
 		}
 		if len(wr.SGL) > MaxSGERead {
 			return fmt.Errorf("%w: RDMA Read sink has %d SGEs, iWARP allows %d", ErrInvalidWR, len(wr.SGL), MaxSGERead)
+		}
+	case WRAtomicCmpSwap, WRAtomicFetchAdd:
+		if wr.Flags&FlagInline != 0 {
+			return fmt.Errorf("%w: %v cannot be inline", ErrInvalidWR, wr.Opcode)
+		}
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != AtomicLen {
+			return fmt.Errorf("%w: %v needs one SGE of %d bytes for the result", ErrInvalidWR, wr.Opcode, AtomicLen)
 		}
 	default:
 		return fmt.Errorf("%w: opcode %v not supported", ErrInvalidWR, wr.Opcode)
@@ -111,12 +123,17 @@ func CheckPostRecv(qpn uint32, i int, wr *RecvWR) error {
 // CheckPostPeer is, for request i of a PostSend on QP qpn, the check of
 // what the connection's peer supports: ext is the RDMAP extensions the
 // connection negotiated (mpa.Params.Ext). A request with immediate data
-// toward a peer without mpa.ExtImmediate fails, wrapping
-// ErrNotSupportedByPeer, before anything is queued: the opcode never
-// reaches the wire. Every backend applies it after CheckPostSend.
+// toward a peer without mpa.ExtImmediate, and an atomic toward a peer
+// without mpa.ExtAtomic, fail, wrapping ErrNotSupportedByPeer, before
+// anything is queued: the opcode never reaches the wire. Every backend
+// applies it after CheckPostSend.
 func CheckPostPeer(qpn uint32, i int, wr *SendWR, ext mpa.Ext) error {
 	if wr.Opcode.WithImm() && ext&mpa.ExtImmediate == 0 {
 		return fmt.Errorf("QP %d send WR %d (id %d): %v: %w: RFC 7306 Immediate Data was not negotiated (the peer's MPA frame had no siwtun extension block: Linux siw, or siwtun with --rdmap-ext off)",
+			qpn, i, wr.ID, wr.Opcode, ErrNotSupportedByPeer)
+	}
+	if wr.Opcode.Atomic() && ext&mpa.ExtAtomic == 0 {
+		return fmt.Errorf("QP %d send WR %d (id %d): %v: %w: RFC 7306 atomics were not negotiated (the peer's MPA frame announced no atomics: Linux siw, an older siwtun, or siwtun with --rdmap-ext off)",
 			qpn, i, wr.ID, wr.Opcode, ErrNotSupportedByPeer)
 	}
 	return nil

@@ -17,6 +17,9 @@ const (
 	AccessRemoteWrite Access = 2
 	// AccessRemoteRead lets the peer read the region with RDMA Read.
 	AccessRemoteRead Access = 4
+	// AccessRemoteAtomic lets the peer operate on the region's 64-bit
+	// words with RFC 7306 atomics (Fetch-and-Add, Compare-and-Swap).
+	AccessRemoteAtomic Access = 8
 )
 
 // String returns the rights as "LW|RW|RR".
@@ -33,7 +36,8 @@ func (a Access) String() string {
 	add(AccessLocalWrite, "LOCAL_WRITE")
 	add(AccessRemoteWrite, "REMOTE_WRITE")
 	add(AccessRemoteRead, "REMOTE_READ")
-	if rest := a &^ (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead); rest != 0 {
+	add(AccessRemoteAtomic, "REMOTE_ATOMIC")
+	if rest := a &^ (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic); rest != 0 {
 		if s != "" {
 			s += "|"
 		}
@@ -45,19 +49,33 @@ func (a Access) String() string {
 	return s
 }
 
+// AtomicCap is how a device performs atomics (enum ibv_atomic_cap).
+type AtomicCap uint32
+
+// Atomic capabilities.
+const (
+	// AtomicNone: no atomics (IBV_ATOMIC_NONE; Linux siw).
+	AtomicNone AtomicCap = 0
+	// AtomicHCA: atomics are atomic with respect to the device's own
+	// atomics, from every queue pair (IBV_ATOMIC_HCA).
+	AtomicHCA AtomicCap = 1
+)
+
 // WROpcode is the operation of a send work request (enum ibv_wr_opcode).
 type WROpcode uint32
 
 // Send work request opcodes supported by an iWARP RNIC. The two with
-// immediate data are RFC 7306's, and only connections whose peer
-// negotiated them (mpa.ExtImmediate) take them.
+// immediate data and the two atomics are RFC 7306's, and only connections
+// whose peer negotiated them (mpa.ExtImmediate, mpa.ExtAtomic) take them.
 const (
-	WRWrite        WROpcode = 0 // IBV_WR_RDMA_WRITE
-	WRWriteWithImm WROpcode = 1 // IBV_WR_RDMA_WRITE_WITH_IMM
-	WRSend         WROpcode = 2 // IBV_WR_SEND
-	WRSendWithImm  WROpcode = 3 // IBV_WR_SEND_WITH_IMM
-	WRRead         WROpcode = 4 // IBV_WR_RDMA_READ
-	WRSendWithInv  WROpcode = 9 // IBV_WR_SEND_WITH_INV
+	WRWrite          WROpcode = 0 // IBV_WR_RDMA_WRITE
+	WRWriteWithImm   WROpcode = 1 // IBV_WR_RDMA_WRITE_WITH_IMM
+	WRSend           WROpcode = 2 // IBV_WR_SEND
+	WRSendWithImm    WROpcode = 3 // IBV_WR_SEND_WITH_IMM
+	WRRead           WROpcode = 4 // IBV_WR_RDMA_READ
+	WRAtomicCmpSwap  WROpcode = 5 // IBV_WR_ATOMIC_CMP_AND_SWP
+	WRAtomicFetchAdd WROpcode = 6 // IBV_WR_ATOMIC_FETCH_AND_ADD
+	WRSendWithInv    WROpcode = 9 // IBV_WR_SEND_WITH_INV
 )
 
 // String names the opcode as libibverbs does.
@@ -75,6 +93,10 @@ func (o WROpcode) String() string {
 		return "RDMA_READ"
 	case WRSendWithInv:
 		return "SEND_WITH_INV"
+	case WRAtomicCmpSwap:
+		return "ATOMIC_CMP_AND_SWP"
+	case WRAtomicFetchAdd:
+		return "ATOMIC_FETCH_AND_ADD"
 	}
 	return fmt.Sprintf("WR_OPCODE(%d)", uint32(o))
 }
@@ -83,15 +105,24 @@ func (o WROpcode) String() string {
 // SEND_WITH_IMM).
 func (o WROpcode) WithImm() bool { return o == WRWriteWithImm || o == WRSendWithImm }
 
+// Atomic reports whether o is an atomic operation (ATOMIC_CMP_AND_SWP,
+// ATOMIC_FETCH_AND_ADD).
+func (o WROpcode) Atomic() bool { return o == WRAtomicCmpSwap || o == WRAtomicFetchAdd }
+
 // WC returns the opcode of the completion of a send request with opcode
 // o, as libibverbs providers give it: RDMA_WRITE for both Writes,
-// RDMA_READ for a Read, SEND for every Send.
+// RDMA_READ for a Read, COMP_SWAP and FETCH_ADD for the atomics, SEND for
+// every Send.
 func (o WROpcode) WC() WCOpcode {
 	switch o {
 	case WRWrite, WRWriteWithImm:
 		return WCWrite
 	case WRRead:
 		return WCRead
+	case WRAtomicCmpSwap:
+		return WCCompSwap
+	case WRAtomicFetchAdd:
+		return WCFetchAdd
 	}
 	return WCSend
 }
@@ -117,10 +148,14 @@ type WCOpcode uint32
 
 // Work completion opcodes.
 const (
-	WCSend  WCOpcode = 0   // IBV_WC_SEND
-	WCWrite WCOpcode = 1   // IBV_WC_RDMA_WRITE
-	WCRead  WCOpcode = 2   // IBV_WC_RDMA_READ
-	WCRecv  WCOpcode = 128 // IBV_WC_RECV
+	WCSend  WCOpcode = 0 // IBV_WC_SEND
+	WCWrite WCOpcode = 1 // IBV_WC_RDMA_WRITE
+	WCRead  WCOpcode = 2 // IBV_WC_RDMA_READ
+	// WCCompSwap and WCFetchAdd complete the atomics (RFC 7306): the
+	// remote word's original value is in the request's 8-byte SGE.
+	WCCompSwap WCOpcode = 3   // IBV_WC_COMP_SWAP
+	WCFetchAdd WCOpcode = 4   // IBV_WC_FETCH_ADD
+	WCRecv     WCOpcode = 128 // IBV_WC_RECV
 	// WCRecvRDMAWithImm completes the receive an RDMA Write with
 	// Immediate Data consumed (its Immediate Data message, RFC 7306).
 	WCRecvRDMAWithImm WCOpcode = 129 // IBV_WC_RECV_RDMA_WITH_IMM
@@ -139,6 +174,10 @@ func (o WCOpcode) String() string {
 		return "RDMA_WRITE"
 	case WCRead:
 		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -247,14 +286,22 @@ type SendWR struct {
 	// Flags modify it.
 	Flags SendFlags
 	// SGL is the local data: the source of a Send or Write, the sink of a
-	// Read (one element at most).
+	// Read (one element at most), the 8-byte buffer an atomic returns the
+	// remote word's original value into (exactly one element of
+	// AtomicLen bytes).
 	SGL []SGE
 	// Inline is the payload of a Send or Write posted with FlagInline; it is
 	// copied at post time, so the caller may reuse it at once.
 	Inline []byte
-	// RemoteAddr and RKey name the peer's memory for Write and Read.
+	// RemoteAddr and RKey name the peer's memory for Write and Read, and
+	// the peer's 64-bit word of an atomic (libibverbs' wr.atomic), which
+	// must be AtomicLen-aligned.
 	RemoteAddr uint64
 	RKey       uint32
+	// CompareAdd is the value WRAtomicFetchAdd adds, or the value
+	// WRAtomicCmpSwap compares with (libibverbs' compare_add); Swap is
+	// what WRAtomicCmpSwap stores when the word equals CompareAdd.
+	CompareAdd, Swap uint64
 	// InvalidateRKey is the peer's STag a Send with Invalidate invalidates.
 	InvalidateRKey uint32
 	// ImmData is the immediate value of WRWriteWithImm and WRSendWithImm,

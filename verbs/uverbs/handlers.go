@@ -99,7 +99,8 @@ func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
 		MaxSGE: uint32(a.MaxSGE), MaxSGERead: uint32(a.MaxSGERead), MaxCQ: capAttr(a.MaxCQ, l.CQs), MaxCQE: capAttr(a.MaxCQE, l.CQEs),
 		MaxMR: capAttr(a.MaxMR, l.MRs), MaxPD: capAttr(a.MaxPD, l.PDs), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
 		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU),
-		MaxSRQ: capAttr(a.MaxSRQ, l.SRQs), MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSRQSGE)}, nil
+		MaxSRQ: capAttr(a.MaxSRQ, l.SRQs), MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSRQSGE),
+		AtomicCap: uint32(a.AtomicCap)}, nil
 }
 
 func (ss *session) allocPD() (uabi.Msg, error) {

@@ -71,8 +71,8 @@ func TestImmediateThroughSocket(t *testing.T) {
 			} else {
 				connectAt(t, sock, peer, netip.AddrPortFrom(peerAddr.Addr(), peerPort), verbs.ConnParam{})
 			}
-			if ext := sock.qp.Info().Params.Ext; ext != mpa.ExtImmediate {
-				t.Fatalf("the socket's QP reports extensions %v, want imm", ext)
+			if ext := sock.qp.Info().Params.Ext; ext != mpa.ExtAll {
+				t.Fatalf("the socket's QP reports extensions %v, want imm|atomic", ext)
 			}
 			immRound(t, sock, peer, 30, 1)
 			immRound(t, peer, sock, 30, 2)

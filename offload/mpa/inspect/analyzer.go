@@ -506,11 +506,23 @@ func parseHeader(b []byte, ulpduLen int) *Header {
 			out.Detail = t.String()
 		}
 		out.Payload = 0
-	case !h.Tagged && op.Extended():
+	case !h.Tagged && (op == rdmap.OpImmediate || op == rdmap.OpImmediateSE):
 		var m rdmap.Immediate
 		if m.Unmarshal(rest) == nil {
 			out.Detail = m.String()
 			out.Payload -= rdmap.ImmediateDataLen
+		}
+	case !h.Tagged && op == rdmap.OpAtomicRequest:
+		var m rdmap.AtomicRequest
+		if m.Unmarshal(rest) == nil {
+			out.Detail = m.String()
+			out.Payload -= rdmap.AtomicRequestLen
+		}
+	case !h.Tagged && op == rdmap.OpAtomicResponse:
+		var m rdmap.AtomicResponse
+		if m.Unmarshal(rest) == nil {
+			out.Detail = m.String()
+			out.Payload -= rdmap.AtomicResponseLen
 		}
 	}
 	if h.Version != ddp.Version {

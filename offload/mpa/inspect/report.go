@@ -162,8 +162,9 @@ type Header struct {
 	// Payload is the number of payload octets after the headers.
 	Payload int `json:"payload"`
 	// Detail is a one-line rendering of a Read Request or Terminate
-	// header or of an Immediate Data message's Immediate Data (RFC 7306),
-	// or what is wrong with the header.
+	// header, of an Immediate Data message's Immediate Data or of an
+	// Atomic Request or Response header (RFC 7306), or what is wrong with
+	// the header.
 	Detail string `json:"detail,omitempty"`
 }
 

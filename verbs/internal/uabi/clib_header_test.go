@@ -107,6 +107,7 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_MAX_RING_ENTRIES", MaxRingEntries)
 	def("SW_SGE_SIZE", sgeSize)
 	def("SW_EXT_IMMEDIATE", int(mpa.ExtImmediate))
+	def("SW_EXT_ATOMIC", int(mpa.ExtAtomic))
 
 	// Send queue entry.
 	sqe := make([]byte, SQESize)
@@ -135,6 +136,11 @@ func renderCLibHeader(t *testing.T) []byte {
 	EncodeSQE(inl, &ibv.SendWR{Opcode: 0, Flags: ibv.FlagInline, Inline: []byte{0xe1, 0xe2, 0xe3, 0xe4, 0xe5, 0xe6, 0xe7}})
 	def("SW_SQE_INLINE_LEN", offsetOf(t, inl, 7, 2))
 	def("SW_SQE_INLINE", offsetOf(t, inl, 0xe7e6e5e4e3e2e1, 7))
+	// An atomic's operands, in the inline area.
+	at := make([]byte, SQESize)
+	EncodeSQE(at, &ibv.SendWR{Opcode: ibv.WRAtomicCmpSwap, SGL: sgl[:1], CompareAdd: 0xf1f2f3f4f5f6f7f8, Swap: 0x8182838485868788})
+	def("SW_SQE_COMPARE_ADD", offsetOf(t, at, 0xf1f2f3f4f5f6f7f8, 8))
+	def("SW_SQE_SWAP", offsetOf(t, at, 0x8182838485868788, 8))
 
 	// Receive queue entry.
 	rqe := make([]byte, RQESize)

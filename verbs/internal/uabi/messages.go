@@ -51,6 +51,7 @@ type HelloReply struct {
 	// MaxSRQ, MaxSRQWR and MaxSRQSGE are the shared receive queues this
 	// client may create, their depth and SGEs per receive (Version 4).
 	MaxSRQ, MaxSRQWR, MaxSRQSGE uint32
+	AtomicCap                   uint32 // ibv.AtomicCap (from Version 5 on)
 }
 
 // AllocPDReply is a new PD: its handle and its number.

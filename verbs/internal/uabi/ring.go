@@ -45,8 +45,13 @@ const (
 const (
 	// SQESize: owner u32 | opcode u8 | nsge u8 | inline len u16 | flags u32 |
 	// invalidate rkey u32 | id u64 | remote addr u64 | rkey u32 | imm data u32 |
-	// 6 SGEs {addr u64, length u32, lkey u32} | 256 bytes inline.
+	// 6 SGEs {addr u64, length u32, lkey u32} | 256 bytes inline. An
+	// atomic (never inline) carries its operands in the inline area:
+	// compare_add u64 | swap u64 (sqeAtomic).
 	SQESize = 40 + ibv.MaxSGE*sgeSize + ibv.MaxInline
+	// sqeInline is where an SQE's inline data, or an atomic's operands,
+	// start.
+	sqeInline = 40 + ibv.MaxSGE*sgeSize
 	// RQESize: owner u32 | nsge u8 | pad | id u64 | 6 SGEs.
 	RQESize = 16 + ibv.MaxSGE*sgeSize
 	// CQESize: owner u32 (Valid|Solicited) | status u32 | id u64 | opcode u32 |
@@ -199,7 +204,7 @@ func EncodeSQE(e []byte, wr *ibv.SendWR) {
 	le := binary.LittleEndian
 	if wr.Flags&ibv.FlagInline != 0 {
 		e[5] = 0
-		n := copy(e[40+ibv.MaxSGE*sgeSize:SQESize], wr.Inline)
+		n := copy(e[sqeInline:SQESize], wr.Inline)
 		le.PutUint16(e[6:], uint16(n))
 	} else {
 		n := min(len(wr.SGL), ibv.MaxSGE)
@@ -215,6 +220,10 @@ func EncodeSQE(e []byte, wr *ibv.SendWR) {
 	le.PutUint64(e[24:], wr.RemoteAddr)
 	le.PutUint32(e[32:], wr.RKey)
 	le.PutUint32(e[36:], wr.ImmData)
+	if wr.Opcode.Atomic() {
+		le.PutUint64(e[sqeInline:], wr.CompareAdd)
+		le.PutUint64(e[sqeInline+8:], wr.Swap)
+	}
 }
 
 // SQEBuf is the storage a decoded send request points into.
@@ -250,7 +259,7 @@ func DecodeSQE(e []byte, wr *ibv.SendWR, buf *SQEBuf) error {
 		ImmData: le.Uint32(e[36:]),
 	}
 	if flags&ibv.FlagInline != 0 {
-		copy(buf.Inline[:inl], e[40+ibv.MaxSGE*sgeSize:])
+		copy(buf.Inline[:inl], e[sqeInline:])
 		wr.Inline = buf.Inline[:inl]
 		return nil
 	}
@@ -258,6 +267,9 @@ func DecodeSQE(e []byte, wr *ibv.SendWR, buf *SQEBuf) error {
 		buf.SGL[i] = getSGE(e[40+i*sgeSize:])
 	}
 	wr.SGL = buf.SGL[:nsge]
+	if wr.Opcode.Atomic() {
+		wr.CompareAdd, wr.Swap = le.Uint64(e[sqeInline:]), le.Uint64(e[sqeInline+8:])
+	}
 	return nil
 }
 

@@ -73,6 +73,10 @@ func TestSQERoundTrip(t *testing.T) {
 		{"send-inv", ibv.SendWR{ID: 9, Opcode: ibv.WRSendWithInv, InvalidateRKey: 0x301, SGL: make([]ibv.SGE, ibv.MaxSGE)}},
 		{"read", ibv.SendWR{ID: 3, Opcode: ibv.WRRead, SGL: []ibv.SGE{{Addr: 8, Length: 4096, LKey: 0x100}}, RemoteAddr: 4, RKey: 5}},
 		{"inline-max", ibv.SendWR{Opcode: ibv.WRWrite, Flags: ibv.FlagInline, Inline: make([]byte, ibv.MaxInline)}},
+		{"fetch-add", ibv.SendWR{ID: 4, Opcode: ibv.WRAtomicFetchAdd, SGL: []ibv.SGE{{Addr: 16, Length: 8, LKey: 7}}, RemoteAddr: 0x1008, RKey: 9,
+			CompareAdd: 0xfffffffffffffffe}},
+		{"cmp-swap", ibv.SendWR{ID: 5, Opcode: ibv.WRAtomicCmpSwap, Flags: ibv.FlagSignaled, SGL: []ibv.SGE{{Addr: 24, Length: 8, LKey: 7}},
+			RemoteAddr: 0x2000, RKey: 10, CompareAdd: 0x0102030405060708, Swap: 0x1112131415161718}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,6 +90,7 @@ func TestSQERoundTrip(t *testing.T) {
 			w := tt.wr
 			if got.ID != w.ID || got.Opcode != w.Opcode || got.Flags != w.Flags || got.RemoteAddr != w.RemoteAddr ||
 				got.RKey != w.RKey || got.InvalidateRKey != w.InvalidateRKey || string(got.Inline) != string(w.Inline) ||
+				got.CompareAdd != w.CompareAdd || got.Swap != w.Swap ||
 				len(got.SGL) != len(w.SGL) && w.Flags&ibv.FlagInline == 0 {
 				t.Fatalf("got %+v, want %+v", got, w)
 			}

@@ -32,8 +32,10 @@ const (
 	// PrivateData. 3: immediate data (SQE and CQE), Connect and Accept
 	// reply Established, QueryQPReply and QPEvent carry Ext. 4: shared
 	// receive queues (the SRQ ops, CreateQP's SRQ, HelloReply's SRQ
-	// limits, SRQEvent), ReregMR.
-	Version = 4
+	// limits, SRQEvent), ReregMR. 5: atomics
+	// (their operands in the SQE's inline area), HelloReply carries
+	// AtomicCap.
+	Version = 5
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )

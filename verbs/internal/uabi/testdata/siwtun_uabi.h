@@ -10,7 +10,7 @@
 #define SIWTUN_MSG_HEADER_LEN 12
 #define SIWTUN_MAX_MSG 4096
 #define SIWTUN_MAX_FDS 2
-#define SIWTUN_VERSION 4
+#define SIWTUN_VERSION 5
 #define SIWTUN_REPLY_BIT 0x8000
 #define SIWTUN_MAX_BYTES 1024
 #define SIWTUN_ADDR_SIZE 19
@@ -67,7 +67,8 @@
 	X(u32, mtu) \
 	X(u32, max_srq) \
 	X(u32, max_srqwr) \
-	X(u32, max_srqsge)
+	X(u32, max_srqsge) \
+	X(u32, atomic_cap)
 #define SIWTUN_HELLO_REPLY_FDS 0
 
 /* AllocPD */
