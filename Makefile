@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all setup build lib test test-short vet fmt-check fuzz bench gobench demo interop clean
+.PHONY: all setup build lib test test-short vet fmt-check fuzz fuzz-long soak bench gobench demo interop clean
 
 all: build
 
@@ -53,6 +53,14 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# Every fuzz target of the tree for FUZZTIME each (default 10 minutes; a
+# duration, or Nx for N executions), one after the other, then a table of
+# each one's executions, new coverage and crashes (tools/fuzz-long.sh; its
+# header lists the other settings). Not part of make test: 25 targets at
+# 10 minutes is over 4 hours.
+fuzz-long:
+	FUZZTIME=$(if $(filter command line environment,$(origin FUZZTIME)),$(FUZZTIME),10m) GO=$(GO) bash tools/fuzz-long.sh
 
 # The side-by-side benchmark (root): in namespaces it creates and removes,
 # kernel TCP over veth, raw gVisor TCP between two daemons' stacks through

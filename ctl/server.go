@@ -60,6 +60,9 @@ const (
 	OpTCPPerf = "tcpperf"
 	// OpMR asks for the registered memory regions (see mr.go).
 	OpMR = "mr"
+	// OpProc asks for the daemon process's footprint: goroutines, RSS,
+	// descriptors, mappings (see proc.go).
+	OpProc = "proc"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -100,6 +103,8 @@ type Response struct {
 	TCPPerf json.RawMessage `json:"tcpperf,omitempty"`
 	// MRs answers OpMR (absent when there are none).
 	MRs []MR `json:"mrs,omitempty"`
+	// Proc answers OpProc.
+	Proc *Proc `json:"proc,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -376,6 +381,8 @@ func (s *Server) handle(line []byte) (resp Response) {
 		return s.tcpPerf(*req.TCPPerf)
 	case OpMR:
 		return s.mrs()
+	case OpProc:
+		return s.proc()
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -399,7 +406,7 @@ func ParseRequest(line []byte) (Request, error) {
 		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
 	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR:
+	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR, OpProc:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
 		}
@@ -415,7 +422,7 @@ func ParseRequest(line []byte) (Request, error) {
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf or mr)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf, mr or proc)", req.Op)
 	}
 	return req, nil
 }

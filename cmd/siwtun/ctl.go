@@ -64,7 +64,7 @@ whose field names are the text keys; -p prints it indented.`,
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return socketDevs(o.dir), cobra.ShellCompDirectiveNoFileComp
 	})
-	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o))
+	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o))
 	return cmd
 }
 
@@ -262,6 +262,33 @@ documentation.`,
 				return ctl.WriteJSON(cmd.OutOrStdout(), s, o.pretty)
 			}
 			return ctl.WriteStats(cmd.OutOrStdout(), s)
+		},
+	}
+}
+
+func newCtlProcCmd(o *ctlOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "proc",
+		Short: "Print the daemon process's footprint: goroutines, RSS, descriptors, mappings",
+		Long: `proc prints the daemon process's own figures: its pid, goroutines, OS
+threads, resident set (VmRSS) and its peak (VmHWM), Go heap in use, open
+file descriptors and memory mappings. After a load has gone they return to
+their baseline; the reliability tests and make soak check that.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p, err := c.Proc()
+			if err != nil {
+				return err
+			}
+			if o.wantJSON() {
+				return ctl.WriteJSON(cmd.OutOrStdout(), p, o.pretty)
+			}
+			return ctl.WriteProc(cmd.OutOrStdout(), p)
 		},
 	}
 }
