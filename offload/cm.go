@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -376,6 +377,12 @@ func (l *Listener) handshake(c *netstack.Conn) {
 		err = errors.New("peer sent a Reply frame")
 	}
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.dev.retired.AcceptTimeouts.Add(1)
+			err = fmt.Errorf("no whole MPA Request within the MPA accept timeout (%v): %w", l.dev.cfg.AcceptTimeout, err)
+		} else {
+			l.dev.retired.BadRequests.Add(1)
+		}
 		l.dev.logf("listener %v: MPA Request from %v: %v", l.Addr(), c.RemoteAddr(), err)
 		c.Abort()
 		return
