@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -111,8 +112,12 @@ func countLines(r io.Reader) (int, error) {
 	return n, sc.Err()
 }
 
-// proc answers OpProc.
-func (s *Server) proc() Response {
+// proc answers OpProc, after a collection that returns freed memory to
+// the system if gc.
+func (s *Server) proc(gc bool) Response {
+	if gc {
+		debug.FreeOSMemory()
+	}
 	p, err := ReadProc()
 	if err != nil {
 		return errorResponse(err)
@@ -120,9 +125,10 @@ func (s *Server) proc() Response {
 	return Response{OK: true, Proc: &p}
 }
 
-// Proc asks for the daemon process's footprint.
-func (c *Client) Proc() (Proc, error) {
-	resp, err := c.Call(Request{Op: OpProc})
+// Proc asks for the daemon process's footprint; with gc, after a garbage
+// collection that returns the freed memory to the system (Request.GC).
+func (c *Client) Proc(gc bool) (Proc, error) {
+	resp, err := c.Call(Request{Op: OpProc, GC: gc})
 	if err != nil {
 		return Proc{}, err
 	}

@@ -43,7 +43,7 @@ func TestServerProc(t *testing.T) {
 	}
 	s := startServer(t, fakeProvider{})
 	c := dial(t, s.Path())
-	p, err := c.Proc()
+	p, err := c.Proc(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,4 +59,6 @@ func TestServerProc(t *testing.T) {
 	r := dialRaw(t, s.Path())
 	r.send(`{"op":"proc","qp":1}` + "\n")
 	r.wantError("only valid with op")
+	r.send(`{"op":"stats","gc":true}` + "\n")
+	r.wantError("field gc is only valid with op")
 }

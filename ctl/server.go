@@ -82,6 +82,10 @@ type Request struct {
 	QP *uint32 `json:"qp,omitempty"`
 	// TCPPerf is the workload of OpTCPPerf.
 	TCPPerf *TCPPerfRequest `json:"tcpperf,omitempty"`
+	// GC, with OpProc, first runs a garbage collection and returns the
+	// freed memory to the operating system (debug.FreeOSMemory), so that
+	// the resident set says what the daemon still holds.
+	GC bool `json:"gc,omitempty"`
 }
 
 // Response is one line the server answers with: OK and one payload, or
@@ -382,7 +386,7 @@ func (s *Server) handle(line []byte) (resp Response) {
 	case OpMR:
 		return s.mrs()
 	case OpProc:
-		return s.proc()
+		return s.proc(req.GC)
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -401,6 +405,9 @@ func ParseRequest(line []byte) (Request, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, errors.New("malformed request: data after the JSON object")
+	}
+	if req.GC && req.Op != OpProc {
+		return Request{}, fmt.Errorf("field gc is only valid with op %q", OpProc)
 	}
 	if req.TCPPerf != nil && req.Op != OpTCPPerf {
 		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -360,7 +361,19 @@ func (l *Listener) acceptLoop() {
 	for {
 		c, err := l.nl.Accept(l.ctx)
 		if err != nil {
-			return
+			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Anything else concerns one connection, not the listener:
+			// it must go on accepting (a connection flood once stopped
+			// this loop for good). The pause bounds a repeating error.
+			l.dev.logf("listener %v: accept: %v", l.Addr(), err)
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
 		}
 		l.wg.Add(1)
 		go l.handshake(c)

@@ -267,13 +267,16 @@ documentation.`,
 }
 
 func newCtlProcCmd(o *ctlOptions) *cobra.Command {
-	return &cobra.Command{
+	var gc bool
+	cmd := &cobra.Command{
 		Use:   "proc",
 		Short: "Print the daemon process's footprint: goroutines, RSS, descriptors, mappings",
 		Long: `proc prints the daemon process's own figures: its pid, goroutines, OS
 threads, resident set (VmRSS) and its peak (VmHWM), Go heap in use, open
 file descriptors and memory mappings. After a load has gone they return to
-their baseline; the reliability tests and make soak check that.`,
+their baseline; the reliability tests and make soak check that. --gc
+first has the daemon collect its garbage and return the freed memory to
+the system, so that the resident set is what it still holds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.dial()
@@ -281,7 +284,7 @@ their baseline; the reliability tests and make soak check that.`,
 				return err
 			}
 			defer c.Close()
-			p, err := c.Proc()
+			p, err := c.Proc(gc)
 			if err != nil {
 				return err
 			}
@@ -291,4 +294,6 @@ their baseline; the reliability tests and make soak check that.`,
 			return ctl.WriteProc(cmd.OutOrStdout(), p)
 		},
 	}
+	cmd.Flags().BoolVar(&gc, "gc", false, "collect garbage and return freed memory to the system first")
+	return cmd
 }
