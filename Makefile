@@ -62,6 +62,17 @@ fuzz:
 fuzz-long:
 	FUZZTIME=$(if $(filter command line environment,$(origin FUZZTIME)),$(FUZZTIME),10m) GO=$(GO) bash tools/fuzz-long.sh
 
+# The soak tests (root; test/soak_test.go, skipped by make test): SOAK_TIME
+# (default 10m) of verified Write/Read/Send traffic on 16 QPs between two
+# daemons over impaired links (1 % loss, 2 % reorder, 0.5 % duplication,
+# 0.01 % corruption); 10,000 QPs connected and torn down (SOAK_QPS); a
+# client SIGKILLed at random moments, 100 times (SOAK_KILLS); a daemon
+# stopped under load, 10 times. Each prints its figures (lines with SOAK)
+# and the daemons' footprints before and after.
+SOAK_TIME ?= 10m
+soak: build
+	SIWTUN_SOAK=1 SOAK_TIME=$(SOAK_TIME) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak' ./test/
+
 # The side-by-side benchmark (root): in namespaces it creates and removes,
 # kernel TCP over veth, raw gVisor TCP between two daemons' stacks through
 # their TUN devices, and siwtun's RDMA WRITE/READ/SEND bandwidth and
