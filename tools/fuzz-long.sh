@@ -10,7 +10,9 @@
 #
 # Environment: FUZZTIME (a duration or Nx for N executions, as go test's
 # -fuzztime takes it), FUZZPARALLEL (go test's -parallel; default
-# GOMAXPROCS), FUZZLOG (the directory for each target's full output;
+# GOMAXPROCS), FUZZMINTIME (go test's -fuzzminimizetime, default 60s: the
+# time spent minimizing each new interesting input, during which no
+# executions are counted; short runs may want it shorter), FUZZLOG (the directory for each target's full output;
 # default a temporary one), FUZZPKGS (packages; default ./...),
 # FUZZMATCH (a grep -E pattern a target's "package target" must match).
 set -uo pipefail
@@ -22,6 +24,7 @@ FUZZMATCH=${FUZZMATCH:-.}
 mkdir -p "$FUZZLOG"
 par=()
 [ -n "${FUZZPARALLEL:-}" ] && par=(-parallel "$FUZZPARALLEL")
+[ -n "${FUZZMINTIME:-}" ] && par+=(-fuzzminimizetime "$FUZZMINTIME")
 
 targets=()
 for pkg in $($GO list ${FUZZPKGS:-./...}); do
@@ -48,7 +51,11 @@ for t in "${targets[@]}"; do
 	# new interesting: 3 (total: 120)".
 	last=$(grep -E '^fuzz: elapsed: .*execs: ' "$log" | tail -n 1)
 	execs=$(echo "$last" | sed -nE 's/.*execs: ([0-9]+).*/\1/p')
-	rate=$(echo "$last" | sed -nE 's/.*execs: [0-9]+ \(([0-9]+)\/sec\).*/\1/p')
+	# The rate over the whole run: the last line's own rate is that of its
+	# last 3 s.
+	el=$(echo "$last" | sed -nE 's/^fuzz: elapsed: ([0-9hms.]+),.*/\1/p')
+	elsecs=$(echo "$el" | awk '{ s = 0; n = $0; if (match(n, /[0-9]+h/)) s += 3600 * substr(n, RSTART, RLENGTH - 1); if (match(n, /[0-9]+m/)) s += 60 * substr(n, RSTART, RLENGTH - 1); if (match(n, /[0-9.]+s/)) s += substr(n, RSTART, RLENGTH - 1); print s }')
+	rate=$(awk -v e="${execs:-0}" -v s="${elsecs:-0}" 'BEGIN { if (s > 0) printf "%d", e / s; else print "?" }')
 	newi=$(echo "$last" | sed -nE 's/.*new interesting: ([0-9]+).*/\1/p')
 	total=$(echo "$last" | sed -nE 's/.*\(total: ([0-9]+)\).*/\1/p')
 	crash=0
