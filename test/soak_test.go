@@ -422,6 +422,8 @@ func TestSoakImpaired(t *testing.T) {
 	if sum("mpaCrcErrors") > 0 && sum("rdmapTerminateTx") < sum("mpaCrcErrors")-uint64(connFails.Load()) {
 		t.Errorf("%d CRC errors but %d Terminates sent", sum("mpaCrcErrors"), sum("rdmapTerminateTx"))
 	}
+	// A header damaged on the wire is a CRC error too (its error waits
+	// for the FPDU's CRC): no DDP or RDMAP error at all.
 	if sum("ddpErrors")+sum("rdmapErrors") != 0 {
 		t.Errorf("DDP errors %d, RDMAP errors %d: something other than a CRC error ended a connection", sum("ddpErrors"), sum("rdmapErrors"))
 	}
@@ -451,8 +453,21 @@ func TestSoakImpaired(t *testing.T) {
 func TestSoakManyQPs(t *testing.T) {
 	requireSoak(t)
 	n := soakInt(t, envSoakQPs, 10000)
-	lim := []string{"--max-qp", strconv.Itoa(2 * n), "--max-client-qps", "0", "--max-client-wrs", "0", "--max-client-cqes", "0"}
-	r := newTwoRNICs(t, 1500, lim...)
+	// This process holds both sides' QPs, a descriptor or so each.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(3*n + 1024); lim.Cur < want {
+		old := lim
+		lim.Cur, lim.Max = want, max(lim.Max, want)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatalf("raising RLIMIT_NOFILE to %d for %d QPs of each side: %v", want, n, err)
+		}
+		t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	}
+	flags := []string{"--max-qp", strconv.Itoa(2 * n), "--max-client-qps", "0", "--max-client-wrs", "0", "--max-client-cqes", "0"}
+	r := newTwoRNICs(t, 1500, flags...)
 	warmUp(t, r, 7799)
 	b0, b1 := printProcs(t, "before", r, true)
 	l, err := r.dev1.Listen(netip.AddrPortFrom(r.a1, 7800), 1024)

@@ -294,6 +294,25 @@ func TestProtocolErrors(t *testing.T) {
 	}{
 		{name: "bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, corrupt: true,
 			code: rdmap.TermLLPCRC, recv: verbs.WCLocQPOpErr},
+		// A header damaged on the wire must end in the CRC's Terminate,
+		// not in the error its damage looks like (make soak's corrupting
+		// links found 26 such in 2,722 ended connections).
+		{name: "invalid-qn-bad-crc", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "invalid-msn-bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(5, "x")} }, corrupt: true,
+			code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "rdmap-version-bad-crc", frames: func(*guarded) [][]byte {
+			b := send(1, "x")
+			b[1] = b[1]&0x3f | 2<<6
+			return [][]byte{b}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "write-outside-region-bad-crc", frames: func(dst *guarded) [][]byte {
+			h := ddp.Header{Tagged: true, Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: dst.mr.RKey(), TO: dst.mr.Addr() + 1<<40}
+			b := make([]byte, 14+64)
+			h.Marshal(b)
+			return [][]byte{b}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
 		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[0] = b[0]&^3 | 2
