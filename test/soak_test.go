@@ -446,55 +446,53 @@ func TestSoakImpaired(t *testing.T) {
 }
 
 // TestSoakManyQPs (make soak): SOAK_QPS (10,000) connections between the
-// two daemons, each on its own QP on both sides (apps/connperf, as siwtun
-// bench conn does), held, then torn down: the connect time and rate, each
-// daemon's memory per QP, and afterwards no QP left in siwtun ctl qp, no
-// goroutine, descriptor or mapping more than before.
+// two daemons, each on its own QP on both sides, held, then torn down: this
+// process dials them from siwtun0 (apps/connperf, as siwtun bench conn
+// does) to a `siwtun bench conn --listen` process on siwtun1 that accepts
+// each with a new QP (one process holding both sides would need twice
+// the descriptors). It prints the connect time and rate and each daemon's
+// memory per QP; afterwards no QP is left in siwtun ctl qp and each
+// daemon's goroutines and descriptors are back at their baseline.
 func TestSoakManyQPs(t *testing.T) {
 	requireSoak(t)
 	n := soakInt(t, envSoakQPs, 10000)
-	// This process holds both sides' QPs, a descriptor or so each.
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(3*n + 1024); lim.Cur < want {
-		old := lim
-		lim.Cur, lim.Max = want, max(lim.Max, want)
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			t.Fatalf("raising RLIMIT_NOFILE to %d for %d QPs of each side: %v", want, n, err)
-		}
-		t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	if lim.Cur < uint64(n+1024) {
+		t.Fatalf("RLIMIT_NOFILE %d: this process needs a descriptor or so per QP (%d)", lim.Cur, n)
 	}
 	flags := []string{"--max-qp", strconv.Itoa(2 * n), "--max-client-qps", "0", "--max-client-wrs", "0", "--max-client-cqes", "0"}
 	r := newTwoRNICs(t, 1500, flags...)
 	warmUp(t, r, 7799)
 	b0, b1 := printProcs(t, "before", r, true)
-	l, err := r.dev1.Listen(netip.AddrPortFrom(r.a1, 7800), 1024)
-	if err != nil {
+	addr := netip.AddrPortFrom(r.a1, 7800)
+	srvOut := &syncbuf.Buffer{}
+	srv := r.ns.command(r.bin, "bench", "conn", "--socket-dir", r.d1.socketDir, "--dev", "siwtun1",
+		"--listen", addr.String(), "-n", strconv.Itoa(n), "--timeout", "30m")
+	srv.Stdout, srv.Stderr = srvOut, srvOut
+	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := timeoutCtx(t, 10*time.Minute)
-	type accepted struct {
-		c   *connperf.VerbsConns
-		err error
-	}
-	acc := make(chan accepted, 1)
-	go func() {
-		c, err := connperf.AcceptVerbs(c, r.dev1, l, n)
-		acc <- accepted{c, err}
-	}()
-	cli, res, err := connperf.DialVerbs(c, r.dev0, l.Addr(), n)
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Wait() }()
+	t.Cleanup(func() {
+		srv.Process.Kill() // by its PID; no-op once reaped
+	})
+	eventually(t, 30*time.Second, "the server listens", func() (bool, string) {
+		return strings.Contains(srvOut.String(), "listening"), srvOut.String()
+	})
+	c := timeoutCtx(t, 20*time.Minute)
+	cli, res, err := connperf.DialVerbs(c, r.dev0, addr, n)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nserver: %s", err, srvOut)
 	}
-	a := <-acc
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	srv := a.c
 	t.Logf("SOAK many QPs: %d connections in %.1f s (%.0f/s), connect median %.0f us, max %.0f us",
 		res.Connections, res.Seconds, res.PerSecond, res.MedianUS, res.MaxUS)
+	eventually(t, time.Minute, "the server accepted them all", func() (bool, string) {
+		return strings.Contains(srvOut.String(), fmt.Sprintf("accepted %d connections", n)), srvOut.String()
+	})
 	for _, d := range []*daemon{r.d0, r.d1} {
 		if st := statesOf(ctlQPs(t, d)); st["RTS"] != n {
 			t.Fatalf("%s: QP states %v, want %d in RTS", d.dev, st, n)
@@ -506,25 +504,29 @@ func TestSoakManyQPs(t *testing.T) {
 		dev       string
 		base, now ctl.Proc
 	}{{"siwtun0", b0, h0}, {"siwtun1", b1, h1}} {
-		t.Logf("SOAK many QPs: %s: %.1f KiB RSS and %.1f KiB heap per QP, %.2f goroutines per QP",
+		t.Logf("SOAK many QPs: %s: %.1f KiB RSS and %.1f KiB heap per QP, %.2f goroutines and %.2f descriptors per QP",
 			x.dev, float64(x.now.RSSKiB-x.base.RSSKiB)/float64(n), float64(x.now.HeapBytes-x.base.HeapBytes)/1024/float64(n),
-			float64(x.now.Goroutines-x.base.Goroutines)/float64(n))
+			float64(x.now.Goroutines-x.base.Goroutines)/float64(n), float64(x.now.FDs-x.base.FDs)/float64(n))
 	}
 	start := time.Now()
 	if err := cli.Close(); err != nil {
 		t.Errorf("client teardown: %v", err)
 	}
-	if err := srv.Close(); err != nil {
-		t.Errorf("server teardown: %v", err)
+	select {
+	case err := <-srvDone:
+		if err != nil {
+			t.Errorf("server: %v\n%s", err, srvOut)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("the server has not seen its %d connections end 5 minutes after the client closed them\n%s", n, srvOut)
 	}
-	l.Close()
 	for _, d := range []*daemon{r.d0, r.d1} {
 		eventually(t, 2*time.Minute, d.dev+": no QP left", func() (bool, string) {
 			qps, c := ctlQPs(t, d), ctlVerbsCounters(t, d)
 			return len(qps) == 0 && c["qpActive"] == 0, fmt.Sprintf("%d QPs listed, qpActive %d", len(qps), c["qpActive"])
 		})
 	}
-	t.Logf("SOAK many QPs: torn down in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("SOAK many QPs: torn down (both sides' QPs destroyed, the server gone) in %v", time.Since(start).Round(time.Millisecond))
 	a0 := soakBack(t, r.d0, b0)
 	a1 := soakBack(t, r.d1, b1)
 	t.Logf("SOAK many QPs after: siwtun0 %s", procString(a0))
