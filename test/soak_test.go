@@ -555,7 +555,8 @@ func manyQPsCycle(t *testing.T, r *twoRNICs, n int, port uint16, b0, b1 ctl.Proc
 			return len(qps) == 0 && c["qpActive"] == 0, fmt.Sprintf("%d QPs listed, qpActive %d", len(qps), c["qpActive"])
 		})
 	}
-	t.Logf("SOAK many QPs: torn down (both sides' QPs destroyed, the server gone) in %v", time.Since(start).Round(time.Millisecond))
+	tornDown := time.Now()
+	t.Logf("SOAK many QPs: torn down (both sides' QPs destroyed, the server gone) in %v", tornDown.Sub(start).Round(time.Millisecond))
 	for _, x := range []struct {
 		d    *daemon
 		base ctl.Proc
@@ -569,7 +570,7 @@ func manyQPsCycle(t *testing.T, r *twoRNICs, n int, port uint16, b0, b1 ctl.Proc
 	// The side that closed first (siwtun0's, its client destroyed its QPs
 	// first) keeps each connection in TIME_WAIT for a minute: the heap
 	// says what stays once they have gone.
-	time.Sleep(time.Until(start.Add(75 * time.Second)))
+	time.Sleep(time.Until(tornDown.Add(75 * time.Second)))
 	a0, a1 = ctlProc(t, r.d0, true), ctlProc(t, r.d1, true)
 	t.Logf("SOAK many QPs after, TIME_WAIT gone: siwtun0 %s", procString(a0))
 	t.Logf("SOAK many QPs after, TIME_WAIT gone: siwtun1 %s", procString(a1))
