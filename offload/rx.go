@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -44,6 +45,14 @@ func (qp *QP) rxLoop() {
 		case errors.As(err, &te):
 			qp.drain()
 		case errors.Is(err, errTerminated):
+		case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
+			// A header error waited for its FPDU's CRC, and the rest of
+			// the FPDU did not come: it goes out as it is.
+			d := qp.rx.deferred
+			qp.rx.inFPDU, qp.rx.deferred = false, nil
+			qp.conn.SetReadDeadline(time.Time{})
+			_ = qp.rx.fail(d.code, d.local, fmt.Errorf("%w (the rest of its FPDU did not come within %v)", d.cause, deferredFailTimeout))
+			qp.drain()
 		case errors.As(err, &me):
 			// A framing error found by the MPA layer (bad marker): no
 			// CRC to wait for.
@@ -204,6 +213,10 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 	}
 	return nil
 }
+
+// deferredFailTimeout bounds the wait of a header error for the rest of
+// its FPDU and the CRC (rxState.deferred).
+const deferredFailTimeout = 2 * time.Second
 
 // errDeferred is fail's answer when it defers the error to the FPDU's CRC:
 // the header's processing stops there, the rest of the FPDU is dropped.
@@ -366,6 +379,9 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	r.inFPDU = false
 	d := r.deferred
 	r.deferred = nil
+	if d != nil {
+		qp.conn.SetReadDeadline(time.Time{})
+	}
 	if !crcOK {
 		qp.stats.CRCErrors.Add(1)
 		if d != nil {
@@ -405,6 +421,10 @@ func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 	if r.inFPDU && r.crc {
 		if r.deferred == nil {
 			r.deferred = &deferredFail{code: code, local: local, cause: cause}
+			// The rest of the FPDU may never come (its length was
+			// damaged upwards and the peer has nothing more to send):
+			// the error then goes out when deferredFailTimeout passes.
+			qp.conn.SetReadDeadline(time.Now().Add(deferredFailTimeout))
 		}
 		r.phase = rxDiscard
 		return errDeferred

@@ -288,6 +288,7 @@ func TestProtocolErrors(t *testing.T) {
 		ird     uint16
 		frames  func(dst *guarded) [][]byte
 		corrupt bool
+		cut     bool // the last FPDU's length announces 1,000 octets more than are sent, and nothing follows
 		code    rdmap.Code
 		copied  bool // the Terminate carries the offending DDP header
 		recv    verbs.WCStatus
@@ -313,6 +314,12 @@ func TestProtocolErrors(t *testing.T) {
 			h.Marshal(b)
 			return [][]byte{b}
 		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		// A header error waiting for its FPDU's CRC, the rest of the FPDU
+		// never coming (its length damaged upwards, the peer idle): the
+		// error goes out after deferredFailTimeout instead of never.
+		{name: "invalid-qn-fpdu-never-ends", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
+		}, cut: true, code: rdmap.TermDDPInvalidQN, recv: verbs.WCFlushErr},
 		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[0] = b[0]&^3 | 2
@@ -392,6 +399,13 @@ func TestProtocolErrors(t *testing.T) {
 			p := dialRaw(t, cs, srv, mpa.Config{Rev: 2, CRC: true, IRD: 8, ORD: ord})
 			frames := tt.frames(dst)
 			for i, f := range frames {
+				if tt.cut && i == len(frames)-1 {
+					raw := append(binary.BigEndian.AppendUint16(nil, uint16(len(f)+1000)), f...)
+					if _, err := p.conn.Write(raw); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
 				p.send(f, tt.corrupt && i == len(frames)-1)
 			}
 			h, term := p.terminate()
