@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all setup build lib test test-short vet fmt-check fuzz bench gobench demo interop clean
+.PHONY: all setup build lib test test-short vet fmt-check fuzz fuzz-long soak bench gobench demo interop clean
 
 all: build
 
@@ -50,6 +50,25 @@ fmt-check:
 # coordinator race golang/go#75804, is run once more).
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz/run.sh
+
+# Every fuzz target of the tree for FUZZTIME each (default 10 minutes; a
+# duration, or Nx for N executions), one after the other, then a table of
+# each one's executions, new coverage and crashes (tools/fuzz/long.sh; its
+# header lists the other settings). Not part of make test: 25 targets at
+# 10 minutes is over 4 hours.
+fuzz-long:
+	FUZZTIME=$(if $(filter command line environment,$(origin FUZZTIME)),$(FUZZTIME),10m) GO=$(GO) bash tools/fuzz/long.sh
+
+# The soak tests (root; test/soak_test.go, skipped by make test): SOAK_TIME
+# (default 10m) of verified Write/Read/Send traffic on 16 QPs between two
+# daemons over impaired links (1 % loss, 2 % reorder, 0.5 % duplication,
+# 0.01 % corruption); 10,000 QPs connected and torn down (SOAK_QPS); a
+# client SIGKILLed at random moments, 100 times (SOAK_KILLS); a daemon
+# stopped under load, 10 times. Each prints its figures (lines with SOAK)
+# and the daemons' footprints before and after.
+SOAK_TIME ?= 10m
+soak: build
+	SIWTUN_SOAK=1 SOAK_TIME=$(SOAK_TIME) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak' ./test/
 
 # The side-by-side benchmark (root): in namespaces it creates and removes,
 # kernel TCP over veth, raw gVisor TCP between two daemons' stacks through

@@ -38,6 +38,8 @@ func qpCounters() map[string]counterInfo {
 		"mpaOooPlacedOctets":     {layerMPA, "Payload octets of the FPDUs placed out of order (placed again, in order, once the gap is filled)."},
 		"mpaCrcErrors":           {layerMPA, "FPDUs whose MPA CRC did not match."},
 		"mpaBadRevisions":        {layerMPA, "MPA Requests of a revision above 2, closed without a Reply (RFC 5044 §7.1)."},
+		"mpaAcceptTimeouts":      {layerMPA, "Connections accepted by a listener whose MPA Request had not arrived whole within the MPA accept timeout (--mpa-accept-timeout): reset, unanswered."},
+		"mpaBadRequests":         {layerMPA, "Connections accepted by a listener that closed before their MPA Request was whole, or sent a frame that is not a valid MPA Request: closed, unanswered."},
 		"mpaFirstFpduDelays":     {layerMPA, "Connections initiated here whose first FPDU waited --first-fpdu-delay after the MPA Reply, the peer not having said that it reads at once (Linux siw never does; siwtun does)."},
 		"mpaErrors":              {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
 		"tcpOutSegs":             {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},

@@ -60,6 +60,9 @@ const (
 	OpTCPPerf = "tcpperf"
 	// OpMR asks for the registered memory regions (see mr.go).
 	OpMR = "mr"
+	// OpProc asks for the daemon process's footprint: goroutines, RSS,
+	// descriptors, mappings (see proc.go).
+	OpProc = "proc"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -79,6 +82,10 @@ type Request struct {
 	QP *uint32 `json:"qp,omitempty"`
 	// TCPPerf is the workload of OpTCPPerf.
 	TCPPerf *TCPPerfRequest `json:"tcpperf,omitempty"`
+	// GC, with OpProc, first runs a garbage collection and returns the
+	// freed memory to the operating system (debug.FreeOSMemory), so that
+	// the resident set says what the daemon still holds.
+	GC bool `json:"gc,omitempty"`
 }
 
 // Response is one line the server answers with: OK and one payload, or
@@ -100,6 +107,8 @@ type Response struct {
 	TCPPerf json.RawMessage `json:"tcpperf,omitempty"`
 	// MRs answers OpMR (absent when there are none).
 	MRs []MR `json:"mrs,omitempty"`
+	// Proc answers OpProc.
+	Proc *Proc `json:"proc,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -376,6 +385,8 @@ func (s *Server) handle(line []byte) (resp Response) {
 		return s.tcpPerf(*req.TCPPerf)
 	case OpMR:
 		return s.mrs()
+	case OpProc:
+		return s.proc(req.GC)
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -395,11 +406,14 @@ func ParseRequest(line []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, errors.New("malformed request: data after the JSON object")
 	}
+	if req.GC && req.Op != OpProc {
+		return Request{}, fmt.Errorf("field gc is only valid with op %q", OpProc)
+	}
 	if req.TCPPerf != nil && req.Op != OpTCPPerf {
 		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
 	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR:
+	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR, OpProc:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
 		}
@@ -415,7 +429,7 @@ func ParseRequest(line []byte) (Request, error) {
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf or mr)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf, mr or proc)", req.Op)
 	}
 	return req, nil
 }

@@ -64,6 +64,38 @@ static void fill_reply(struct sw_reply *r, const uint8_t *body, size_t n, int *f
 		r->fds[i] = fds[i];
 }
 
+/* take_call removes the pending call seq from c's list and returns it
+ * (NULL if there is none). */
+static struct sw_call *take_call(struct sw_conn *c, uint32_t seq)
+{
+	pthread_mutex_lock(&c->mu);
+	struct sw_call **pp = &c->calls, *call = NULL;
+	for (; *pp; pp = &(*pp)->next) {
+		if ((*pp)->seq == seq) {
+			call = *pp;
+			*pp = call->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return call;
+}
+
+/* finish_call hands call its filled reply: its callback, or its waiter. */
+static void finish_call(struct sw_conn *c, struct sw_call *call)
+{
+	if (call->cb) {
+		call->cb(c, call->r, call->arg);
+		free(call->r);
+		free(call);
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	call->done = 1;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
 static void *reader(void *arg)
 {
 	struct sw_conn *c = arg;
@@ -104,6 +136,23 @@ static void *reader(void *arg)
 		    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
+			/* A reply that lost its descriptors (the kernel could not
+			 * pass them: this process is at its open-file limit) or is
+			 * malformed: the call it answers fails rather than waiting
+			 * for ever. */
+			struct sw_call *call = NULL;
+			if (n >= SW_MSG_HEADER_LEN && (op & SW_REPLY_BIT))
+				call = take_call(c, seq);
+			if (call) {
+				call->r->st = SW_ST_BAD_MESSAGE;
+				snprintf(call->r->msg, sizeof(call->r->msg), "%s",
+					 (mh.msg_flags & MSG_CTRUNC)
+						 ? "reply's descriptors lost (control data truncated: the process may be at its open-file limit, RLIMIT_NOFILE)"
+						 : "malformed reply");
+				call->r->blen = 0;
+				call->r->nfds = 0;
+				finish_call(c, call);
+			}
 			continue;
 		}
 		const uint8_t *body = buf + SW_MSG_HEADER_LEN;
@@ -115,32 +164,14 @@ static void *reader(void *arg)
 				c->on_event(c, body, blen);
 			continue;
 		}
-		pthread_mutex_lock(&c->mu);
-		struct sw_call **pp = &c->calls, *call = NULL;
-		for (; *pp; pp = &(*pp)->next) {
-			if ((*pp)->seq == seq) {
-				call = *pp;
-				*pp = call->next;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&c->mu);
+		struct sw_call *call = take_call(c, seq);
 		if (!call || !(op & SW_REPLY_BIT)) {
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
 			continue;
 		}
 		fill_reply(call->r, body, blen, fds, nfds);
-		if (call->cb) {
-			call->cb(c, call->r, call->arg);
-			free(call->r);
-			free(call);
-			continue;
-		}
-		pthread_mutex_lock(&c->mu);
-		call->done = 1;
-		pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->mu);
+		finish_call(c, call);
 	}
 	/* The daemon is gone (or we closed): fail every pending call. */
 	pthread_mutex_lock(&c->mu);

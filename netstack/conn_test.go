@@ -231,3 +231,40 @@ func waitReadTo(c *Conn, w io.Writer) (int, error) {
 		}
 	}
 }
+
+// TestAcceptSkipsResetConnection: a connection its peer resets while it
+// waits in the accept queue (a connection flood's "connect, reset") does
+// not end the listener: Accept skips it and returns the next one (before
+// the fix Accept returned the dead connection's "remote address: not
+// connected", and the MPA listener's accept loop stopped for good).
+func TestAcceptSkipsResetConnection(t *testing.T) {
+	a, b := newPair(t, pairOpts{})
+	l, err := b.Listen(netip.AddrPortFrom(addrB4.Addr(), 4792))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		c, err := a.Dial(ctx, netip.Addr{}, l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Abort()
+	}
+	// Let the resets reach b's accept queue before anything accepts.
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Stats().InRsts < 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := b.Stats().InRsts; n < 3 {
+		t.Fatalf("%d resets received, want 3", n)
+	}
+	ca, cb := dialAccept(ctx, t, a, l, addrB4.Addr())
+	defer ca.Close()
+	defer cb.Close()
+	if cb.RemoteAddr() != ca.LocalAddr() {
+		t.Fatalf("accepted %v, want the live connection from %v", cb.RemoteAddr(), ca.LocalAddr())
+	}
+}

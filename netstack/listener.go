@@ -43,7 +43,11 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		if terr == nil {
 			c, err := newConn(l.s, ep, wq)
 			if err != nil {
-				return nil, fmt.Errorf("netstack: accept on %s: %w", AddrPortString(l.addr), err)
+				// The connection died in the accept queue (its peer
+				// reset it right after the handshake: it has no remote
+				// address any more). That is the connection's failure,
+				// not the listener's: newConn closed it; take the next.
+				continue
 			}
 			return c, nil
 		}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -359,7 +361,19 @@ func (l *Listener) acceptLoop() {
 	for {
 		c, err := l.nl.Accept(l.ctx)
 		if err != nil {
-			return
+			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Anything else concerns one connection, not the listener:
+			// it must go on accepting (a connection flood once stopped
+			// this loop for good). The pause bounds a repeating error.
+			l.dev.logf("listener %v: accept: %v", l.Addr(), err)
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
 		}
 		l.wg.Add(1)
 		go l.handshake(c)
@@ -376,6 +390,12 @@ func (l *Listener) handshake(c *netstack.Conn) {
 		err = errors.New("peer sent a Reply frame")
 	}
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.dev.retired.AcceptTimeouts.Add(1)
+			err = fmt.Errorf("no whole MPA Request within the MPA accept timeout (%v): %w", l.dev.cfg.AcceptTimeout, err)
+		} else {
+			l.dev.retired.BadRequests.Add(1)
+		}
 		l.dev.logf("listener %v: MPA Request from %v: %v", l.Addr(), c.RemoteAddr(), err)
 		c.Abort()
 		return

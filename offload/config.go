@@ -57,15 +57,27 @@ type Config struct {
 	// protocol (rping) never sends: the connection stalls. 0 sends at
 	// once to every peer.
 	FirstFPDUDelay time.Duration
-	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s);
-	// AcceptTimeout the wait for the MPA Request after TCP accept (5 s).
-	ConnectTimeout, AcceptTimeout time.Duration
+	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s).
+	ConnectTimeout time.Duration
+	// AcceptTimeout is the MPA accept timeout: how long a listener waits,
+	// after the TCP handshake, for a connection's whole MPA Request
+	// (DefaultAcceptTimeout; `siwtun up --mpa-accept-timeout`). A
+	// connection that sends nothing, or a Request cut off mid-frame, is
+	// reset when it passes, unanswered, and counted in mpaAcceptTimeouts:
+	// half-open attempts hold a goroutine and a TCP endpoint this long at
+	// most. RFC 5044 leaves the value to the implementation; Linux siw
+	// waits MPA_REQ_TIMEOUT, 10 s.
+	AcceptTimeout time.Duration
 	// Logger receives the engine's log lines (nil: discarded).
 	Logger *slog.Logger
 }
 
 // DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
+
+// DefaultAcceptTimeout is the default Config.AcceptTimeout, the MPA accept
+// timeout.
+const DefaultAcceptTimeout = 5 * time.Second
 
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
 // markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, whole MSS-sized
@@ -77,7 +89,7 @@ func DefaultConfig(name string) Config {
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16, RDMAPExt: true,
 		MaxFPDU: 16384, FPDUsPerWrite: 0, MaxQP: 4096, MaxMR: 65536,
 		FirstFPDUDelay: DefaultFirstFPDUDelay,
-		ConnectTimeout: 10 * time.Second, AcceptTimeout: 5 * time.Second,
+		ConnectTimeout: 10 * time.Second, AcceptTimeout: DefaultAcceptTimeout,
 	}
 }
 
@@ -93,6 +105,9 @@ func (c *Config) validate() error {
 	}
 	if c.FirstFPDUDelay < 0 {
 		return fmt.Errorf("FirstFPDUDelay %v: must not be negative", c.FirstFPDUDelay)
+	}
+	if c.AcceptTimeout < 0 || c.ConnectTimeout < 0 {
+		return fmt.Errorf("AcceptTimeout %v / ConnectTimeout %v: must not be negative", c.AcceptTimeout, c.ConnectTimeout)
 	}
 	if c.MaxQP <= 0 || c.MaxMR <= 0 {
 		return fmt.Errorf("MaxQP %d / MaxMR %d must be positive", c.MaxQP, c.MaxMR)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -44,8 +45,18 @@ func (qp *QP) rxLoop() {
 		case errors.As(err, &te):
 			qp.drain()
 		case errors.Is(err, errTerminated):
+		case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
+			// A header error waited for its FPDU's CRC, and the rest of
+			// the FPDU did not come: it goes out as it is.
+			d := qp.rx.deferred
+			qp.rx.inFPDU, qp.rx.deferred = false, nil
+			qp.conn.SetReadDeadline(time.Time{})
+			_ = qp.rx.fail(d.code, d.local, fmt.Errorf("%w (the rest of its FPDU did not come within %v)", d.cause, deferredFailTimeout))
+			qp.drain()
 		case errors.As(err, &me):
-			// A framing error found by the MPA layer (bad marker).
+			// A framing error found by the MPA layer (bad marker): no
+			// CRC to wait for.
+			qp.rx.inFPDU = false
 			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
 			qp.drain()
 		case err == io.EOF:
@@ -164,11 +175,28 @@ type rxState struct {
 	// start is not known): payload copies into tagged memory and remote
 	// invalidations take its lock.
 	place *oooPlacer
+
+	// crc: the connection checks MPA CRCs. inFPDU: between BeginFPDU and
+	// EndFPDU, before the FPDU's CRC is known. An error found there (in
+	// the FPDU's DDP or RDMAP header) is deferred until it is: the rest
+	// of the FPDU is dropped, and EndFPDU sends the MPA CRC Terminate if
+	// the CRC is bad, else the deferred error's. A header corrupted on the
+	// wire thus ends in the CRC's Terminate (RFC 5044 §8: a bad CRC is an
+	// MPA error), not in the DDP or RDMAP error its damage looks like.
+	crc, inFPDU bool
+	deferred    *deferredFail
+}
+
+// deferredFail is an error of the current FPDU's header held for its CRC.
+type deferredFail struct {
+	code  rdmap.Code
+	local ibv.WCStatus
+	cause error
 }
 
 func (r *rxState) init(qp *QP, p *mpa.Params, awaitRTR mpa.RTR, place *oooPlacer) {
 	crc, markers := p.CRC, p.MarkersRx
-	*r = rxState{qp: qp, place: place, ext: p.Ext}
+	*r = rxState{qp: qp, place: place, ext: p.Ext, crc: crc}
 	r.mpa.Init(crc, markers, r)
 	r.sendMSN, r.readMSN, r.termMSN, r.atomicRespMSN = 1, 1, 1, 1
 	r.awaitRTR = awaitRTR
@@ -177,15 +205,33 @@ func (r *rxState) init(qp *QP, p *mpa.Params, awaitRTR mpa.RTR, place *oooPlacer
 // BeginFPDU implements mpa.Handler.
 func (r *rxState) BeginFPDU(ulpduLen int) error {
 	r.ulpduLen = ulpduLen
+	r.inFPDU, r.deferred = true, nil
 	r.phase, r.have, r.need = rxDDPLen, 0, 2
 	r.dst, r.dstOff, r.payload = nil, 0, 0
 	if r.place != nil {
 		r.place.begin(r.mpa.FPDUStart())
 	}
 	if ulpduLen < 2 {
-		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes holds no DDP header", ulpduLen))
+		return deferredOK(r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("ULPDU of %d bytes holds no DDP header", ulpduLen)))
 	}
 	return nil
+}
+
+// deferredFailTimeout bounds the wait of a header error for the rest of
+// its FPDU and the CRC (rxState.deferred).
+const deferredFailTimeout = 2 * time.Second
+
+// errDeferred is fail's answer when it defers the error to the FPDU's CRC:
+// the header's processing stops there, the rest of the FPDU is dropped.
+var errDeferred = errors.New("offload: error deferred to the FPDU's CRC")
+
+// deferredOK maps errDeferred to nil at the mpa.Handler boundary: the MPA
+// receiver goes on to the FPDU's CRC.
+func deferredOK(err error) error {
+	if err == errDeferred {
+		return nil
+	}
+	return err
 }
 
 // ULPDU implements mpa.Handler: header bytes are collected, payload bytes are
@@ -199,7 +245,7 @@ func (r *rxState) ULPDU(p []byte) error {
 			p = p[n:]
 			if r.have == r.need {
 				if err := r.headerStep(); err != nil {
-					return err
+					return deferredOK(err)
 				}
 			}
 			continue
@@ -333,9 +379,21 @@ func checkHeader(h *ddp.Header) (rdmap.Opcode, rdmap.Code, error) {
 // finishes the segment and, on its last segment, the message.
 func (r *rxState) EndFPDU(crcOK bool) error {
 	qp := r.qp
+	r.inFPDU = false
+	d := r.deferred
+	r.deferred = nil
+	if d != nil && qp.conn != nil {
+		qp.conn.SetReadDeadline(time.Time{})
+	}
 	if !crcOK {
 		qp.stats.CRCErrors.Add(1)
+		if d != nil {
+			return r.fail(rdmap.TermLLPCRC, ibv.WCLocQPOpErr, fmt.Errorf("MPA CRC error (the FPDU's header also failed: %v: %w)", d.code, d.cause))
+		}
 		return r.fail(rdmap.TermLLPCRC, ibv.WCLocQPOpErr, errors.New("MPA CRC error"))
+	}
+	if d != nil {
+		return r.fail(d.code, d.local, d.cause)
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
@@ -362,6 +420,19 @@ func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 	if qp.aborted() {
 		r.sendActive = false
 		return errAborted
+	}
+	if r.inFPDU && r.crc {
+		if r.deferred == nil {
+			r.deferred = &deferredFail{code: code, local: local, cause: cause}
+			// The rest of the FPDU may never come (its length was
+			// damaged upwards and the peer has nothing more to send):
+			// the error then goes out when deferredFailTimeout passes.
+			if qp.conn != nil { // nil in engine unit tests
+				qp.conn.SetReadDeadline(time.Now().Add(deferredFailTimeout))
+			}
+		}
+		r.phase = rxDiscard
+		return errDeferred
 	}
 	var ddpHdr, rdmapHdr []byte
 	if n := ddp.HeaderLen(r.hdr[0]); r.have >= n && r.have > 0 {

@@ -46,6 +46,14 @@ type QPStats struct {
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
+	// AcceptTimeouts counts connections accepted by a listener whose MPA
+	// Request had not arrived whole when the MPA accept timeout
+	// (Config.AcceptTimeout) passed: reset, unanswered.
+	AcceptTimeouts atomic.Uint64 `stat:"mpaAcceptTimeouts"`
+	// BadRequests counts connections accepted by a listener that closed
+	// or reset before their MPA Request was whole, or sent a frame that
+	// is not a valid MPA Request: closed, unanswered.
+	BadRequests atomic.Uint64 `stat:"mpaBadRequests"`
 	// FirstFPDUDelays counts connections this RNIC initiated whose first
 	// FPDU (or RTR) waited Config.FirstFPDUDelay after the MPA Reply: the
 	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as

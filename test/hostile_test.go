@@ -1,8 +1,6 @@
 package test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +20,7 @@ func TestHostileTerminateBeforeClose(t *testing.T) {
 		reps = "50"
 	}
 	r := newTwoRNICs(t, 1500)
-	hostile := filepath.Join(t.TempDir(), "hostile")
-	if out, err := exec.Command("go", "build", "-o", hostile, "./interop/hostile").CombinedOutput(); err != nil {
-		t.Fatalf("go build hostile: %v\n%s", err, out)
-	}
+	hostile := buildHostile(t)
 	srv := startPingProc(t, r, "-s", "-P", "-a", r.a1.String(), "-d", "--dev", "siwtun1", "--socket-dir", r.d1.socketDir)
 	srv.waitListening(t)
 	for _, c := range []string{"bad-crc", "send-inv-unknown", "send-too-long"} {

@@ -131,6 +131,15 @@ func TestListenerSurvivesHostilePeers(t *testing.T) {
 		}
 		c.Close()
 	}
+	// The silent one was reaped by the MPA accept timeout; the other three
+	// ended (closed, cut off, garbage) before their Request was whole.
+	deadline := time.Now().Add(testTimeout)
+	for srv.eng.Stats().BadRequests.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if to, bad := srv.eng.Stats().AcceptTimeouts.Load(), srv.eng.Stats().BadRequests.Load(); to != 1 || bad != 3 {
+		t.Errorf("mpaAcceptTimeouts %d, mpaBadRequests %d; want 1 and 3", to, bad)
+	}
 	go func() {
 		if req, err := l.Accept(ctx); err == nil {
 			req.Accept(srv.qp, verbs.ConnParam{})

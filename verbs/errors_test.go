@@ -288,12 +288,38 @@ func TestProtocolErrors(t *testing.T) {
 		ird     uint16
 		frames  func(dst *guarded) [][]byte
 		corrupt bool
+		cut     bool // the last FPDU's length announces 1,000 octets more than are sent, and nothing follows
 		code    rdmap.Code
 		copied  bool // the Terminate carries the offending DDP header
 		recv    verbs.WCStatus
 	}{
 		{name: "bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, corrupt: true,
 			code: rdmap.TermLLPCRC, recv: verbs.WCLocQPOpErr},
+		// A header damaged on the wire must end in the CRC's Terminate,
+		// not in the error its damage looks like (make soak's corrupting
+		// links found 26 such in 2,722 ended connections).
+		{name: "invalid-qn-bad-crc", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "invalid-msn-bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(5, "x")} }, corrupt: true,
+			code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "rdmap-version-bad-crc", frames: func(*guarded) [][]byte {
+			b := send(1, "x")
+			b[1] = b[1]&0x3f | 2<<6
+			return [][]byte{b}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		{name: "write-outside-region-bad-crc", frames: func(dst *guarded) [][]byte {
+			h := ddp.Header{Tagged: true, Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: dst.mr.RKey(), TO: dst.mr.Addr() + 1<<40}
+			b := make([]byte, 14+64)
+			h.Marshal(b)
+			return [][]byte{b}
+		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		// A header error waiting for its FPDU's CRC, the rest of the FPDU
+		// never coming (its length damaged upwards, the peer idle): the
+		// error goes out after deferredFailTimeout instead of never.
+		{name: "invalid-qn-fpdu-never-ends", frames: func(*guarded) [][]byte {
+			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
+		}, cut: true, code: rdmap.TermDDPInvalidQN, recv: verbs.WCFlushErr},
 		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[0] = b[0]&^3 | 2
@@ -373,6 +399,13 @@ func TestProtocolErrors(t *testing.T) {
 			p := dialRaw(t, cs, srv, mpa.Config{Rev: 2, CRC: true, IRD: 8, ORD: ord})
 			frames := tt.frames(dst)
 			for i, f := range frames {
+				if tt.cut && i == len(frames)-1 {
+					raw := append(binary.BigEndian.AppendUint16(nil, uint16(len(f)+1000)), f...)
+					if _, err := p.conn.Write(raw); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
 				p.send(f, tt.corrupt && i == len(frames)-1)
 			}
 			h, term := p.terminate()

@@ -118,6 +118,20 @@ func (d *remoteDevice) reader() {
 		}
 		if err != nil {
 			uabi.CloseFDs(fds)
+			// A reply that came without its descriptors (the kernel
+			// could not pass them: this process is at its open-file
+			// limit) or malformed: the call it answers fails instead of
+			// waiting for ever. (What the daemon made for it stays in the
+			// session until the device is closed.)
+			if h.Op&uabi.ReplyBit != 0 {
+				d.mu.Lock()
+				ch := d.calls[h.Seq]
+				delete(d.calls, h.Seq)
+				d.mu.Unlock()
+				if ch != nil {
+					ch <- rreply{st: uabi.StBadMessage, msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
+				}
+			}
 			continue
 		}
 		if h.Op == uabi.OpEvent {

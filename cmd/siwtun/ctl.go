@@ -64,7 +64,7 @@ whose field names are the text keys; -p prints it indented.`,
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return socketDevs(o.dir), cobra.ShellCompDirectiveNoFileComp
 	})
-	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o))
+	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o))
 	return cmd
 }
 
@@ -264,4 +264,36 @@ documentation.`,
 			return ctl.WriteStats(cmd.OutOrStdout(), s)
 		},
 	}
+}
+
+func newCtlProcCmd(o *ctlOptions) *cobra.Command {
+	var gc bool
+	cmd := &cobra.Command{
+		Use:   "proc",
+		Short: "Print the daemon process's footprint: goroutines, RSS, descriptors, mappings",
+		Long: `proc prints the daemon process's own figures: its pid, goroutines, OS
+threads, resident set (VmRSS) and its peak (VmHWM), Go heap in use, open
+file descriptors and memory mappings. After a load has gone they return to
+their baseline; the reliability tests and make soak check that. --gc
+first has the daemon collect its garbage and return the freed memory to
+the system, so that the resident set is what it still holds.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p, err := c.Proc(gc)
+			if err != nil {
+				return err
+			}
+			if o.wantJSON() {
+				return ctl.WriteJSON(cmd.OutOrStdout(), p, o.pretty)
+			}
+			return ctl.WriteProc(cmd.OutOrStdout(), p)
+		},
+	}
+	cmd.Flags().BoolVar(&gc, "gc", false, "collect garbage and return freed memory to the system first")
+	return cmd
 }

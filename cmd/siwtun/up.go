@@ -33,29 +33,30 @@ import (
 
 // upOptions are the flags of siwtun up.
 type upOptions struct {
-	offload     bool
-	dev         string
-	addrs       []string
-	hostAddrs   []string
-	mtu         int
-	mpaRev      uint8
-	crc         bool
-	rdmapExt    bool
-	markers     string
-	p2p         string
-	ird, ord    uint16
-	peerTimeout time.Duration
-	firstFPDU   time.Duration
-	impair      string
-	socketDir   string
-	socketGroup string
-	logLevel    string
-	logFormat   string
-	cpuProfile  string
-	perWrite    int
-	nice        int
-	limits      uverbs.Limits
-	maxQP       int
+	offload       bool
+	dev           string
+	addrs         []string
+	hostAddrs     []string
+	mtu           int
+	mpaRev        uint8
+	crc           bool
+	rdmapExt      bool
+	markers       string
+	p2p           string
+	ird, ord      uint16
+	peerTimeout   time.Duration
+	firstFPDU     time.Duration
+	acceptTimeout time.Duration
+	impair        string
+	socketDir     string
+	socketGroup   string
+	logLevel      string
+	logFormat     string
+	cpuProfile    string
+	perWrite      int
+	nice          int
+	limits        uverbs.Limits
+	maxQP         int
 }
 
 func newUpCmd() *cobra.Command {
@@ -95,6 +96,7 @@ changes nothing, and 0 is no limit.
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
 	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.acceptTimeout, "mpa-accept-timeout", offload.DefaultAcceptTimeout, "MPA accept timeout: a connection to a listener whose whole MPA Request has not arrived this long after the TCP handshake (nothing sent, or a Request cut off) is reset unanswered and counted in mpaAcceptTimeouts")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
 	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the verbs and control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun; one per network namespace)")
@@ -327,6 +329,10 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
+	if o.acceptTimeout <= 0 {
+		return fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)
+	}
+	cfg.AcceptTimeout = o.acceptTimeout
 	if o.perWrite < 0 {
 		return fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
 	}

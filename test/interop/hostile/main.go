@@ -10,6 +10,10 @@
 //	hostile repeat N CASE ADDR:PORT             N connections of CASE (bad-crc, send-inv-unknown,
 //	                                            send-too-long), each of which must end with the right
 //	                                            Terminate before the close; prints runs and misses
+//	hostile flood N CONC HOLD ADDR:PORT         N connection attempts, CONC at once: connects closed or
+//	                                            reset at once, and half-open ones (nothing sent, a
+//	                                            Request cut off) held up to HOLD for the responder to
+//	                                            reap unanswered; prints per kind what happened
 //
 // Each prints what the responder did, one "key: value" per line, and
 // exits 0 when that is what the RFCs ask for, 1 (with the reason on
@@ -44,6 +48,9 @@ func main() {
 func run(args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: hostile bare|truncated|send-no-recv|read-beyond-ird ADDR:PORT [STAG TO N]")
+	}
+	if args[0] == "flood" {
+		return flood(args[1:])
 	}
 	if args[0] == "repeat" {
 		if len(args) != 4 {

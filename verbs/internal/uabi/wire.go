@@ -322,7 +322,7 @@ func (c *Conn) Recv() (h Header, body []byte, fds []int, err error) {
 		fds = parseRights(c.oob[:oobn])
 	}
 	if flags&unix.MSG_CTRUNC != 0 {
-		err = fmt.Errorf("%w: too many descriptors", ErrBadMessage)
+		err = fmt.Errorf("%w: descriptors lost (control data truncated: too many descriptors, or the receiving process is at its open-file limit, RLIMIT_NOFILE)", ErrBadMessage)
 		h, _, _ = ParseHeader(c.buf[:n], false)
 		return h, nil, fds, err
 	}
