@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -58,6 +60,8 @@ func wireAlignment(t *testing.T, bin string, mtu int, markers bool) {
 
 	pcap := filepath.Join(t.TempDir(), "wire.pcap")
 	dump := a.command("tcpdump", "-i", "wire0", "-s", "0", "-B", "131072", "-w", pcap, "tcp")
+	dumpErr := &syncbuf.Buffer{}
+	dump.Stderr = dumpErr
 	if err := dump.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +74,15 @@ func wireAlignment(t *testing.T, bin string, mtu int, markers bool) {
 		}
 	}
 	defer stopDump()
-	time.Sleep(500 * time.Millisecond) // tcpdump opens the interface
+	// The capture must hold the MPA handshake (siwtun check learns CRC
+	// and markers from it): traffic starts once tcpdump says it listens,
+	// not after a fixed wait (500 ms was once too short under load, and
+	// the capture then held no FPDU that check could read).
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(dumpErr.String(), "listening on"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tcpdump on wire0 not listening after 30 s: %s", dumpErr.String())
+		}
+	}
 
 	r := &twoRNICs{ns: a, bin: bin, d0: d0, d1: d1, mtu: mtu,
 		a0: netip.MustParseAddr("198.18.1.2"), a1: netip.MustParseAddr("198.18.2.2")}
