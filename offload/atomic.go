@@ -241,15 +241,9 @@ func (r *rxState) atomicResponse() error {
 		qp.mu.Unlock()
 		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("Atomic Response for request %d with %s", m.ReqID, what))
 	}
-	e := &qp.orq[0]
-	binary.NativeEndian.PutUint64(e.dst, m.Value)
-	w := &qp.sq[e.sq%uint64(len(qp.sq))]
-	w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, ibv.AtomicLen
-	copy(qp.orq, qp.orq[1:])
-	qp.orq = qp.orq[:len(qp.orq)-1]
+	binary.NativeEndian.PutUint64(qp.orq[0].dst, m.Value)
 	qp.stats.AtomicsCompleted.Add(1)
-	qp.retireLocked()
-	qp.txCond.Signal() // an ORD slot is free
+	qp.completeORQHeadLocked(ibv.AtomicLen)
 	qp.mu.Unlock()
 	return nil
 }

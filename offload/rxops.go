@@ -120,15 +120,8 @@ func (r *rxState) endReadResponse() error {
 			qp.mu.Unlock()
 			return r.fail(rdmap.TermDDPTaggedBaseBounds, ibv.WCLocQPOpErr, fmt.Errorf("Read Response ended after %d of %d bytes", e.placed, e.size))
 		}
-		if e.sq != rtrSlot {
-			w := &qp.sq[e.sq%uint64(len(qp.sq))]
-			w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, e.size
-		}
-		copy(qp.orq, qp.orq[1:])
-		qp.orq = qp.orq[:len(qp.orq)-1]
 		qp.stats.ReadsCompleted.Add(1)
-		qp.retireLocked()
-		qp.txCond.Signal() // an ORD slot is free
+		qp.completeORQHeadLocked(e.size)
 	}
 	qp.mu.Unlock()
 	return nil
@@ -420,4 +413,20 @@ func statusForTerminate(c rdmap.Code) ibv.WCStatus {
 		return ibv.WCRemOpErr
 	}
 	return ibv.WCRemAbortErr
+}
+
+// completeORQHeadLocked ends the oldest outbound request (an RDMA Read whose
+// last Read Response was placed, or an atomic whose Atomic Response came):
+// its work request completes successfully with byteLen octets (an RTR Read
+// has none), the ORQ entry goes, completions retire in order, and a sender
+// waiting for an ORD slot wakes. qp.mu is held.
+func (qp *QP) completeORQHeadLocked(byteLen uint32) {
+	if e := &qp.orq[0]; e.sq != rtrSlot {
+		w := &qp.sq[e.sq%uint64(len(qp.sq))]
+		w.state, w.status, w.byteLen = wqeDone, ibv.WCSuccess, byteLen
+	}
+	copy(qp.orq, qp.orq[1:])
+	qp.orq = qp.orq[:len(qp.orq)-1]
+	qp.retireLocked()
+	qp.txCond.Signal() // an ORD slot is free
 }

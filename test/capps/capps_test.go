@@ -191,7 +191,15 @@ func (e *env) start(dev string, extraEnv []string, args ...string) *app {
 	if dev != "" {
 		cmdArgs = append(cmdArgs, "--dev", dev)
 	}
-	a := &app{cmd: e.command(append(append(cmdArgs, "--"), args...)...), done: make(chan struct{})}
+	return e.launch(append(append(cmdArgs, "--"), args...), extraEnv)
+}
+
+// launch starts the command line in the namespace with the extra
+// environment, collecting its output; cleanup kills it (by PID) if it is
+// still running.
+func (e *env) launch(cmdArgs, extraEnv []string) *app {
+	e.t.Helper()
+	a := &app{cmd: e.command(cmdArgs...), done: make(chan struct{})}
 	a.cmd.Env = append(os.Environ(), extraEnv...)
 	a.cmd.Stdout, a.cmd.Stderr = lockedWriter{&a.mu, &a.stdout}, lockedWriter{&a.mu, &a.stderr}
 	if err := a.cmd.Start(); err != nil {

@@ -155,23 +155,7 @@ func (e *env) streamRun(t *testing.T, r *streamRun, port int) {
 // startRsockets runs a program through siwtun exec --rsockets.
 func (e *env) startRsockets(dev string, args ...string) *app {
 	e.t.Helper()
-	cmdArgs := append([]string{e.bin, "exec", "--rsockets", "--socket-dir", e.sockDir, "--dev", dev, "--"}, args...)
-	a := &app{cmd: e.command(cmdArgs...), done: make(chan struct{})}
-	a.cmd.Env = os.Environ()
-	a.cmd.Stdout, a.cmd.Stderr = lockedWriter{&a.mu, &a.stdout}, lockedWriter{&a.mu, &a.stderr}
-	if err := a.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { a.err = a.cmd.Wait(); close(a.done) }()
-	e.t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			a.cmd.Process.Kill()
-			<-a.done
-		}
-	})
-	return a
+	return e.launch(append([]string{e.bin, "exec", "--rsockets", "--socket-dir", e.sockDir, "--dev", dev, "--"}, args...), nil)
 }
 
 // octetsRx is what a daemon's MPA layer has received (mpaOctetsRx).
