@@ -81,11 +81,17 @@ func (e *env) runCLib(t *testing.T) {
 		pcap := filepath.Join(e.out, fmt.Sprintf("clib-ib_write_bw-%s.pcap", map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
 		c := startCapture(t, e.netns, pcap)
 		fig, err := e.clibWriteBW(t, d, dir)
-		if errors.Is(err, errDisagree) {
+		// Once in four full runs, the VM's ib_write_bw client, its report
+		// printed, failed the closing exchange ("Bad wc status 2") after
+		// the host's server had gone: the teardown race of perftest -R
+		// against a server that ends first. Such a run is run once more,
+		// and says so.
+		if errors.Is(err, errDisagree) || (err != nil && strings.Contains(err.Error(), "Bad wc status")) {
 			t.Logf("%s: %v; running it again", scenario, err)
+			first := err
 			var again string
 			again, err = e.clibWriteBW(t, d, dir)
-			fig = again + " (the first run disagreed: " + fig + ")"
+			fig = again + " (a first run failed: " + first.Error() + ")"
 		}
 		captured, cerr := c.finish()
 		var figs string
