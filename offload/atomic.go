@@ -42,7 +42,7 @@ import (
 // request and enters it in the ORQ before the request goes out.
 func (qp *QP) prepareAtomicLocked(w *sendWQE, pos uint64) ibv.WCStatus {
 	s := w.sgl[0]
-	r, ok := qp.dev.regions.Lookup(s.LKey)
+	r, ok := qp.dev.regions.LookupMR(s.LKey)
 	if !ok || r.pd != qp.pd {
 		return ibv.WCLocProtErr
 	}
@@ -143,7 +143,7 @@ func (r *rxState) atomicRequest() error {
 	}
 	r.readMSN++
 	r.lastWrite = 0
-	word, code, err := qp.atomicTarget(&m)
+	reg, word, code, err := qp.atomicTarget(&m)
 	if err != nil {
 		return r.fail(code, 0, err)
 	}
@@ -155,7 +155,18 @@ func (r *rxState) atomicRequest() error {
 		return r.fail(rdmap.TermRDMAPCatastrophicStream, 0, fmt.Errorf("Atomic Request beyond IRD %d (shared with RDMA Reads)", ird))
 	}
 	qp.mu.Unlock()
-	old := applyAtomic(word, &m)
+	// Under the region's gate, as a Write's placement: no atomic
+	// changes a region or window once its invalidation has returned.
+	reg.gate.RLock()
+	valid := reg.valid
+	var old uint64
+	if valid {
+		old = applyAtomic(word, &m)
+	}
+	reg.gate.RUnlock()
+	if !valid {
+		return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("atomic %v on STag 0x%08x, invalidated meanwhile", m.Op, m.STag))
+	}
 	qp.stats.AtomicsRx.Add(1)
 	qp.mu.Lock()
 	if qp.state == ibv.QPErr {
@@ -171,33 +182,35 @@ func (r *rxState) atomicRequest() error {
 // atomicTarget checks an Atomic Request's target and returns the word it
 // operates on, or the Terminate code and the reason. A misaligned TO is a
 // base-or-bounds violation: the request names no word an atomic may reach.
-func (qp *QP) atomicTarget(m *rdmap.AtomicRequest) (*uint64, rdmap.Code, error) {
+func (qp *QP) atomicTarget(m *rdmap.AtomicRequest) (*Region, *uint64, rdmap.Code, error) {
 	if !m.Op.Valid() {
-		return nil, rdmap.TermRDMAPUnexpectedOp, fmt.Errorf("Atomic Request with unknown %v", m.Op)
+		return nil, nil, rdmap.TermRDMAPUnexpectedOp, fmt.Errorf("Atomic Request with unknown %v", m.Op)
 	}
 	reg, ok := qp.dev.regions.Lookup(m.STag)
 	switch {
 	case !ok:
-		return nil, rdmap.TermRDMAPInvalidSTag, fmt.Errorf("atomic %v on invalid STag 0x%08x", m.Op, m.STag)
+		return nil, nil, rdmap.TermRDMAPInvalidSTag, fmt.Errorf("atomic %v on invalid STag 0x%08x", m.Op, m.STag)
 	case reg.pd != qp.pd:
-		return nil, rdmap.TermRDMAPStagNotAssoc, fmt.Errorf("atomic %v on STag 0x%08x of another protection domain", m.Op, m.STag)
+		return nil, nil, rdmap.TermRDMAPStagNotAssoc, fmt.Errorf("atomic %v on STag 0x%08x of another protection domain", m.Op, m.STag)
+	case reg.qpn != 0 && reg.qpn != qp.num:
+		return nil, nil, rdmap.TermRDMAPStagNotAssoc, fmt.Errorf("atomic %v on type 2 window 0x%08x bound to QP %d", m.Op, m.STag, reg.qpn)
 	case reg.access&ibv.AccessRemoteAtomic == 0:
-		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("atomic %v on STag 0x%08x without REMOTE_ATOMIC (%v)", m.Op, m.STag, reg.access)
+		return nil, nil, rdmap.TermRDMAPAccess, fmt.Errorf("atomic %v on STag 0x%08x without REMOTE_ATOMIC (%v)", m.Op, m.STag, reg.access)
 	case m.TO%rdmap.AtomicAlign != 0:
-		return nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: not %d-byte aligned", m.Op, m.TO, rdmap.AtomicAlign)
+		return nil, nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: not %d-byte aligned", m.Op, m.TO, rdmap.AtomicAlign)
 	}
 	b, ok := reg.slice(m.TO, rdmap.AtomicAlign)
 	if !ok {
-		return nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x outside STag 0x%08x [0x%x, +%d)", m.Op, m.TO, m.STag, reg.addr, len(reg.buf))
+		return nil, nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x outside STag 0x%08x [0x%x, +%d)", m.Op, m.TO, m.STag, reg.addr, len(reg.buf))
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	if uintptr(p)%rdmap.AtomicAlign != 0 {
 		// The region's memory is not mapped 8-byte aligned to its
 		// addresses (a region registered at an odd offset of its
 		// buffer): the word cannot be reached atomically.
-		return nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: the region's memory is not 8-byte aligned there", m.Op, m.TO)
+		return nil, nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: the region's memory is not 8-byte aligned there", m.Op, m.TO)
 	}
-	return (*uint64)(p), 0, nil
+	return reg, (*uint64)(p), 0, nil
 }
 
 // applyAtomic performs m on the word and returns its original value. The

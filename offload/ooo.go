@@ -154,9 +154,10 @@ func (pl *oooPlacer) place(u []byte, at uint32) {
 		return
 	}
 	var dst []byte
+	var reg *Region
 	switch op {
 	case rdmap.OpWrite:
-		dst, _, err = qp.writeSink(&h, len(payload))
+		reg, dst, _, err = qp.writeSink(&h, len(payload))
 	case rdmap.OpReadResponse:
 		dst = pl.readSinkLocked(&h, len(payload))
 	}
@@ -164,7 +165,14 @@ func (pl *oooPlacer) place(u []byte, at uint32) {
 		pl.mu.Unlock()
 		return
 	}
-	copy(dst, payload)
+	if reg != nil {
+		if _, ok := reg.placeInto(dst, payload); !ok {
+			pl.mu.Unlock()
+			return
+		}
+	} else {
+		copy(dst, payload)
+	}
 	pl.mu.Unlock()
 	qp.stats.PlacedOOOFPDUs.Add(1)
 	qp.stats.PlacedOOOBytes.Add(uint64(len(payload)))

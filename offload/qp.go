@@ -47,9 +47,10 @@ type sendWQE struct {
 	rkey      uint32
 	invRKey   uint32
 	imm       uint32
-	cmpAdd    uint64 // an atomic's compare_add
-	swap      uint64 // an atomic's swap
-	reqID     uint32 // an atomic's Request Identifier (set when it enters the ORQ)
+	bind      ibv.MWBind // a WRBindMW's binding
+	cmpAdd    uint64     // an atomic's compare_add
+	swap      uint64     // an atomic's swap
+	reqID     uint32     // an atomic's Request Identifier (set when it enters the ORQ)
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -353,7 +354,7 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		w := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		w.id, w.op, w.flags = wr.ID, wr.Opcode, wr.Flags
 		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
-		w.cmpAdd, w.swap = wr.CompareAdd, wr.Swap
+		w.cmpAdd, w.swap, w.bind = wr.CompareAdd, wr.Swap, wr.Bind
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0

@@ -135,9 +135,11 @@ type rxState struct {
 	ulpduLen int
 	h        ddp.Header
 	op       rdmap.Opcode
-	aborted  bool   // the FPDU arrived in ERR: dropped (headerDone)
-	payload  int    // payload bytes of this segment
-	dst      []byte // rxPlace: where the payload goes
+	aborted  bool    // the FPDU arrived in ERR: dropped (headerDone)
+	payload  int     // payload bytes of this segment
+	dst      []byte  // rxPlace: where the payload goes
+	dstReg   *Region // rxPlace: the region or window an RDMA Write places into (nil: a Read Response's sink)
+	dstGone  bool    // dstReg was invalidated while the segment was being placed
 	dstOff   int
 
 	// The Send message in progress (QN 0), kept across FPDUs: sendActive
@@ -208,6 +210,7 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 	r.inFPDU, r.deferred = true, nil
 	r.phase, r.have, r.need = rxDDPLen, 0, 2
 	r.dst, r.dstOff, r.payload = nil, 0, 0
+	r.dstReg, r.dstGone = nil, false
 	if r.place != nil {
 		r.place.begin(r.mpa.FPDUStart())
 	}
@@ -252,10 +255,10 @@ func (r *rxState) ULPDU(p []byte) error {
 		case rxPlace:
 			if pl := r.place; pl != nil {
 				pl.mu.Lock()
-				r.dstOff += copy(r.dst[r.dstOff:], p)
+				r.placeChunk(p)
 				pl.mu.Unlock()
 			} else {
-				r.dstOff += copy(r.dst[r.dstOff:], p)
+				r.placeChunk(p)
 			}
 		case rxScatter:
 			r.scatter(p)
@@ -263,6 +266,23 @@ func (r *rxState) ULPDU(p []byte) error {
 		return nil // rxDiscard drops it
 	}
 	return nil
+}
+
+// placeChunk copies payload octets to where the segment's header says:
+// an RDMA Write's through its region's gate (dstReg), dropping them once
+// the region was invalidated (dstGone: the Write is refused at the end of
+// the segment), a Read Response's into the Read's sink.
+func (r *rxState) placeChunk(p []byte) {
+	if r.dstReg == nil {
+		r.dstOff += copy(r.dst[r.dstOff:], p)
+		return
+	}
+	if r.dstGone {
+		return
+	}
+	n, ok := r.dstReg.placeInto(r.dst[r.dstOff:], p)
+	r.dstOff += n
+	r.dstGone = !ok
 }
 
 // scatter places Send payload across the receive's SGEs.

@@ -53,17 +53,22 @@ func (r *rxState) beginWrite() error {
 	if r.payload == 0 {
 		return nil
 	}
-	dst, code, err := r.qp.writeSink(&r.h, r.payload)
+	reg, dst, code, err := r.qp.writeSink(&r.h, r.payload)
 	if err != nil {
 		return r.fail(code, 0, err)
 	}
-	r.dst, r.phase = dst, rxPlace
+	r.dst, r.dstReg, r.phase = dst, reg, rxPlace
 	return nil
 }
 
 // endWrite counts a placed Write segment; the last one records the
 // message's length for an Immediate Data message behind it.
 func (r *rxState) endWrite() error {
+	if r.dstGone {
+		// The STag was invalidated while the segment was being placed:
+		// what arrived after the invalidation was dropped.
+		return r.fail(rdmap.TermDDPTaggedInvalidSTag, 0, fmt.Errorf("RDMA Write to STag 0x%08x, invalidated during its placement", r.h.STag))
+	}
 	r.qp.stats.PlacedBytes.Add(uint64(r.payload))
 	r.writeLen += uint64(r.payload)
 	if r.h.Last {
@@ -171,7 +176,14 @@ func (r *rxState) endSend() error {
 	if r.op.Invalidates() {
 		if err := r.invalidate(h.ULPData); err != nil {
 			r.sendActive = true // the receive completes with the error
-			return r.fail(rdmap.TermRDMAPCannotInvalidate, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
+			// As Linux siw: an STag the QP may not invalidate is a
+			// remote protection error, an invalid one a remote
+			// operation error; both "STag cannot be invalidated".
+			code := rdmap.TermRDMAPCannotInvalidate
+			if CannotInvalidate(err) {
+				code = rdmap.TermRDMAPProtCannotInvalidate
+			}
+			return r.fail(code, ibv.WCRemInvReqErr, fmt.Errorf("Send with Invalidate: %w", err))
 		}
 		inv = h.ULPData
 		qp.stats.Invalidations.Add(1)
@@ -232,25 +244,28 @@ func (r *rxState) beginTerminate() error {
 }
 
 // writeSink checks an RDMA Write of n payload octets (n > 0) against the
-// region its STag names — valid, same protection domain, REMOTE_WRITE,
-// inside its bounds — and returns the memory the payload goes to, or the
-// Terminate code and the reason. The in-order and the out-of-order paths
-// both place through it.
-func (qp *QP) writeSink(h *ddp.Header, n int) ([]byte, rdmap.Code, error) {
+// region or window its STag names — valid, same protection domain (and,
+// for a type 2 window, bound by this QP), REMOTE_WRITE, inside its bounds
+// — and returns it and the memory the payload goes to, or the Terminate
+// code and the reason. The in-order and the out-of-order paths both place
+// through it, and copy through the region's placeInto.
+func (qp *QP) writeSink(h *ddp.Header, n int) (*Region, []byte, rdmap.Code, error) {
 	reg, ok := qp.dev.regions.Lookup(h.STag)
 	switch {
 	case !ok:
-		return nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
+		return nil, nil, rdmap.TermDDPTaggedInvalidSTag, fmt.Errorf("RDMA Write to invalid STag 0x%08x", h.STag)
 	case reg.pd != qp.pd:
-		return nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
+		return nil, nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to STag 0x%08x of another protection domain", h.STag)
+	case reg.qpn != 0 && reg.qpn != qp.num:
+		return nil, nil, rdmap.TermDDPTaggedStagNotAssoc, fmt.Errorf("RDMA Write to type 2 window 0x%08x bound to QP %d", h.STag, reg.qpn)
 	case reg.access&ibv.AccessRemoteWrite == 0:
-		return nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
+		return nil, nil, rdmap.TermRDMAPAccess, fmt.Errorf("RDMA Write to STag 0x%08x without REMOTE_WRITE (%v)", h.STag, reg.access)
 	}
 	dst, ok := reg.slice(h.TO, uint64(n))
 	if !ok {
-		return nil, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", n, h.TO, h.STag, reg.addr, len(reg.buf))
+		return nil, nil, rdmap.TermDDPTaggedBaseBounds, fmt.Errorf("RDMA Write of %d bytes at TO 0x%x outside STag 0x%08x [0x%x, +%d)", n, h.TO, h.STag, reg.addr, len(reg.buf))
 	}
-	return dst, 0, nil
+	return reg, dst, 0, nil
 }
 
 // readResponseSink checks a Read Response of n payload octets against the
@@ -288,7 +303,7 @@ func (r *rxState) startSend() error {
 		if s.Length == 0 {
 			continue
 		}
-		reg, ok := qp.dev.regions.Lookup(s.LKey)
+		reg, ok := qp.dev.regions.LookupMR(s.LKey)
 		if !ok || reg.pd != qp.recvPD() {
 			return r.fail(rdmap.TermRDMAPLocalCatastrophic, ibv.WCLocProtErr, fmt.Errorf("receive WR %d: bad lkey 0x%08x", wqe.id, s.LKey))
 		}
@@ -313,7 +328,7 @@ func (r *rxState) invalidate(stag uint32) error {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()
 	}
-	return r.qp.dev.regions.Invalidate(stag, r.qp.pd)
+	return r.qp.dev.regions.InvalidateFrom(stag, r.qp.pd, r.qp.num)
 }
 
 // readRequest validates an inbound RDMA Read and queues its response.
@@ -333,6 +348,8 @@ func (r *rxState) readRequest() error {
 			return r.fail(rdmap.TermRDMAPInvalidSTag, 0, fmt.Errorf("RDMA Read of invalid STag 0x%08x", rr.SrcSTag))
 		case reg.pd != qp.pd:
 			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of STag 0x%08x of another protection domain", rr.SrcSTag))
+		case reg.qpn != 0 && reg.qpn != qp.num:
+			return r.fail(rdmap.TermRDMAPStagNotAssoc, 0, fmt.Errorf("RDMA Read of type 2 window 0x%08x bound to QP %d", rr.SrcSTag, reg.qpn))
 		case reg.access&ibv.AccessRemoteRead == 0:
 			return r.fail(rdmap.TermRDMAPAccess, 0, fmt.Errorf("RDMA Read of STag 0x%08x without REMOTE_READ (%v)", rr.SrcSTag, reg.access))
 		}

@@ -161,6 +161,20 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 	qp.irqBurst = 0
 	pos := qp.sqNext
 	qp.sqNext++
+	if w.op.Local() {
+		// A memory operation: done here, in send-queue order, with
+		// nothing on the wire. A failed one moves the QP to ERR.
+		st := qp.localOp(w)
+		w.state, w.status = wqeDone, st
+		qp.retireLocked()
+		if st != ibv.WCSuccess {
+			qp.localErrorLocked(st, fmt.Errorf("%v WR %d failed (%v)", w.op, w.id, st))
+			qp.mu.Unlock()
+			return false
+		}
+		qp.mu.Unlock()
+		return true
+	}
 	if w.responded() {
 		prepare := qp.prepareReadLocked
 		if w.op.Atomic() {
@@ -241,7 +255,7 @@ func (qp *QP) prepareReadLocked(w *sendWQE, pos uint64) ibv.WCStatus {
 	e := orqEntry{sq: pos}
 	if w.nsge == 1 {
 		s := w.sgl[0]
-		r, ok := qp.dev.regions.Lookup(s.LKey)
+		r, ok := qp.dev.regions.LookupMR(s.LKey)
 		if !ok || r.pd != qp.pd {
 			return ibv.WCLocProtErr
 		}
@@ -346,7 +360,7 @@ func (qp *QP) gather(w *sendWQE) (uint64, ibv.WCStatus) {
 		if s.Length == 0 {
 			continue
 		}
-		r, ok := qp.dev.regions.Lookup(s.LKey)
+		r, ok := qp.dev.regions.LookupMR(s.LKey)
 		if !ok || r.pd != qp.pd {
 			return 0, ibv.WCLocProtErr
 		}

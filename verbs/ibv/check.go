@@ -85,6 +85,21 @@ func CheckSendWR(wr *SendWR) error {
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != AtomicLen {
 			return fmt.Errorf("%w: %v needs one SGE of %d bytes for the result", ErrInvalidWR, wr.Opcode, AtomicLen)
 		}
+	case WRLocalInv, WRBindMW:
+		if wr.Flags&(FlagInline|FlagSolicited) != 0 {
+			return fmt.Errorf("%w: %v cannot be inline or solicited", ErrInvalidWR, wr.Opcode)
+		}
+		if len(wr.SGL) != 0 {
+			return fmt.Errorf("%w: %v takes no SGEs", ErrInvalidWR, wr.Opcode)
+		}
+		if wr.Opcode == WRBindMW {
+			if wr.Bind.RKey>>8 != wr.Bind.MW>>8 {
+				return fmt.Errorf("%w: bind gives window 0x%08x the rkey 0x%08x of another index", ErrInvalidWR, wr.Bind.MW, wr.Bind.RKey)
+			}
+			if wr.Bind.Access&^(AccessRemoteRead|AccessRemoteWrite|AccessRemoteAtomic) != 0 {
+				return fmt.Errorf("%w: window access %v: only REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC", ErrInvalidWR, wr.Bind.Access)
+			}
+		}
 	default:
 		return fmt.Errorf("%w: opcode %v not supported", ErrInvalidWR, wr.Opcode)
 	}

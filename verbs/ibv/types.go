@@ -20,7 +20,38 @@ const (
 	// AccessRemoteAtomic lets the peer operate on the region's 64-bit
 	// words with RFC 7306 atomics (Fetch-and-Add, Compare-and-Swap).
 	AccessRemoteAtomic Access = 8
+	// AccessMWBind lets memory windows be bound to the region
+	// (IBV_ACCESS_MW_BIND): a window's memory is a part of a region
+	// registered with it.
+	AccessMWBind Access = 16
 )
+
+// MWType is a memory window's type (enum ibv_mw_type).
+type MWType uint32
+
+// Memory window types.
+const (
+	// MWType1 is bound by ibv_bind_mw (MW.Bind), from any queue pair of
+	// its protection domain, and unbound by a zero-length bind; it is not
+	// invalidated by Local Invalidate or Send with Invalidate.
+	MWType1 MWType = 1
+	// MWType2 is bound by a WRBindMW work request and tied to the queue
+	// pair that bound it (type 2B): only that QP's peer reaches it, and
+	// it is invalidated by Local Invalidate or the peer's Send with
+	// Invalidate before it is bound again.
+	MWType2 MWType = 2
+)
+
+// String returns "TYPE_1", "TYPE_2" or "MW_TYPE(n)".
+func (t MWType) String() string {
+	switch t {
+	case MWType1:
+		return "TYPE_1"
+	case MWType2:
+		return "TYPE_2"
+	}
+	return fmt.Sprintf("MW_TYPE(%d)", uint32(t))
+}
 
 // String returns the rights as "LW|RW|RR".
 func (a Access) String() string {
@@ -37,7 +68,8 @@ func (a Access) String() string {
 	add(AccessRemoteWrite, "REMOTE_WRITE")
 	add(AccessRemoteRead, "REMOTE_READ")
 	add(AccessRemoteAtomic, "REMOTE_ATOMIC")
-	if rest := a &^ (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic); rest != 0 {
+	add(AccessMWBind, "MW_BIND")
+	if rest := a &^ (AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind); rest != 0 {
 		if s != "" {
 			s += "|"
 		}
@@ -75,6 +107,8 @@ const (
 	WRRead           WROpcode = 4 // IBV_WR_RDMA_READ
 	WRAtomicCmpSwap  WROpcode = 5 // IBV_WR_ATOMIC_CMP_AND_SWP
 	WRAtomicFetchAdd WROpcode = 6 // IBV_WR_ATOMIC_FETCH_AND_ADD
+	WRLocalInv       WROpcode = 7 // IBV_WR_LOCAL_INV: invalidate an MR's or a type 2 MW's STag (InvalidateRKey)
+	WRBindMW         WROpcode = 8 // IBV_WR_BIND_MW: bind a memory window (Bind)
 	WRSendWithInv    WROpcode = 9 // IBV_WR_SEND_WITH_INV
 )
 
@@ -97,6 +131,10 @@ func (o WROpcode) String() string {
 		return "ATOMIC_CMP_AND_SWP"
 	case WRAtomicFetchAdd:
 		return "ATOMIC_FETCH_AND_ADD"
+	case WRLocalInv:
+		return "LOCAL_INV"
+	case WRBindMW:
+		return "BIND_MW"
 	}
 	return fmt.Sprintf("WR_OPCODE(%d)", uint32(o))
 }
@@ -109,12 +147,20 @@ func (o WROpcode) WithImm() bool { return o == WRWriteWithImm || o == WRSendWith
 // ATOMIC_FETCH_AND_ADD).
 func (o WROpcode) Atomic() bool { return o == WRAtomicCmpSwap || o == WRAtomicFetchAdd }
 
+// Local reports whether o is a memory operation done by the local RNIC in
+// send-queue order with nothing on the wire (LOCAL_INV, BIND_MW).
+func (o WROpcode) Local() bool { return o == WRLocalInv || o == WRBindMW }
+
 // WC returns the opcode of the completion of a send request with opcode
 // o, as libibverbs providers give it: RDMA_WRITE for both Writes,
-// RDMA_READ for a Read, COMP_SWAP and FETCH_ADD for the atomics, SEND for
-// every Send.
+// RDMA_READ for a Read, COMP_SWAP and FETCH_ADD for the atomics, BIND_MW
+// and LOCAL_INV for the memory operations, SEND for every Send.
 func (o WROpcode) WC() WCOpcode {
 	switch o {
+	case WRBindMW:
+		return WCBindMW
+	case WRLocalInv:
+		return WCLocalInv
 	case WRWrite, WRWriteWithImm:
 		return WCWrite
 	case WRRead:
@@ -155,6 +201,8 @@ const (
 	// remote word's original value is in the request's 8-byte SGE.
 	WCCompSwap WCOpcode = 3   // IBV_WC_COMP_SWAP
 	WCFetchAdd WCOpcode = 4   // IBV_WC_FETCH_ADD
+	WCBindMW   WCOpcode = 5   // IBV_WC_BIND_MW
+	WCLocalInv WCOpcode = 6   // IBV_WC_LOCAL_INV
 	WCRecv     WCOpcode = 128 // IBV_WC_RECV
 	// WCRecvRDMAWithImm completes the receive an RDMA Write with
 	// Immediate Data consumed (its Immediate Data message, RFC 7306).
@@ -178,6 +226,10 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -197,6 +249,7 @@ const (
 	WCLocQPOpErr    WCStatus = 2  // IBV_WC_LOC_QP_OP_ERR: local protocol error (bad CRC, framing)
 	WCLocProtErr    WCStatus = 4  // IBV_WC_LOC_PROT_ERR: bad local key or address
 	WCFlushErr      WCStatus = 5  // IBV_WC_WR_FLUSH_ERR: flushed when the QP entered the error state
+	WCMWBindErr     WCStatus = 6  // IBV_WC_MW_BIND_ERR: a bind or local invalidate broke a memory window rule
 	WCLocAccessErr  WCStatus = 8  // IBV_WC_LOC_ACCESS_ERR: local region lacks the right
 	WCRemInvReqErr  WCStatus = 9  // IBV_WC_REM_INV_REQ_ERR: the peer found the request invalid
 	WCRemAccessErr  WCStatus = 10 // IBV_WC_REM_ACCESS_ERR: the peer refused access (STag, bounds, rights)
@@ -302,13 +355,43 @@ type SendWR struct {
 	// WRAtomicCmpSwap compares with (libibverbs' compare_add); Swap is
 	// what WRAtomicCmpSwap stores when the word equals CompareAdd.
 	CompareAdd, Swap uint64
-	// InvalidateRKey is the peer's STag a Send with Invalidate invalidates.
+	// InvalidateRKey is the peer's STag a Send with Invalidate
+	// invalidates, or the local STag (an MR's, a type 2 MW's) a
+	// WRLocalInv invalidates.
 	InvalidateRKey uint32
+	// Bind is the binding of a WRBindMW (libibverbs' wr.bind_mw).
+	Bind MWBind
 	// ImmData is the immediate value of WRWriteWithImm and WRSendWithImm,
 	// as a number: libibverbs' imm_data holds it in network byte order
 	// (htonl(ImmData)), and the peer's completion carries the same value.
 	ImmData uint32
 }
+
+// MWBind binds a memory window (libibverbs' wr.bind_mw with its
+// bind_info): the window named by MW gets the rkey RKey and covers Length
+// bytes at tagged offset Addr of the region whose lkey is MRKey, with the
+// remote rights Access. RKey keeps the window's index (its upper 24 bits)
+// and takes the 8-bit key the consumer picks (ibv_inc_rkey). A type 1
+// window bound with Length 0 and no region (MRKey 0) is unbound.
+type MWBind struct {
+	// MW is the window's rkey (any key of it: the index names it).
+	MW uint32
+	// RKey is the window's rkey once bound.
+	RKey uint32
+	// MRKey is the lkey of the region the window lies in.
+	MRKey uint32
+	// Addr and Length are the window's tagged offset and size.
+	Addr, Length uint64
+	// Access is the window's rights: REMOTE_READ, REMOTE_WRITE,
+	// REMOTE_ATOMIC.
+	Access Access
+	// Type1 marks the bind of a type 1 window (ibv_bind_mw posts it).
+	Type1 bool
+}
+
+// IncRKey returns rkey with its 8-bit key incremented (ibv_inc_rkey):
+// the rkey a window's next bind gives it.
+func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 
 // RecvWR is a receive-queue work request (struct ibv_recv_wr).
 type RecvWR struct {
