@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       5
+#define SW_VERSION                       6
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2
@@ -36,6 +36,8 @@
 #define SW_OP_MODIFY_SRQ                 0x16
 #define SW_OP_QUERY_SRQ                  0x17
 #define SW_OP_REREG_MR                   0x18
+#define SW_OP_ALLOC_MW                   0x19
+#define SW_OP_DEALLOC_MW                 0x1a
 #define SW_EV_QP                         1
 #define SW_EV_DEVICE_REMOVED             2
 #define SW_EV_SRQ                        3
@@ -96,6 +98,10 @@
 #define SW_SQE_INLINE                    136
 #define SW_SQE_COMPARE_ADD               136
 #define SW_SQE_SWAP                      144
+#define SW_SQE_BIND_LENGTH               136
+#define SW_SQE_BIND_MR_LKEY              144
+#define SW_SQE_BIND_ACCESS               148
+#define SW_SQE_BIND_TYPE1                152
 #define SW_RQE_SIZE                      112
 #define SW_RQE_NSGE                      4
 #define SW_RQE_ID                        8

@@ -94,6 +94,22 @@ type srq struct{ *offload.SRQ }
 
 func (s srq) Query() (verbs.SRQAttr, error) { return s.SRQ.Query(), nil }
 
+func (p *pd) AllocMW(typ verbs.MWType) (verbs.ProviderMW, uint32, error) {
+	w, err := p.dev.eng.Regions().AllocMW(p.handle, typ)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &mw{regions: p.dev.eng.Regions(), stag: w.STag()}, w.STag(), nil
+}
+
+// mw is a memory window of the engine's table, named by its index.
+type mw struct {
+	regions *offload.Regions
+	stag    uint32
+}
+
+func (m *mw) Dealloc() error { return m.regions.DeallocMW(m.stag) }
+
 type mr struct {
 	regions *offload.Regions
 	stag    uint32

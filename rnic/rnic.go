@@ -95,7 +95,7 @@ func Query(eng *offload.Device) verbs.DeviceAttr {
 		MaxCQ: cfg.MaxQP * 2, MaxCQE: verbs.MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
 		MaxQPRdAtom: verbs.MaxIRDORD, MaxQPInitRdAtom: verbs.MaxIRDORD, MaxInline: verbs.MaxInline,
 		MTU: eng.Stack().MTU(), MaxSRQ: eng.MaxSRQ(), MaxSRQWR: verbs.MaxQPWR, MaxSRQSGE: verbs.MaxSGE,
-		AtomicCap: atomicCap(cfg.RDMAPExt),
+		AtomicCap: atomicCap(cfg.RDMAPExt), MaxMW: cfg.MaxMR,
 	}
 }
 

@@ -40,7 +40,7 @@ func TestAliasDocsListFields(t *testing.T) {
 	}
 	for name, v := range map[string]any{
 		"SGE": verbs.SGE{}, "SendWR": verbs.SendWR{}, "RecvWR": verbs.RecvWR{},
-		"WorkCompletion": verbs.WorkCompletion{}, "ConnParam": verbs.ConnParam{}, "Event": verbs.Event{},
+		"WorkCompletion": verbs.WorkCompletion{}, "ConnParam": verbs.ConnParam{}, "Event": verbs.Event{}, "MWBind": verbs.MWBind{},
 	} {
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {

@@ -121,6 +121,9 @@ type DeviceAttr struct {
 	// (toward peers that announce them), AtomicNone when its RDMAP
 	// extensions are off.
 	AtomicCap AtomicCap
+	// MaxMW is the memory windows (types 1 and 2) the device holds; they
+	// share the region table with the memory regions (MaxMR).
+	MaxMW int
 }
 
 // VendorID is siwtun's vendor id in DeviceAttr ("siw" in ASCII: a software
@@ -183,6 +186,7 @@ type PD struct {
 	mrs    map[*MR]struct{}
 	qps    map[*QP]struct{}
 	srqs   map[*SRQ]struct{}
+	mws    map[*MW]struct{}
 	freed  bool // guarded by dev.mu
 }
 
@@ -212,7 +216,7 @@ func (d *Device) AllocPD() (*PD, error) {
 		be.Dealloc()
 		return nil, fmt.Errorf("alloc PD: %w", ErrDestroyed)
 	}
-	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{}), srqs: make(map[*SRQ]struct{})}
+	pd := &PD{dev: d, be: be, handle: handle, mrs: make(map[*MR]struct{}), qps: make(map[*QP]struct{}), srqs: make(map[*SRQ]struct{}), mws: make(map[*MW]struct{})}
 	d.pds[pd] = struct{}{}
 	return pd, nil
 }
@@ -220,7 +224,7 @@ func (d *Device) AllocPD() (*PD, error) {
 // Handle is the PD's number.
 func (pd *PD) Handle() uint32 { return pd.handle }
 
-// Dealloc frees the PD; it fails with ErrBusy while regions, QPs or SRQs
+// Dealloc frees the PD; it fails with ErrBusy while regions, windows, QPs or SRQs
 // remain.
 func (pd *PD) Dealloc() error {
 	d := pd.dev
@@ -229,9 +233,9 @@ func (pd *PD) Dealloc() error {
 		d.mu.Unlock()
 		return fmt.Errorf("dealloc PD %d: %w", pd.handle, ErrDestroyed)
 	}
-	if len(pd.mrs) > 0 || len(pd.qps) > 0 || len(pd.srqs) > 0 {
+	if len(pd.mrs) > 0 || len(pd.qps) > 0 || len(pd.srqs) > 0 || len(pd.mws) > 0 {
 		d.mu.Unlock()
-		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d QPs, %d SRQs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.qps), len(pd.srqs))
+		return fmt.Errorf("dealloc PD %d: %w (%d MRs, %d MWs, %d QPs, %d SRQs)", pd.handle, ErrBusy, len(pd.mrs), len(pd.mws), len(pd.qps), len(pd.srqs))
 	}
 	pd.freed = true
 	delete(d.pds, pd)
@@ -256,6 +260,12 @@ func (pd *PD) destroyAll() {
 	d.mu.Unlock()
 	for _, s := range srqs {
 		s.Destroy()
+	}
+	d.mu.Lock()
+	mws := slices.Collect(maps.Keys(pd.mws))
+	d.mu.Unlock()
+	for _, mw := range mws { // before the regions they are bound to
+		mw.Dealloc()
 	}
 	for _, mr := range mrs {
 		mr.Dereg()
@@ -323,7 +333,8 @@ func (mr *MR) SGE(off, n int) SGE {
 }
 
 // Dereg deregisters the region (ibv_dereg_mr): its STag is invalid from now
-// on, for local requests and for peers.
+// on, for local requests and for peers. A region with memory windows bound
+// to it stays registered (ErrBusy).
 func (mr *MR) Dereg() error {
 	if err := mr.be.Dereg(); err != nil {
 		return fmt.Errorf("dereg MR: %w", err)

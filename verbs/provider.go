@@ -41,6 +41,8 @@ type ProviderPD interface {
 	CreateQP(send, recv ProviderCQ, attr QPInitAttr) (ProviderQP, error)
 	// CreateSRQ creates a shared receive queue.
 	CreateSRQ(attr SRQAttr) (ProviderSRQ, error)
+	// AllocMW allocates a memory window of type typ and returns its rkey.
+	AllocMW(typ MWType) (ProviderMW, uint32, error)
 	// Dealloc frees the PD; the front has checked it is unused.
 	Dealloc() error
 }
@@ -52,6 +54,12 @@ type ProviderMR interface {
 	// Rereg makes the region's STag name buf at tagged offset iova in pd
 	// (whose handle is pdHandle) with access (MR.Rereg).
 	Rereg(pd ProviderPD, pdHandle uint32, buf []byte, iova uint64, access Access) error
+}
+
+// ProviderMW is a memory window's backend.
+type ProviderMW interface {
+	// Dealloc invalidates the window's STag and frees it.
+	Dealloc() error
 }
 
 // ProviderCQ is a completion queue's backend. One that the in-process

@@ -58,7 +58,7 @@ func DialPath(path string) (*Device, error) {
 		MaxCQ: int(h.MaxCQ), MaxCQE: int(h.MaxCQE), MaxMR: int(h.MaxMR), MaxPD: int(h.MaxPD),
 		MaxQPRdAtom: int(h.MaxQPRdAtom), MaxQPInitRdAtom: int(h.MaxQPInitRdAtom), MaxInline: int(h.MaxInline), MTU: int(h.MTU),
 		MaxSRQ: int(h.MaxSRQ), MaxSRQWR: int(h.MaxSRQWR), MaxSRQSGE: int(h.MaxSRQSGE),
-		AtomicCap: AtomicCap(h.AtomicCap)}
+		AtomicCap: AtomicCap(h.AtomicCap), MaxMW: int(h.MaxMW)}
 	return NewDevice(rd), nil
 }
 
@@ -551,6 +551,24 @@ func (pd *remotePD) RegMR(buf []byte, iova uint64, access Access) (ProviderMR, u
 		return nil, 0, err
 	}
 	return &remoteMR{dev: pd.dev, h: rep.Handle}, rep.STag, nil
+}
+
+func (pd *remotePD) AllocMW(typ MWType) (ProviderMW, uint32, error) {
+	var rep uabi.AllocMWReply
+	if _, err := pd.dev.call(context.Background(), uabi.OpAllocMW, &uabi.AllocMW{PD: pd.h, Type: uint32(typ)}, &rep); err != nil {
+		return nil, 0, err
+	}
+	return &remoteMW{dev: pd.dev, h: rep.Handle}, rep.RKey, nil
+}
+
+type remoteMW struct {
+	dev *remoteDevice
+	h   uint32
+}
+
+func (mw *remoteMW) Dealloc() error {
+	_, err := mw.dev.call(context.Background(), uabi.OpDeallocMW, &uabi.Ref{Handle: mw.h}, nil)
+	return releaseErr(err)
 }
 
 type remoteMR struct {

@@ -28,7 +28,35 @@ const (
 	AccessRemoteRead  = ibv.AccessRemoteRead
 	// AccessRemoteAtomic lets the peer's atomics operate on the region.
 	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	// AccessMWBind lets memory windows be bound to the region.
+	AccessMWBind = ibv.AccessMWBind
 )
+
+// MWType is a memory window's type (ibv_mw_type): MWType1 is bound with
+// MW.Bind and usable from any QP of its PD; MWType2 is bound by posting
+// WRBindMW and tied to the QP that bound it.
+type MWType = ibv.MWType
+
+// Memory window types.
+const (
+	MWType1 = ibv.MWType1
+	MWType2 = ibv.MWType2
+)
+
+// MWBind is the binding of a WRBindMW (SendWR.Bind; libibverbs'
+// wr.bind_mw):
+//
+//	MW     uint32 // the window's rkey (MW.RKey(), or any later one: its index names it)
+//	RKey   uint32 // the window's rkey once bound: its index and the consumer's 8-bit key (IncRKey)
+//	MRKey  uint32 // the lkey of the region (registered with AccessMWBind) the window lies in
+//	Addr   uint64 // the window's first byte, inside the region ...
+//	Length uint64 // ... and its size (0: a zero-length window)
+//	Access Access // AccessRemoteRead, AccessRemoteWrite, AccessRemoteAtomic
+//	Type1  bool   // a type 1 window's bind (MW.Bind sets it)
+type MWBind = ibv.MWBind
+
+// IncRKey returns rkey with its 8-bit key incremented (ibv_inc_rkey).
+func IncRKey(rkey uint32) uint32 { return ibv.IncRKey(rkey) }
 
 // AtomicCap is how a device performs atomics (ibv_atomic_cap).
 type AtomicCap = ibv.AtomicCap
@@ -59,6 +87,13 @@ const (
 	WRAtomicCmpSwap  = ibv.WRAtomicCmpSwap
 	WRAtomicFetchAdd = ibv.WRAtomicFetchAdd
 	WRSendWithInv    = ibv.WRSendWithInv
+	// WRLocalInv invalidates the local STag InvalidateRKey (a memory
+	// region's, or a type 2 window's bound by this QP), in send-queue
+	// order; it completes as WCLocalInv.
+	WRLocalInv = ibv.WRLocalInv
+	// WRBindMW binds the memory window SendWR.Bind names, in send-queue
+	// order; it completes as WCBindMW.
+	WRBindMW = ibv.WRBindMW
 )
 
 // SendFlags modify a send work request (ibv_send_flags).
@@ -86,6 +121,8 @@ const (
 	WCRead            = ibv.WCRead
 	WCCompSwap        = ibv.WCCompSwap
 	WCFetchAdd        = ibv.WCFetchAdd
+	WCBindMW          = ibv.WCBindMW
+	WCLocalInv        = ibv.WCLocalInv
 	WCRecv            = ibv.WCRecv
 	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 )
@@ -95,11 +132,14 @@ type WCStatus = ibv.WCStatus
 
 // Completion statuses.
 const (
-	WCSuccess      = ibv.WCSuccess
-	WCLocLenErr    = ibv.WCLocLenErr
-	WCLocQPOpErr   = ibv.WCLocQPOpErr
-	WCLocProtErr   = ibv.WCLocProtErr
-	WCFlushErr     = ibv.WCFlushErr
+	WCSuccess    = ibv.WCSuccess
+	WCLocLenErr  = ibv.WCLocLenErr
+	WCLocQPOpErr = ibv.WCLocQPOpErr
+	WCLocProtErr = ibv.WCLocProtErr
+	WCFlushErr   = ibv.WCFlushErr
+	// WCMWBindErr: a WRBindMW or WRLocalInv broke a memory window rule
+	// (the QP goes to ERR).
+	WCMWBindErr    = ibv.WCMWBindErr
 	WCLocAccessErr = ibv.WCLocAccessErr
 	WCRemInvReqErr = ibv.WCRemInvReqErr
 	WCRemAccessErr = ibv.WCRemAccessErr
@@ -148,13 +188,14 @@ type SGE = ibv.SGE
 // SendWR is a send work request (ibv_send_wr):
 //
 //	ID             uint64    // returned in the work completion
-//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead, WRWriteWithImm, WRSendWithImm, WRAtomicFetchAdd, WRAtomicCmpSwap
+//	Opcode         WROpcode  // WRSend, WRSendWithInv, WRWrite, WRRead, WRWriteWithImm, WRSendWithImm, WRAtomicFetchAdd, WRAtomicCmpSwap, WRLocalInv, WRBindMW
 //	Flags          SendFlags // FlagSignaled (a completion), FlagInline, FlagSolicited, FlagFence
 //	SGL            []SGE     // the local data: source of a Send or Write, sink of a Read (one element), an atomic's 8-byte result
 //	Inline         []byte    // the payload of a Send or Write posted with FlagInline (copied at post)
 //	RemoteAddr     uint64    // the peer's memory for Write, Read and atomics (8-byte aligned): its address ...
 //	RKey           uint32    // ... and its region's rkey (the peer's MR.RKey())
-//	InvalidateRKey uint32    // the peer's STag a WRSendWithInv invalidates
+//	InvalidateRKey uint32    // the peer's STag a WRSendWithInv invalidates, the local one a WRLocalInv does
+//	Bind           MWBind    // the window binding of a WRBindMW
 //	ImmData        uint32    // the immediate value of WRWriteWithImm, WRSendWithImm (libibverbs' imm_data is htonl of it)
 //	CompareAdd     uint64    // what WRAtomicFetchAdd adds, what WRAtomicCmpSwap compares with (compare_add)
 //	Swap           uint64    // what WRAtomicCmpSwap stores when the word equals CompareAdd
@@ -171,7 +212,7 @@ type RecvWR = ibv.RecvWR
 //
 //	ID              uint64   // the work request's ID
 //	Status          WCStatus // WCSuccess, or why it failed (WCFlushErr, WCRemAccessErr, ...)
-//	Opcode          WCOpcode // WCSend, WCWrite, WCRead, WCRecv, WCRecvRDMAWithImm
+//	Opcode          WCOpcode // WCSend, WCWrite, WCRead, WCBindMW, WCLocalInv, WCRecv, WCRecvRDMAWithImm
 //	VendorErr       uint32
 //	ByteLen         uint32   // bytes received (WCRecv), written (WCRecvRDMAWithImm) or moved
 //	QPNum           uint32   // the queue pair

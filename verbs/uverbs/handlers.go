@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,6 +42,10 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 		out, err = ss.regMR(req.(*uabi.RegMR), fds[0])
 	case uabi.OpDeregMR:
 		err = ss.deregMR(ref())
+	case uabi.OpAllocMW:
+		out, err = ss.allocMW(req.(*uabi.AllocMW))
+	case uabi.OpDeallocMW:
+		err = ss.deallocMW(ref())
 	case uabi.OpCreateCQ:
 		out, outFDs, err = ss.createCQ(req.(*uabi.CreateCQ))
 	case uabi.OpDestroyCQ:
@@ -100,7 +105,7 @@ func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
 		MaxMR: capAttr(a.MaxMR, l.MRs), MaxPD: capAttr(a.MaxPD, l.PDs), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
 		MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom), MaxInline: uint32(a.MaxInline), MTU: uint32(a.MTU),
 		MaxSRQ: capAttr(a.MaxSRQ, l.SRQs), MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSRQSGE),
-		AtomicCap: uint32(a.AtomicCap)}, nil
+		AtomicCap: uint32(a.AtomicCap), MaxMW: capAttr(a.MaxMW, l.MRs)}, nil
 }
 
 func (ss *session) allocPD() (uabi.Msg, error) {
@@ -178,14 +183,74 @@ func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 }
 
 func (ss *session) deregMR(h uint32) error {
-	mr, err := take[*sMR](ss, h, "MR")
+	// The STag goes first: a region with windows bound stays, and stays
+	// the session's (EBUSY).
+	mr, err := takeIf(ss, h, "MR", func(mr *sMR) error {
+		if err := mr.regions.Deregister(mr.stag); err != nil {
+			if errors.Is(err, offload.ErrBusy) {
+				return fail(uabi.StBusy, "%v", err)
+			}
+			return err
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	ss.mu.Lock()
 	mr.pd.users--
 	ss.mu.Unlock()
-	return mr.dereg()
+	mr.release()
+	return nil
+}
+
+func (ss *session) allocMW(req *uabi.AllocMW) (uabi.Msg, error) {
+	pd, err := get[*sPD](ss, req.PD, "PD")
+	if err != nil {
+		return nil, err
+	}
+	typ := ibv.MWType(req.Type)
+	if typ != ibv.MWType1 && typ != ibv.MWType2 {
+		return nil, fail(uabi.StError, "memory window type %d", req.Type)
+	}
+	cost := usage{mrs: 1} // windows share the region table and the MR limit
+	if err := ss.charge(cost); err != nil {
+		return nil, err
+	}
+	if err := ss.hold(req.PD, pd); err != nil {
+		ss.uncharge(cost)
+		return nil, err
+	}
+	undo := func() {
+		ss.mu.Lock()
+		ss.unchargeLocked(cost)
+		pd.users--
+		ss.mu.Unlock()
+	}
+	w, err := ss.srv.eng.Regions().AllocMW(pd.pd.Handle(), typ)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	mw := &sMW{pd: pd, regions: ss.srv.eng.Regions(), stag: w.STag()}
+	h, err := ss.add(mw)
+	if err != nil {
+		undo()
+		mw.dealloc()
+		return nil, err
+	}
+	return &uabi.AllocMWReply{Handle: h, RKey: w.STag()}, nil
+}
+
+func (ss *session) deallocMW(h uint32) error {
+	mw, err := take[*sMW](ss, h, "MW")
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	mw.pd.users--
+	ss.mu.Unlock()
+	return mw.dealloc()
 }
 
 func (ss *session) createCQ(req *uabi.CreateCQ) (uabi.Msg, []int, error) {

@@ -78,6 +78,8 @@ func costOf(o any) usage {
 		return usage{pds: 1}
 	case *sMR:
 		return usage{mrs: 1, mrBytes: o.length}
+	case *sMW:
+		return usage{mrs: 1}
 	case *sCQ:
 		return usage{cqs: 1, cqes: int(o.ring.Count())}
 	case *sQP:

@@ -368,6 +368,11 @@ func (ss *session) teardown() {
 		}
 	}
 	for _, o := range objs {
+		if mw, ok := o.(*sMW); ok {
+			mw.dealloc() // before the regions the windows are bound to
+		}
+	}
+	for _, o := range objs {
 		switch o := o.(type) {
 		case *sSRQ:
 			o.close()
@@ -439,16 +444,32 @@ type sMR struct {
 // QP of the PD can be in the middle of a copy from or to it.
 func (mr *sMR) dereg() error {
 	err := mr.regions.Deregister(mr.stag)
+	mr.release()
+	return err
+}
+
+// release unmaps the deregistered region's memory, once no QP of the PD
+// can be in the middle of a copy from or to it.
+func (mr *sMR) release() {
 	mr.pd.mu.Lock()
 	if mr.pd.qps > 0 {
 		mr.pd.zombies = append(mr.pd.zombies, mr.mapping)
 		mr.pd.mu.Unlock()
-		return err
+		return
 	}
 	mr.pd.mu.Unlock()
 	uabi.Unmap(mr.mapping)
-	return err
 }
+
+// sMW is a memory window, named by its STag's index.
+type sMW struct {
+	pd      *sPD
+	regions *offload.Regions
+	stag    uint32
+}
+
+// dealloc invalidates the window and frees its STag.
+func (mw *sMW) dealloc() error { return mw.regions.DeallocMW(mw.stag) }
 
 type sListener struct{ l *offload.Listener }
 

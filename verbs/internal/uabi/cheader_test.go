@@ -29,7 +29,7 @@ func TestCHeaderCompiles(t *testing.T) {
 	}
 	src := `#include "siwtun_uabi.h"
 #define ONE(kind, name) + 1
-_Static_assert(0 SIWTUN_HELLO_REPLY(ONE) == 22, "hello reply fields");
+_Static_assert(0 SIWTUN_HELLO_REPLY(ONE) == 23, "hello reply fields");
 _Static_assert(SIWTUN_OP_CANCEL == 19 && SIWTUN_CREATE_QP_REPLY_FDS == 2, "ops");
 int main(void) { return 0; }
 `

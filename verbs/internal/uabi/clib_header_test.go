@@ -66,6 +66,9 @@ func renderCLibHeader(t *testing.T) []byte {
 	def("SW_OP_MODIFY_SRQ", fmt.Sprintf("0x%x", OpModifySRQ))
 	def("SW_OP_QUERY_SRQ", fmt.Sprintf("0x%x", OpQuerySRQ))
 	def("SW_OP_REREG_MR", fmt.Sprintf("0x%x", OpReregMR))
+	// Memory windows (Version 6).
+	def("SW_OP_ALLOC_MW", fmt.Sprintf("0x%x", OpAllocMW))
+	def("SW_OP_DEALLOC_MW", fmt.Sprintf("0x%x", OpDeallocMW))
 	def("SW_EV_QP", EvQP)
 	def("SW_EV_DEVICE_REMOVED", EvDeviceRemoved)
 	def("SW_EV_SRQ", EvSRQ)
@@ -141,6 +144,20 @@ func renderCLibHeader(t *testing.T) []byte {
 	EncodeSQE(at, &ibv.SendWR{Opcode: ibv.WRAtomicCmpSwap, SGL: sgl[:1], CompareAdd: 0xf1f2f3f4f5f6f7f8, Swap: 0x8182838485868788})
 	def("SW_SQE_COMPARE_ADD", offsetOf(t, at, 0xf1f2f3f4f5f6f7f8, 8))
 	def("SW_SQE_SWAP", offsetOf(t, at, 0x8182838485868788, 8))
+	// A memory window bind: the window in the invalidate rkey, its new
+	// rkey in the rkey, its address in the remote address, the rest in
+	// the inline area.
+	bm := make([]byte, SQESize)
+	EncodeSQE(bm, &ibv.SendWR{Opcode: ibv.WRBindMW, Bind: ibv.MWBind{MW: 0x4142435a, RKey: 0x4142435b,
+		Addr: 0x2122232425262728, Length: 0xf1f2f3f4f5f6f7f8, MRKey: 0xc1c2c3c4, Access: 0x0e0d0c0b, Type1: true}})
+	if offsetOf(t, bm, 0x4142435a, 4) != offsetOf(t, sqe, 0x41424344, 4) || offsetOf(t, bm, 0x4142435b, 4) != offsetOf(t, sqe, 0x31323334, 4) ||
+		offsetOf(t, bm, 0x2122232425262728, 8) != offsetOf(t, sqe, 0x2122232425262728, 8) {
+		t.Fatal("SQE: a bind's window, rkey and address are not where the invalidate rkey, rkey and remote address are")
+	}
+	def("SW_SQE_BIND_LENGTH", offsetOf(t, bm, 0xf1f2f3f4f5f6f7f8, 8))
+	def("SW_SQE_BIND_MR_LKEY", offsetOf(t, bm, 0xc1c2c3c4, 4))
+	def("SW_SQE_BIND_ACCESS", offsetOf(t, bm, 0x0e0d0c0b, 4))
+	def("SW_SQE_BIND_TYPE1", offsetOf(t, bm, 0x0e0d0c0b, 4)+4)
 
 	// Receive queue entry.
 	rqe := make([]byte, RQESize)

@@ -52,6 +52,10 @@ type HelloReply struct {
 	// client may create, their depth and SGEs per receive (Version 4).
 	MaxSRQ, MaxSRQWR, MaxSRQSGE uint32
 	AtomicCap                   uint32 // ibv.AtomicCap (from Version 5 on)
+	// MaxMW is the memory windows this client may allocate (Version 6);
+	// they share the region table, and the client's MR limit, with its
+	// memory regions.
+	MaxMW uint32
 }
 
 // AllocPDReply is a new PD: its handle and its number.
@@ -75,6 +79,17 @@ type ReregMR struct {
 	Handle, PD           uint32
 	Offset, Length, IOVA uint64
 	Access               uint32 // ibv.Access
+}
+
+// AllocMW allocates a memory window of Type (ibv.MWType) in PD
+// (Version 6).
+type AllocMW struct {
+	PD, Type uint32
+}
+
+// AllocMWReply is the new window's handle and its first rkey.
+type AllocMWReply struct {
+	Handle, RKey uint32
 }
 
 // RegMRReply is the new region's handle and STag.

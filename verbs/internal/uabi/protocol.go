@@ -53,6 +53,8 @@ type OpInfo struct {
 //	22  ModifySRQ      ModifySRQ      0    ModifySRQReply  1
 //	23  QuerySRQ       Ref            0    QuerySRQReply   0
 //	24  ReregMR        ReregMR        1    Empty           0
+//	25  AllocMW        AllocMW        0    AllocMWReply    0
+//	26  DeallocMW      Ref            0    Empty           0
 //
 // RegMR's and ReregMR's requests carry the region's memfd; CreateCQ's reply the ring's
 // memfd and the notification eventfd, CreateQP's the rings' memfd and the
@@ -88,6 +90,8 @@ var Ops = []OpInfo{
 	{Op: OpModifySRQ, Name: "ModifySRQ", Request: &ModifySRQ{}, Reply: &ModifySRQReply{}, ReplyFDs: 1},
 	{Op: OpQuerySRQ, Name: "QuerySRQ", Request: &Ref{}, Reply: &QuerySRQReply{}},
 	{Op: OpReregMR, Name: "ReregMR", Request: &ReregMR{}, RequestFDs: 1, Reply: &Empty{}},
+	{Op: OpAllocMW, Name: "AllocMW", Request: &AllocMW{}, Reply: &AllocMWReply{}},
+	{Op: OpDeallocMW, Name: "DeallocMW", Request: &Ref{}, Reply: &Empty{}},
 }
 
 // EventInfo describes one kind of event.

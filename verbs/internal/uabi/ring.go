@@ -47,7 +47,11 @@ const (
 	// invalidate rkey u32 | id u64 | remote addr u64 | rkey u32 | imm data u32 |
 	// 6 SGEs {addr u64, length u32, lkey u32} | 256 bytes inline. An
 	// atomic (never inline) carries its operands in the inline area:
-	// compare_add u64 | swap u64 (sqeAtomic).
+	// compare_add u64 | swap u64. A BIND_MW carries the window's rkey in
+	// the invalidate rkey, its new rkey in rkey, the window's address in
+	// remote addr, and in the inline area: length u64 | MR lkey u32 |
+	// access u32 | type 1 u32 (0 or 1). A LOCAL_INV carries its STag in
+	// the invalidate rkey.
 	SQESize = 40 + ibv.MaxSGE*sgeSize + ibv.MaxInline
 	// sqeInline is where an SQE's inline data, or an atomic's operands,
 	// start.
@@ -224,6 +228,20 @@ func EncodeSQE(e []byte, wr *ibv.SendWR) {
 		le.PutUint64(e[sqeInline:], wr.CompareAdd)
 		le.PutUint64(e[sqeInline+8:], wr.Swap)
 	}
+	if wr.Opcode == ibv.WRBindMW {
+		b := &wr.Bind
+		le.PutUint32(e[12:], b.MW)
+		le.PutUint32(e[32:], b.RKey)
+		le.PutUint64(e[24:], b.Addr)
+		le.PutUint64(e[sqeInline:], b.Length)
+		le.PutUint32(e[sqeInline+8:], b.MRKey)
+		le.PutUint32(e[sqeInline+12:], uint32(b.Access))
+		t1 := uint32(0)
+		if b.Type1 {
+			t1 = 1
+		}
+		le.PutUint32(e[sqeInline+16:], t1)
+	}
 }
 
 // SQEBuf is the storage a decoded send request points into.
@@ -269,6 +287,14 @@ func DecodeSQE(e []byte, wr *ibv.SendWR, buf *SQEBuf) error {
 	wr.SGL = buf.SGL[:nsge]
 	if wr.Opcode.Atomic() {
 		wr.CompareAdd, wr.Swap = le.Uint64(e[sqeInline:]), le.Uint64(e[sqeInline+8:])
+	}
+	if wr.Opcode == ibv.WRBindMW {
+		wr.Bind = ibv.MWBind{
+			MW: wr.InvalidateRKey, RKey: wr.RKey, Addr: wr.RemoteAddr,
+			Length: le.Uint64(e[sqeInline:]), MRKey: le.Uint32(e[sqeInline+8:]),
+			Access: ibv.Access(le.Uint32(e[sqeInline+12:])), Type1: le.Uint32(e[sqeInline+16:]) == 1,
+		}
+		wr.InvalidateRKey, wr.RKey, wr.RemoteAddr = 0, 0, 0
 	}
 	return nil
 }

@@ -34,8 +34,9 @@ const (
 	// receive queues (the SRQ ops, CreateQP's SRQ, HelloReply's SRQ
 	// limits, SRQEvent), ReregMR. 5: atomics
 	// (their operands in the SQE's inline area), HelloReply carries
-	// AtomicCap.
-	Version = 5
+	// AtomicCap. 6: memory windows (AllocMW, DeallocMW, the SQE of
+	// BIND_MW and LOCAL_INV, HelloReply's MaxMW).
+	Version = 6
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -66,6 +67,8 @@ const (
 	OpModifySRQ
 	OpQuerySRQ
 	OpReregMR
+	OpAllocMW
+	OpDeallocMW
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.

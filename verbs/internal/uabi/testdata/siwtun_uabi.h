@@ -10,7 +10,7 @@
 #define SIWTUN_MSG_HEADER_LEN 12
 #define SIWTUN_MAX_MSG 4096
 #define SIWTUN_MAX_FDS 2
-#define SIWTUN_VERSION 5
+#define SIWTUN_VERSION 6
 #define SIWTUN_REPLY_BIT 0x8000
 #define SIWTUN_MAX_BYTES 1024
 #define SIWTUN_ADDR_SIZE 19
@@ -68,7 +68,8 @@
 	X(u32, max_srq) \
 	X(u32, max_srqwr) \
 	X(u32, max_srqsge) \
-	X(u32, atomic_cap)
+	X(u32, atomic_cap) \
+	X(u32, max_mw)
 #define SIWTUN_HELLO_REPLY_FDS 0
 
 /* AllocPD */
@@ -328,6 +329,25 @@
 #define SIWTUN_REREG_MR_REQUEST_FDS 1
 #define SIWTUN_REREG_MR_REPLY(X)
 #define SIWTUN_REREG_MR_REPLY_FDS 0
+
+/* AllocMW */
+#define SIWTUN_OP_ALLOC_MW 25
+#define SIWTUN_ALLOC_MW_REQUEST(X) \
+	X(u32, pd) \
+	X(u32, type)
+#define SIWTUN_ALLOC_MW_REQUEST_FDS 0
+#define SIWTUN_ALLOC_MW_REPLY(X) \
+	X(u32, handle) \
+	X(u32, r_key)
+#define SIWTUN_ALLOC_MW_REPLY_FDS 0
+
+/* DeallocMW */
+#define SIWTUN_OP_DEALLOC_MW 26
+#define SIWTUN_DEALLOC_MW_REQUEST(X) \
+	X(u32, handle)
+#define SIWTUN_DEALLOC_MW_REQUEST_FDS 0
+#define SIWTUN_DEALLOC_MW_REPLY(X)
+#define SIWTUN_DEALLOC_MW_REPLY_FDS 0
 
 /* QP event */
 #define SIWTUN_EV_QP 1
