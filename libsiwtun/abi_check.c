@@ -30,7 +30,8 @@ _Static_assert(SW_OP_HELLO == SIWTUN_OP_HELLO && SW_OP_ALLOC_PD == SIWTUN_OP_ALL
 		       SW_OP_ACCEPT == SIWTUN_OP_ACCEPT && SW_OP_REJECT == SIWTUN_OP_REJECT && SW_OP_CANCEL == SIWTUN_OP_CANCEL &&
 		       SW_OP_CREATE_SRQ == SIWTUN_OP_CREATE_SRQ && SW_OP_DESTROY_SRQ == SIWTUN_OP_DESTROY_SRQ &&
 		       SW_OP_MODIFY_SRQ == SIWTUN_OP_MODIFY_SRQ && SW_OP_QUERY_SRQ == SIWTUN_OP_QUERY_SRQ &&
-		       SW_OP_REREG_MR == SIWTUN_OP_REREG_MR,
+		       SW_OP_REREG_MR == SIWTUN_OP_REREG_MR && SW_OP_ALLOC_MW == SIWTUN_OP_ALLOC_MW &&
+		       SW_OP_DEALLOC_MW == SIWTUN_OP_DEALLOC_MW,
 	       "ops");
 _Static_assert(SW_ST_OK == SIWTUN_ST_OK && SW_ST_ERROR == SIWTUN_ST_ERROR && SW_ST_REJECTED == SIWTUN_ST_REJECTED &&
 		       SW_ST_REMOVED == SIWTUN_ST_REMOVED && SW_ST_CANCELED == SIWTUN_ST_CANCELED &&
@@ -43,9 +44,9 @@ _Static_assert(SW_RING_HEADER_SIZE == SIWTUN_RING_HEADER_SIZE && SW_RING_MAGIC =
 		       SW_NOTIFY_SOLICITED == SIWTUN_NOTIFY_SOLICITED,
 	       "rings");
 /* Fixed parts, in bytes, of what libsiwtun writes and reads field by field. */
-_Static_assert(0 SIWTUN_HELLO_REQUEST(SIZE) == 4 && 0 SIWTUN_HELLO_REPLY(ONE) == 22 &&
-		       0 SIWTUN_HELLO_REPLY(SIZE) == 4 + 2 + 2 + 8 + 18 * 4,
-	       "Hello: version, name, firmware, GUID, 18 u32s (device.c, sw.h SW_A_COUNT)");
+_Static_assert(0 SIWTUN_HELLO_REQUEST(SIZE) == 4 && 0 SIWTUN_HELLO_REPLY(ONE) == 23 &&
+		       0 SIWTUN_HELLO_REPLY(SIZE) == 4 + 2 + 2 + 8 + 19 * 4,
+	       "Hello: version, name, firmware, GUID, 19 u32s (device.c, sw.h SW_A_COUNT)");
 _Static_assert(0 SIWTUN_ALLOC_PD_REPLY(SIZE) == 8, "AllocPD");
 _Static_assert(0 SIWTUN_REG_MR_REQUEST(SIZE) == 4 + 8 + 8 + 8 + 4 && SIWTUN_REG_MR_REQUEST_FDS == 1 &&
 		       0 SIWTUN_REG_MR_REPLY(SIZE) == 8,
@@ -77,6 +78,8 @@ _Static_assert(0 SIWTUN_MODIFY_SRQ_REQUEST(SIZE) == 4 * 4 && 0 SIWTUN_MODIFY_SRQ
 _Static_assert(0 SIWTUN_QUERY_SRQ_REPLY(SIZE) == 3 * 4, "QuerySRQ (srq.c)");
 _Static_assert(0 SIWTUN_REREG_MR_REQUEST(SIZE) == 4 + 4 + 8 + 8 + 8 + 4 && SIWTUN_REREG_MR_REQUEST_FDS == 1,
 	       "ReregMR (rereg.c)");
+_Static_assert(0 SIWTUN_ALLOC_MW_REQUEST(SIZE) == 2 * 4 && 0 SIWTUN_ALLOC_MW_REPLY(SIZE) == 2 * 4,
+	       "AllocMW (verbs.c)");
 _Static_assert(0 SIWTUN_SRQ_EVENT(SIZE) == 2 * 4 && SW_SRQEV_LIMIT_REACHED == 5, "SRQ event (device.c)");
 
 /* ISO C wants a translation unit to declare something. */

@@ -54,7 +54,7 @@ static const char *socket_dir(void)
 	return d && *d ? d : "/run/siwtun";
 }
 
-_Static_assert(SW_A_COUNT == 18, "Hello's u32s (abi_check.c)");
+_Static_assert(SW_A_COUNT == 19, "Hello's u32s (abi_check.c)");
 
 /* Hello: the device's name, firmware, GUID and limits. */
 static int hello(struct sw_conn *c, struct sw_device *d)
@@ -485,6 +485,9 @@ SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.post_send = sw_ctx_post_send;
 	c->ops.post_recv = sw_ctx_post_recv;
 	c->ops.post_srq_recv = sw_ctx_post_srq_recv;
+	c->ops.alloc_mw = sw_ctx_alloc_mw;
+	c->ops.bind_mw = sw_ctx_bind_mw;
+	c->ops.dealloc_mw = sw_ctx_dealloc_mw;
 	return c;
 }
 
@@ -529,6 +532,12 @@ SW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_at
 	a->max_srq_wr = (int)d->attr[SW_A_MAX_SRQ_WR];
 	a->max_srq_sge = (int)d->attr[SW_A_MAX_SRQ_SGE];
 	a->device_cap_flags |= IBV_DEVICE_SRQ_RESIZE; /* ibv_modify_srq's IBV_SRQ_MAX_WR */
+	/* Memory windows: type 1 (ibv_bind_mw) and type 2B (IBV_WR_BIND_MW,
+	 * tied to the binding QP); they share the region table with the
+	 * memory regions. */
+	a->max_mw = (int)d->attr[SW_A_MAX_MW];
+	if (a->max_mw > 0)
+		a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	/* IBV_ATOMIC_HCA when the daemon does RFC 7306 atomics (toward peers
 	 * that announce them), IBV_ATOMIC_NONE with its extensions off. */
 	a->atomic_cap = d->attr[SW_A_ATOMIC_CAP] == IBV_ATOMIC_HCA ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE;

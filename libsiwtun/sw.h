@@ -130,6 +130,7 @@ enum { /* indexes of sw_device.attr (Hello's order) */
 	SW_A_MAX_QP_INIT_RD_ATOM, SW_A_MAX_INLINE, SW_A_MTU,
 	SW_A_MAX_SRQ, SW_A_MAX_SRQ_WR, SW_A_MAX_SRQ_SGE, /* protocol version 4 */
 	SW_A_ATOMIC_CAP,                                 /* protocol version 5 */
+	SW_A_MAX_MW,                                     /* protocol version 6 */
 	SW_A_COUNT
 };
 
@@ -150,7 +151,7 @@ struct sw_device {
 	char ctl[512];  /* the control socket */
 	uint64_t guid;
 	char fw[64];
-	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap */
+	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap, max_mw */
 	int mtu;
 	int naddrs;
 	struct sockaddr_storage addrs[SW_MAX_ADDRS];
@@ -208,6 +209,17 @@ struct sw_mr {
 	uint64_t iova;       /* the tagged offset of its first byte (rereg.c) */
 	unsigned int access; /* as registered (rereg.c) */
 };
+
+/* A memory window (verbs.c): the daemon's handle. */
+struct sw_mw {
+	struct ibv_mw mw;
+	uint32_t h;
+};
+
+/* The context ops of memory windows (verbs.c). */
+struct ibv_mw *sw_ctx_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int sw_ctx_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+int sw_ctx_dealloc_mw(struct ibv_mw *mw);
 
 /* The access flags reg_mr grants for access, or -1 with errno (verbs.c). */
 int sw_mr_access(unsigned int access);

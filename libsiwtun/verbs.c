@@ -141,14 +141,12 @@ SW_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 
 int sw_mr_access(unsigned int access)
 {
-	/* Optional bits are ignored when unsupported (rdma-core's rule);
-	 * memory-window binding names an operation this RNIC does not
-	 * offer, so granting it grants nothing. REMOTE_ATOMIC lets the peer's
-	 * RFC 7306 atomics operate on the region. */
+	/* Optional bits are ignored when unsupported (rdma-core's rule).
+	 * REMOTE_ATOMIC lets the peer's RFC 7306 atomics operate on the
+	 * region, MW_BIND lets memory windows be bound to it. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
-	access &= ~(unsigned int)IBV_ACCESS_MW_BIND;
 	if (access & ~(unsigned int)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				     IBV_ACCESS_REMOTE_ATOMIC)) {
+				     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)) {
 		errno = EOPNOTSUPP;
 		return -1;
 	}
@@ -392,6 +390,10 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 		return IBV_WC_COMP_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return IBV_WC_FETCH_ADD;
+	case IBV_WR_BIND_MW:
+		return IBV_WC_BIND_MW;
+	case IBV_WR_LOCAL_INV:
+		return IBV_WC_LOCAL_INV;
 	default:
 		return IBV_WC_SEND;
 	}
@@ -865,6 +867,19 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			else if ((flags & IBV_SEND_INLINE) || wr->num_sge != 1 || wr->sg_list[0].length != 8)
 				err = EINVAL;
 			break;
+		case IBV_WR_BIND_MW:
+			/* The window and its region belong to this context;
+			 * the daemon checks the rest when the QP performs it. */
+			if (!wr->bind_mw.mw || wr->bind_mw.mw->context != ibqp->context ||
+			    (wr->bind_mw.bind_info.mr && wr->bind_mw.bind_info.mr->context != ibqp->context) ||
+			    (wr->bind_mw.rkey >> 8) != (wr->bind_mw.mw->rkey >> 8))
+				err = EINVAL;
+			/* fallthrough */
+		case IBV_WR_LOCAL_INV:
+			/* Local memory operations: nothing inline, no SGEs. */
+			if (flags & (IBV_SEND_INLINE | IBV_SEND_SOLICITED))
+				err = EINVAL;
+			break;
 		default:
 			err = EINVAL;
 		}
@@ -879,6 +894,23 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		e[SW_SQE_OPCODE] = (uint8_t)wr->opcode;
+		if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
+			const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+			int bind = wr->opcode == IBV_WR_BIND_MW;
+			e[SW_SQE_NSGE] = 0;
+			put16(e + SW_SQE_INLINE_LEN, 0);
+			put32(e + SW_SQE_FLAGS, flags);
+			put64(e + SW_SQE_ID, wr->wr_id);
+			put32(e + SW_SQE_IMM_DATA, 0);
+			put32(e + SW_SQE_INV_RKEY, bind ? wr->bind_mw.mw->rkey : wr->invalidate_rkey);
+			put32(e + SW_SQE_RKEY, bind ? wr->bind_mw.rkey : 0);
+			put64(e + SW_SQE_REMOTE_ADDR, bind ? b->addr : 0);
+			put64(e + SW_SQE_BIND_LENGTH, bind ? b->length : 0);
+			put32(e + SW_SQE_BIND_MR_LKEY, bind && b->mr ? b->mr->lkey : 0);
+			put32(e + SW_SQE_BIND_ACCESS, bind ? b->mw_access_flags : 0);
+			put32(e + SW_SQE_BIND_TYPE1, bind && wr->bind_mw.mw->type == IBV_MW_TYPE_1);
+			goto publish;
+		}
 		if (flags & IBV_SEND_INLINE) {
 			size_t tot = 0;
 			for (int i = 0; i < wr->num_sge; i++)
@@ -914,6 +946,7 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		}
 		int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
 		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
+	publish:
 		st32(e, SW_OWNER_VALID);
 		q->sq_prod++;
 		q->sent[q->s_tail % q->nsent] =
@@ -926,6 +959,61 @@ int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 	pthread_spin_unlock(&q->slock);
 	if (err)
 		*bad = wr;
+	return err;
+}
+
+/* ---- MW ---- */
+
+struct ibv_mw *sw_ctx_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
+{
+	struct sw_pd *pd = (struct sw_pd *)ibpd;
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)
+		return fail_null(EINVAL);
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, pd->h);
+	sw_enc_u32(&e, (uint32_t)type);
+	int err = create_call(to_ctx(ibpd->context), SW_OP_ALLOC_MW, &e, &r);
+	if (err)
+		return fail_null(err);
+	sw_close_fds(&r);
+	struct sw_dec d = {r.body, r.blen, 0};
+	struct sw_mw *mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		destroy_call(to_ctx(ibpd->context), SW_OP_DEALLOC_MW, sw_dec_u32(&d));
+		return fail_null(ENOMEM);
+	}
+	mw->h = sw_dec_u32(&d);
+	mw->mw.rkey = sw_dec_u32(&d);
+	mw->mw.handle = mw->h;
+	mw->mw.context = ibpd->context;
+	mw->mw.pd = ibpd;
+	mw->mw.type = type;
+	return &mw->mw;
+}
+
+int sw_ctx_dealloc_mw(struct ibv_mw *mw)
+{
+	return destroy_free(mw->context, SW_OP_DEALLOC_MW, ((struct sw_mw *)mw)->h, mw);
+}
+
+/* ibv_bind_mw of a type 1 window (libibverbs checked the type and the
+ * region's PD): a BIND_MW request posted on qp giving the window its next
+ * key, as rdma-core's providers do; the window's rkey is the new one once
+ * the request is posted. */
+int sw_ctx_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind)
+{
+	if (qp->context != mw->context)
+		return EINVAL;
+	struct ibv_send_wr wr = {.wr_id = mw_bind->wr_id, .opcode = IBV_WR_BIND_MW, .send_flags = mw_bind->send_flags};
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	struct ibv_send_wr *bad;
+	int err = sw_ctx_post_send(qp, &wr, &bad);
+	if (!err)
+		mw->rkey = wr.bind_mw.rkey;
 	return err;
 }
 

@@ -105,6 +105,10 @@ func FuzzSession(f *testing.F) {
 		msg(uabi.OpModifySRQ, 0, enc(&uabi.ModifySRQ{Handle: 4, Mask: 3, MaxWR: 40, Limit: 4})), msg(uabi.OpQuerySRQ, 0, u32(4)),
 		msg(uabi.OpDestroySRQ, 0, u32(4)), msg(uabi.OpReregMR, 1, enc(&uabi.ReregMR{Handle: 2, PD: 0, Length: 4096, Access: 1})),
 		msg(uabi.OpDestroyQP, 0, u32(5)), msg(uabi.OpDestroySRQ, 0, u32(4)), msg(uabi.OpDeallocPD, 0, u32(0))))
+	// Handles 4 and 5, memory windows of both types.
+	f.Add(cat(setup, msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 1})), msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 2})),
+		msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 9})), msg(uabi.OpDeregMR, 0, u32(2)), msg(uabi.OpDeallocMW, 0, u32(4)),
+		msg(uabi.OpDeallocMW, 0, u32(5)), msg(uabi.OpDeallocMW, 0, u32(5)), msg(uabi.OpDeallocPD, 0, u32(0))))
 	f.Add(cat(msg(uabi.OpRegMR, 3, nil), msg(uabi.OpCancel, 0, u32(1)), []byte{0x80, 3, 1, 2, 3},
 		[]byte{0x80, 12, 12, 0, 0, 0, 1, 0, 9, 0, 1, 0, 0, 0}, msg(0, 0, nil)))
 

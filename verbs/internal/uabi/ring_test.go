@@ -77,6 +77,10 @@ func TestSQERoundTrip(t *testing.T) {
 			CompareAdd: 0xfffffffffffffffe}},
 		{"cmp-swap", ibv.SendWR{ID: 5, Opcode: ibv.WRAtomicCmpSwap, Flags: ibv.FlagSignaled, SGL: []ibv.SGE{{Addr: 24, Length: 8, LKey: 7}},
 			RemoteAddr: 0x2000, RKey: 10, CompareAdd: 0x0102030405060708, Swap: 0x1112131415161718}},
+		{"bind-mw", ibv.SendWR{ID: 6, Opcode: ibv.WRBindMW, Flags: ibv.FlagSignaled | ibv.FlagFence, Bind: ibv.MWBind{
+			MW: 0xabcd01, RKey: 0xabcd02, MRKey: 0x1234, Addr: 0x7f0000001000, Length: 1 << 33, Access: ibv.AccessRemoteWrite, Type1: true}}},
+		{"bind-mw-type2", ibv.SendWR{ID: 7, Opcode: ibv.WRBindMW, Bind: ibv.MWBind{MW: 0x77, RKey: 0x78, MRKey: 1, Access: ibv.AccessRemoteRead}}},
+		{"local-inv", ibv.SendWR{ID: 8, Opcode: ibv.WRLocalInv, Flags: ibv.FlagSignaled, InvalidateRKey: 0xabcd03}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +94,7 @@ func TestSQERoundTrip(t *testing.T) {
 			w := tt.wr
 			if got.ID != w.ID || got.Opcode != w.Opcode || got.Flags != w.Flags || got.RemoteAddr != w.RemoteAddr ||
 				got.RKey != w.RKey || got.InvalidateRKey != w.InvalidateRKey || string(got.Inline) != string(w.Inline) ||
-				got.CompareAdd != w.CompareAdd || got.Swap != w.Swap ||
+				got.CompareAdd != w.CompareAdd || got.Swap != w.Swap || got.Bind != w.Bind ||
 				len(got.SGL) != len(w.SGL) && w.Flags&ibv.FlagInline == 0 {
 				t.Fatalf("got %+v, want %+v", got, w)
 			}
@@ -206,6 +210,8 @@ func FuzzDecodeEntries(f *testing.F) {
 	EncodeSQE(e, &ibv.SendWR{ID: 1, Opcode: ibv.WRWrite, SGL: []ibv.SGE{{Addr: 1, Length: 2, LKey: 3}}})
 	f.Add(e)
 	EncodeSQE(e, &ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.FlagInline, Inline: []byte("x")})
+	f.Add(e)
+	EncodeSQE(e, &ibv.SendWR{ID: 2, Opcode: ibv.WRBindMW, Bind: ibv.MWBind{MW: 0x100, RKey: 0x101, MRKey: 3, Addr: 4, Length: 5, Access: ibv.AccessRemoteRead}})
 	f.Add(e)
 	f.Add(make([]byte, 3))
 	f.Fuzz(func(t *testing.T, b []byte) {
