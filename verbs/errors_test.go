@@ -90,7 +90,7 @@ func TestRemoteErrors(t *testing.T) {
 		{"send-invalidate-other-pd", func(t *testing.T, cli, srv *side, _, other *guarded) (verbs.WCOpcode, verbs.WCStatus) {
 			cli.post(verbs.SendWR{ID: 1, Opcode: verbs.WRSendWithInv, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: []byte("x"), InvalidateRKey: other.mr.RKey()})
 			return verbs.WCSend, verbs.WCSuccess
-		}, rdmap.TermRDMAPCannotInvalidate, verbs.WCRemInvReqErr},
+		}, rdmap.TermRDMAPProtCannotInvalidate, verbs.WCRemInvReqErr}, // as Linux siw: a protection error
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -553,9 +553,9 @@ func TestPostSendValidation(t *testing.T) {
 		{"inline-send-too-long", 1, verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: make([]byte, verbs.MaxInline+1)}, false},
 		{"inline-write-too-long", 2, verbs.SendWR{Opcode: verbs.WRWrite, Flags: verbs.FlagInline, Inline: make([]byte, verbs.MaxInline+1), RemoteAddr: dst.mr.Addr(), RKey: dst.mr.RKey()}, false},
 		{"opcode-atomic-fetch-add", 1, verbs.SendWR{Opcode: verbs.WROpcode(6)}, false},
-		{"opcode-bind-mw", 0, verbs.SendWR{Opcode: verbs.WROpcode(8)}, false},
+		{"bind-mw-naming-no-window", 0, verbs.SendWR{Opcode: verbs.WROpcode(8)}, false},
 		{"opcode-atomic-cas", 2, verbs.SendWR{Opcode: verbs.WROpcode(5)}, false},
-		{"opcode-local-inv", 1, verbs.SendWR{Opcode: verbs.WROpcode(7)}, false},
+		{"local-inv-naming-no-stag", 1, verbs.SendWR{Opcode: verbs.WROpcode(7)}, false},
 		{"opcode-garbage", 1, verbs.SendWR{Opcode: verbs.WROpcode(0xdead)}, false},
 	}
 	id := uint64(1000)

@@ -92,7 +92,15 @@ func CheckSendWR(wr *SendWR) error {
 		if len(wr.SGL) != 0 {
 			return fmt.Errorf("%w: %v takes no SGEs", ErrInvalidWR, wr.Opcode)
 		}
+		// STag index 0 is never handed out: a request naming it names
+		// nothing.
+		if wr.Opcode == WRLocalInv && wr.InvalidateRKey>>8 == 0 {
+			return fmt.Errorf("%w: LOCAL_INV of STag 0x%08x names nothing", ErrInvalidWR, wr.InvalidateRKey)
+		}
 		if wr.Opcode == WRBindMW {
+			if wr.Bind.MW>>8 == 0 {
+				return fmt.Errorf("%w: BIND_MW of window 0x%08x names no window", ErrInvalidWR, wr.Bind.MW)
+			}
 			if wr.Bind.RKey>>8 != wr.Bind.MW>>8 {
 				return fmt.Errorf("%w: bind gives window 0x%08x the rkey 0x%08x of another index", ErrInvalidWR, wr.Bind.MW, wr.Bind.RKey)
 			}

@@ -68,6 +68,18 @@ func mwRound(t *testing.T, owner, peer *side) {
 		RemoteAddr: mr.Addr() + 612, RKey: rkey2}); wc.Status != verbs.WCSuccess || wc.ByteLen != 300 {
 		t.Fatalf("Read through the window: %+v", wc)
 	}
+	// A Send behind them: its receive's completion, polled here, comes
+	// after the Write's placement (one receive goroutine on the owner's
+	// side), so the owner's bytes are read after they were written.
+	if _, err := owner.qp.PostRecv([]verbs.RecvWR{{ID: 20, SGL: []verbs.SGE{mr.SGE(3500, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := post(verbs.SendWR{ID: 21, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{src.SGE(0, 8)}}); wc.Status != verbs.WCSuccess {
+		t.Fatalf("Send: %+v", wc)
+	}
+	if wc := poll(t, owner.rcq, 1)[0]; wc.ID != 20 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("receive: %+v", wc)
+	}
 	if !bytes.Equal(mr.Bytes()[612:912], src.Bytes()[:300]) || !bytes.Equal(src.Bytes()[1000:1300], src.Bytes()[:300]) {
 		t.Fatal("the Write or the Read through the window moved the wrong bytes")
 	}
