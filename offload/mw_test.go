@@ -473,3 +473,64 @@ func (p *peerStream) sendInv(stag uint32, data []byte) {
 func readRequestHeader(msn uint32) ddp.Header {
 	return ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadRequest), QN: ddp.QNReadRequest, MSN: msn}
 }
+
+// TestMWType2OtherQP: a type 2 window is tied to the QP that bound it: a
+// Write through it arriving on another QP of the same PD gets DDP's
+// tagged "STag not associated" Terminate, a Read Request RDMAP's, and
+// nothing is placed; the binding QP's peer reaches it.
+func TestMWType2OtherQP(t *testing.T) {
+	owner, mr, _ := mwQP(t, 4096)
+	dev := owner.dev
+	other := func() *QP {
+		qp, err := dev.CreateQP(1, &countCQ{}, &countCQ{}, QPAttr{MaxSendWR: 4, MaxRecvWR: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.Modify(ibv.QPInit); err != nil {
+			t.Fatal(err)
+		}
+		qp.rx.init(qp, &mpa.Params{CRC: true}, 0, nil)
+		qp.ird = 4
+		return qp
+	}
+	mw, err := dev.Regions().AllocMW(1, ibv.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bindWQE(mw, mr, 9, rxAddr, 256, ibv.AccessRemoteWrite|ibv.AccessRemoteRead)
+	if st := owner.localOp(w); st != ibv.WCSuccess {
+		t.Fatal(st)
+	}
+	rkey := w.bind.RKey
+	p := newPeerStream(true, false)
+	p.write(rkey, rxAddr, []byte{1, 2, 3}, 64)
+	qp := other()
+	if err := feed(qp, p.out, len(p.out)); !errors.As(err, new(*terminateError)) {
+		t.Fatalf("Write on another QP: %v, want a Terminate", err)
+	}
+	if code, _ := terminateOf(t, qp); code != rdmap.TermDDPTaggedStagNotAssoc {
+		t.Fatalf("Write on another QP: Terminate %v, want %v", code, rdmap.TermDDPTaggedStagNotAssoc)
+	}
+	if mr.Bytes()[0] != 0 {
+		t.Fatal("the Write on another QP landed")
+	}
+	var rr [rdmap.ReadRequestLen]byte
+	(&rdmap.ReadRequest{SinkSTag: 0x1234, Size: 8, SrcSTag: rkey, SrcTO: rxAddr}).Marshal(rr[:])
+	p.out = p.out[:0]
+	p.fpdu(readRequestHeader(1), rr[:])
+	qp = other()
+	if err := feed(qp, p.out, len(p.out)); !errors.As(err, new(*terminateError)) {
+		t.Fatalf("Read on another QP: %v, want a Terminate", err)
+	}
+	if code, _ := terminateOf(t, qp); code != rdmap.TermRDMAPStagNotAssoc {
+		t.Fatalf("Read on another QP: Terminate %v, want %v", code, rdmap.TermRDMAPStagNotAssoc)
+	}
+	p = newPeerStream(true, false)
+	p.write(rkey, rxAddr, []byte{1, 2, 3}, 64)
+	if err := feed(owner, p.out, len(p.out)); err != nil {
+		t.Fatalf("Write on the binding QP: %v", err)
+	}
+	if !bytes.Equal(mr.Bytes()[:3], []byte{1, 2, 3}) {
+		t.Fatal("the Write on the binding QP did not land")
+	}
+}
