@@ -33,8 +33,9 @@ import (
 //     registration does);
 //   - a type 2 window is bound only while invalid (fresh, or invalidated)
 //     and is tied to the binding QP: tagged access from another QP's peer
-//     is refused (STag not associated), and only that QP's Local
-//     Invalidate or its peer's Send with Invalidate invalidates it;
+//     is refused (STag not associated), only that QP's Local Invalidate
+//     or its peer's Send with Invalidate invalidates it, and destroying
+//     the QP invalidates it;
 //   - a type 1 window may be bound again while valid (the old STag dies)
 //     and is unbound by a bind of length 0 without a region; it is not
 //     invalidated by Local Invalidate or Send with Invalidate;
@@ -126,13 +127,26 @@ func (t *Regions) BindMW(b *ibv.MWBind, pd, qpn uint32) (uint32, error) {
 		return 0, fmt.Errorf("%w: [0x%x, +%d) is not inside region 0x%08x [0x%x, +%d)", errMW, b.Addr, b.Length, mr.stag, mr.addr, len(mr.buf))
 	}
 	w := &Region{stag: b.RKey, pd: pd, addr: b.Addr, buf: buf, access: b.Access, mw: old.mw, parent: mr, valid: true}
+	t.invalidateLocked(old)
 	if old.mw == ibv.MWType2 {
 		w.qpn = qpn
+		t.bound2++
 	}
-	t.invalidateLocked(old)
 	mr.windows++
 	t.slots[t.secret.slot(old.stag>>8)] = w
 	return w.stag, nil
+}
+
+// invalidateQP invalidates the type 2 windows bound to QP qpn, which is
+// being destroyed: a window tied to a QP dies with it.
+func (t *Regions) invalidateQP(qpn uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := 0; t.bound2 > 0 && i < len(t.slots); i++ {
+		if r := t.slots[i]; r != nil && r.mw == ibv.MWType2 && r.valid && r.qpn == qpn {
+			t.invalidateLocked(r)
+		}
+	}
 }
 
 // localOp performs the memory operation w (WRBindMW, WRLocalInv) for the

@@ -534,3 +534,50 @@ func TestMWType2OtherQP(t *testing.T) {
 		t.Fatal("the Write on the binding QP did not land")
 	}
 }
+
+// TestMWType2DiesWithQP: destroying a QP invalidates the type 2 windows
+// bound to it, and only those: a type 1 window and another QP's type 2
+// window stay; the region can then go once the survivors are freed.
+func TestMWType2DiesWithQP(t *testing.T) {
+	qp, mr, _ := mwQP(t, 4096)
+	tab := qp.dev.Regions()
+	mine, _ := tab.AllocMW(1, ibv.MWType2)
+	one, _ := tab.AllocMW(1, ibv.MWType1)
+	theirs, _ := tab.AllocMW(1, ibv.MWType2)
+	w1, w2, w3 := bindWQE(mine, mr, 1, rxAddr, 8, ibv.AccessRemoteRead), bindWQE(one, mr, 1, rxAddr, 8, ibv.AccessRemoteRead), bindWQE(theirs, mr, 1, rxAddr, 8, ibv.AccessRemoteRead)
+	for _, w := range []*sendWQE{w1, w2} {
+		if st := qp.localOp(w); st != ibv.WCSuccess {
+			t.Fatal(st)
+		}
+	}
+	qp.num += 1000 // theirs: bound by another QP
+	if st := qp.localOp(w3); st != ibv.WCSuccess {
+		t.Fatal(st)
+	}
+	qp.num -= 1000
+	if err := qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.Lookup(w1.bind.RKey); ok {
+		t.Fatal("a type 2 window outlived its QP")
+	}
+	for _, k := range []uint32{w2.bind.RKey, w3.bind.RKey} {
+		if _, ok := tab.Lookup(k); !ok {
+			t.Fatalf("window 0x%08x went with another QP", k)
+		}
+	}
+	if err := tab.Deregister(mr.STag()); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Deregister with two windows bound: %v", err)
+	}
+	for _, m := range []*Region{mine, one, theirs} {
+		if err := tab.DeallocMW(m.STag()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.Deregister(mr.STag()); err != nil {
+		t.Fatal(err)
+	}
+	if tab.bound2 != 0 {
+		t.Fatalf("%d bound type 2 windows counted, want 0", tab.bound2)
+	}
+}

@@ -551,11 +551,15 @@ func (qp *QP) Disconnect() {
 	}
 }
 
-// Destroy disconnects the queue pair and removes it from its device.
+// Destroy disconnects the queue pair and removes it from its device; the
+// type 2 memory windows bound to it are invalidated.
 func (qp *QP) Destroy() error {
 	qp.Disconnect()
-	if qp.dev.removeQP(qp) && qp.srq != nil {
-		qp.srq.detach()
+	if qp.dev.removeQP(qp) {
+		if qp.srq != nil {
+			qp.srq.detach()
+		}
+		qp.dev.regions.invalidateQP(qp.num)
 	}
 	return nil
 }

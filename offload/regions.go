@@ -119,6 +119,7 @@ type Regions struct {
 	free   []uint32
 	max    int
 	n      int // registered regions
+	bound2 int // bound type 2 windows
 }
 
 // NewRegions returns an empty table holding at most max regions.
@@ -322,6 +323,9 @@ func (t *Regions) invalidateLocked(r *Region) {
 	if r.parent != nil {
 		r.parent.windows--
 		r.parent = nil
+		if r.mw == ibv.MWType2 {
+			t.bound2--
+		}
 	}
 }
 
