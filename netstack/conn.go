@@ -45,6 +45,11 @@ type Conn struct {
 	// partialWrites counts WriteAligned calls that gVisor accepted only in
 	// part (the rest was written immediately after).
 	partialWrites atomic.Uint64
+	// shortRoomRetries counts aligned writes gVisor would have accepted only
+	// in part, refused whole and tried again (see writeLocked).
+	shortRoomRetries atomic.Uint64
+	// retryTimer bounds a wait between such tries; guarded by writeMu.
+	retryTimer *time.Timer
 	// recentEnds holds the stream offset (c.written) after each of the last
 	// coalesceAfter aligned writes, a ring indexed by recentIdx; coalescing
 	// says whether Nagle is on. All guarded by writeMu. See coalesce.

@@ -167,3 +167,42 @@ func TestWriteAlignedSegments(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteAlignedWholeBatches writes batches of several MSS-sized units per
+// WriteAligned through a small send buffer, where gVisor's own accounting of
+// the buffer lags the ACKs waitRoom counts: a batch gVisor took only in part
+// used to leave a short segment and start every later segment of the batch
+// inside a unit. Every batch must go whole (partialWrites 0) and every data
+// segment must start and end on a unit boundary.
+func TestWriteAlignedWholeBatches(t *testing.T) {
+	for i := range 3 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			h := &maxSegHook{}
+			a, b := newPair(t, pairOpts{mtu: 9000, hookA: h, sndBuf: 96 << 10})
+			ca, cb := connect(t, a, b, addrB4.Addr())
+			h.mu.Lock()
+			h.mss, h.local = ca.MSS(), ca.LocalAddr()
+			h.mu.Unlock()
+			k := (64 << 10) / ca.MSS()
+			n := int64(ca.MSS()) * int64(k) * 2000
+			errc := make(chan error, 1)
+			go func() { errc <- sendPattern(ca, n, ca.MSS()*k) }()
+			v, err := receivePattern(cb)
+			if err != nil || v.off != n || v.mismatches != 0 {
+				t.Fatalf("transfer: %v, %d bytes, %d mismatches", err, v.off, v.mismatches)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			t.Logf("%d data segments (%d retransmitted), %d batches refused for short room and tried again", h.data, h.retransmits, ca.ShortRoomRetries())
+			if p := ca.partialWrites.Load(); p != 0 {
+				t.Errorf("%d batches went to gVisor in parts", p)
+			}
+			if h.misaligned != 0 {
+				t.Errorf("%d of %d data segments not on unit boundaries", h.misaligned, h.data)
+			}
+		})
+	}
+}

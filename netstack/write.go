@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/waiter"
 )
@@ -188,7 +190,16 @@ type payloadReader struct {
 	left  int
 	empty int // consecutive (0, nil) reads from src
 	err   error
+	// whole makes Read refuse a gVisor write that would take only part of
+	// the bytes (see errShortRoom); started is set by the first non-empty
+	// Read.
+	whole, started bool
 }
+
+// errShortRoom is what payloadReader.Read returns, before reading anything,
+// when gVisor offers less room than a whole aligned write: gVisor then
+// queues nothing, and writeLocked tries again once it has room.
+var errShortRoom = errors.New("netstack: send buffer room short of a whole aligned write")
 
 // maxEmptyReads bounds how many times in a row a Payload may return (0, nil)
 // before the write fails with io.ErrNoProgress (gVisor would loop forever).
@@ -214,6 +225,14 @@ func (r *payloadReader) Read(p []byte) (int, error) {
 		}
 		return 0, nil
 	}
+	if r.whole && !r.started && len(p) < r.left && len(p) < buffer.MaxChunkSize {
+		// gVisor reads a write in views of up to MaxChunkSize, the first
+		// as large as it will take: a smaller one means its send buffer
+		// has room for only part of the write.
+		r.err = errShortRoom
+		return 0, r.err
+	}
+	r.started = true
 	if r.src == nil {
 		n := copy(p, r.buf)
 		r.buf = r.buf[n:]
@@ -411,6 +430,16 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 			c.wq.EventUnregister(&c.wEntry)
 		}
 	}()
+	// An aligned write goes to gVisor whole or not at all: a write it took
+	// only in part would leave a segment ending inside an FPDU, and every
+	// later segment of the write would start inside one (TCP cuts the rest
+	// at MSS offsets from the cut). gVisor takes part of a write when its
+	// send buffer is fuller than waitRoom estimated (waitRoom counts the
+	// peer's ACKs as the link sees them, a moment before gVisor processes
+	// them), so a write refused for short room is tried again; after
+	// maxShortRoomRetries it is written in parts.
+	whole := atomicWrite && total <= int(c.ep.SocketOptions().GetSendBufferSize())
+	refusals := 0
 	for done < total {
 		if c.isClosed() {
 			return done, fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
@@ -418,9 +447,19 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 		if p != nil {
 			c.pl = payloadReader{buf: p[done:], left: total - done}
 		}
+		c.pl.whole = whole && done == 0 && refusals < maxShortRoomRetries
 		n, terr := c.ep.Write(&c.pl, tcpip.WriteOptions{Atomic: atomicWrite})
 		done += int(n)
 		c.written += uint64(n)
+		if c.pl.err == errShortRoom && n == 0 {
+			c.pl.err, c.pl.started = nil, false
+			refusals++
+			c.shortRoomRetries.Add(1)
+			if err := c.waitShortRoom(refusals); err != nil {
+				return done, err
+			}
+			continue
+		}
 		if err := c.pl.err; err != nil {
 			return done, fmt.Errorf("netstack: write %v: payload: %w", c.remote, err)
 		}
@@ -447,6 +486,44 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 	}
 	return done, nil
 }
+
+// maxShortRoomRetries bounds how often writeLocked refuses an aligned
+// write gVisor would take only in part: the first few tries yield the
+// processor (gVisor's processing of the ACK that waitRoom saw is due), the
+// rest wait up to shortRoomWait for the next ACK each.
+const (
+	maxShortRoomRetries = 24
+	shortRoomYields     = 4
+	shortRoomWait       = time.Millisecond
+)
+
+// waitShortRoom waits before try number refusals+1 of a write gVisor had no
+// room for. c.writeMu is held.
+func (c *Conn) waitShortRoom(refusals int) error {
+	if refusals <= shortRoomYields {
+		runtime.Gosched()
+		return nil
+	}
+	if c.retryTimer == nil {
+		c.retryTimer = time.NewTimer(shortRoomWait)
+	} else {
+		c.retryTimer.Reset(shortRoomWait)
+	}
+	defer c.retryTimer.Stop()
+	c.flow.waiting.Store(true)
+	defer c.flow.waiting.Store(false)
+	select {
+	case <-c.flow.ackAdvCh:
+	case <-c.retryTimer.C:
+	case <-c.closed:
+		return fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
+	}
+	return nil
+}
+
+// ShortRoomRetries returns how many times an aligned write was refused
+// because gVisor had room for only part of it, and tried again.
+func (c *Conn) ShortRoomRetries() uint64 { return c.shortRoomRetries.Load() }
 
 // WaitAcked blocks until the peer has acknowledged every byte written so
 // far, the connection closes or fails, or timeout passes, and reports

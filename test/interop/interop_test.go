@@ -157,6 +157,7 @@ func TestInterop(t *testing.T) {
 	t.Run("hostile", e.runHostile)
 	t.Run("perftest", e.runPerftest)
 	t.Run("clib", e.runCLib)
+	t.Run("gap", e.runGap)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
