@@ -157,6 +157,7 @@ func TestInterop(t *testing.T) {
 	t.Run("hostile", e.runHostile)
 	t.Run("perftest", e.runPerftest)
 	t.Run("clib", e.runCLib)
+	t.Run("rfc7306", e.runRFC7306)
 	t.Run("gap", e.runGap)
 }
 
