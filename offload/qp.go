@@ -191,6 +191,10 @@ type QP struct {
 	evDrops   atomic.Uint64                   // atomic
 	inErr     atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
 	stats     QPStats                         // atomic counters
+	// rxAwaiting and rxLast are what the receive goroutine saw after its
+	// latest read, for RxProgress: the octets the FPDU being received
+	// still lacked (0: between FPDUs), and when (Unix nanoseconds).
+	rxAwaiting, rxLast atomic.Int64
 	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
 	flushErr  ibv.WCStatus                    // mu
 
@@ -267,6 +271,17 @@ func (qp *QP) Info() ibv.Info {
 		RQDepth: len(qp.rq), RQUse: int(qp.rqTail - qp.rqHead),
 		EMSS: qp.tx.emss,
 	}
+}
+
+// RxProgress says where the receive side stands, for diagnosing a
+// connection that went quiet: the octets the FPDU being received still
+// lacks (0 between FPDUs; see mpa.Receiver.Awaiting) and when octets were
+// last read from the connection (zero before the first).
+func (qp *QP) RxProgress() (awaiting int, last time.Time) {
+	if ns := qp.rxLast.Load(); ns != 0 {
+		last = time.Unix(0, ns)
+	}
+	return int(qp.rxAwaiting.Load()), last
 }
 
 // SetEventHandler makes the queue pair hand its connection events to f
