@@ -195,8 +195,8 @@ type QP struct {
 	// latest read, for RxProgress: the octets the FPDU being received
 	// still lacked (0: between FPDUs), and when (Unix nanoseconds).
 	rxAwaiting, rxLast atomic.Int64
-	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
-	flushErr  ibv.WCStatus                    // mu
+	wc                 ibv.WorkCompletion // mu; scratch for pushing completions
+	flushErr           ibv.WCStatus       // mu
 
 	// alignTx and alignRx classify the connection's data segments by FPDU
 	// alignment (observeSegment, on the packet path; each has its own
