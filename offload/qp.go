@@ -191,12 +191,13 @@ type QP struct {
 	evDrops   atomic.Uint64                   // atomic
 	inErr     atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
 	stats     QPStats                         // atomic counters
+	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
+	flushErr  ibv.WCStatus                    // mu
+
 	// rxAwaiting and rxLast are what the receive goroutine saw after its
 	// latest read, for RxProgress: the octets the FPDU being received
 	// still lacked (0: between FPDUs), and when (Unix nanoseconds).
 	rxAwaiting, rxLast atomic.Int64
-	wc                 ibv.WorkCompletion // mu; scratch for pushing completions
-	flushErr           ibv.WCStatus       // mu
 
 	// alignTx and alignRx classify the connection's data segments by FPDU
 	// alignment (observeSegment, on the packet path; each has its own
