@@ -758,8 +758,12 @@ func TestSoakClientKilled(t *testing.T) {
 			transferring++
 		}
 		eventually(t, 30*time.Second, fmt.Sprintf("kill %d (%v after start): siwtun0 releases the client's objects", i, delay.Round(time.Millisecond)), func() (bool, string) {
-			qps, c := ctlQPs(t, r.d0), ctlVerbsCounters(t, r.d0)
+			// The footprint first: the control connections of the
+			// calls before it would still be open in the daemon (it
+			// closes each once it reads the client's end), one
+			// descriptor more or less by chance.
 			p := ctlProc(t, r.d0, false)
+			qps, c := ctlQPs(t, r.d0), ctlVerbsCounters(t, r.d0)
 			if i == 0 {
 				// What the daemon keeps from its first client on (the
 				// ring sleepers' thread and descriptors) is in the
