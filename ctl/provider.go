@@ -138,6 +138,7 @@ func (p *engineProvider) QPs() []QP {
 		// listed without its PD and counters.
 		if qp, ok := p.eng.QP(in.Num); ok {
 			q.PDN = qp.PD()
+			q.TCPSend = qp.SendState()
 			aw, last := qp.RxProgress()
 			q.RxAwaiting = aw
 			if !last.IsZero() {

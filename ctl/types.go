@@ -156,6 +156,10 @@ type QP struct {
 	// and that still awaits octets is waiting on a damaged FPDU length.
 	RxAwaiting int   `json:"rx_awaiting,omitempty"`
 	RxQuietMs  int64 `json:"rx_quiet_ms,omitempty"`
+	// TCPSend describes the TCP send side (written, sent and acknowledged
+	// offsets, Nagle, TCP's state and timers), for diagnosing a connection
+	// that went quiet.
+	TCPSend string `json:"tcp_send,omitempty"`
 	// Counters are all of the queue pair's counters (offload.QPStats), in
 	// field order, without their documentation (see Stats for that).
 	Counters []Counter `json:"counters,omitempty"`

@@ -285,6 +285,18 @@ func (qp *QP) RxProgress() (awaiting int, last time.Time) {
 	return int(qp.rxAwaiting.Load()), last
 }
 
+// SendState describes the connection's send side (netstack.Conn.SendState)
+// for diagnosing a connection that went quiet; empty before it connects.
+func (qp *QP) SendState() string {
+	qp.mu.Lock()
+	c := qp.conn
+	qp.mu.Unlock()
+	if c == nil {
+		return ""
+	}
+	return c.SendState()
+}
+
 // SetEventHandler makes the queue pair hand its connection events to f
 // instead of queueing them for Events, whose channel it drops (an idle QP
 // then holds no queue). f runs on the engine's goroutines, outside the

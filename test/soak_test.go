@@ -238,9 +238,9 @@ func (q *soakQP) stuckReport(t *testing.T, cq *verbs.CQ, n int) {
 					cs = append(cs, fmt.Sprintf("%s %d", c.Name, c.Value))
 				}
 			}
-			t.Logf("  %s QP %d %s %s->%s: SQ %d/%d RQ %d/%d, octets tx %d rx %d, FPDUs tx %d rx %d, receiving an FPDU that lacks %d octets, receive quiet %d ms; %s",
+			t.Logf("  %s QP %d %s %s->%s: SQ %d/%d RQ %d/%d, octets tx %d rx %d, FPDUs tx %d rx %d, receiving an FPDU that lacks %d octets, receive quiet %d ms; TCP send: %s; %s",
 				x.d.dev, qp.LQPN, qp.State, qp.Src, qp.Dst, qp.SQUsed, qp.SQDepth, qp.RQUsed, qp.RQDepth,
-				qp.BytesTx, qp.BytesRx, qp.FPDUsTx, qp.FPDUsRx, qp.RxAwaiting, qp.RxQuietMs, strings.Join(cs, ", "))
+				qp.BytesTx, qp.BytesRx, qp.FPDUsTx, qp.FPDUsRx, qp.RxAwaiting, qp.RxQuietMs, qp.TCPSend, strings.Join(cs, ", "))
 		}
 		if !found {
 			t.Logf("  %s: no QP %d", x.d.dev, x.num)
