@@ -121,6 +121,7 @@ func tcpCounters() []tcpCounter {
 		{"Timeouts", "tcpTimeouts", "Retransmission timer expiries (Linux TcpExtTCPTimeouts).", func(s *netstack.TCPStats) uint64 { return s.Timeouts }},
 		{"FastRetrans", "tcpFastRetrans", "Segments retransmitted by fast retransmit (Linux TcpExtTCPFastRetrans).", func(s *netstack.TCPStats) uint64 { return s.FastRetrans }},
 		{"SACKRecovery", "tcpSackRecovery", "Times SACK-based loss recovery was entered (Linux TcpExtTCPSackRecovery).", func(s *netstack.TCPStats) uint64 { return s.SACKRecovery }},
+		{"TailRescues", "tcpTailRescues", "Data packets written again for connections whose TCP sender had stopped with data unacknowledged (siwtun's tail rescue; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.TailRescues }},
 	}
 }
 

@@ -473,8 +473,8 @@ func TestSoakImpaired(t *testing.T) {
 	sum := func(k string) uint64 { return s0[k] + s1[k] }
 	t.Logf("SOAK impaired: %v under %s, 16 QPs: %d MiB verified (%.1f MB/s), %d rounds of Write+Read+Send of 256 KiB, 0 corrupted bytes delivered",
 		el.Round(time.Second), imp, verified.Load()>>20, float64(verified.Load())/el.Seconds()/1e6, rounds.Load())
-	t.Logf("SOAK impaired: connections ended by an error completion %d, connects that failed %d; mpaCrcErrors %d, mpaFpduTimeouts %d, rdmapTerminateTx %d, rdmapTerminateRx %d, ddpErrors %d, rdmapErrors %d, mpaErrors %d, tcpRetransSegs %d",
-		ended.Load(), connFails.Load(), sum("mpaCrcErrors"), sum("mpaFpduTimeouts"), sum("rdmapTerminateTx"), sum("rdmapTerminateRx"), sum("ddpErrors"), sum("rdmapErrors"), sum("mpaErrors"), sum("tcpRetransSegs"))
+	t.Logf("SOAK impaired: connections ended by an error completion %d, connects that failed %d; mpaCrcErrors %d, mpaFpduTimeouts %d, rdmapTerminateTx %d, rdmapTerminateRx %d, ddpErrors %d, rdmapErrors %d, mpaErrors %d, tcpRetransSegs %d, tcpTailRescues %d",
+		ended.Load(), connFails.Load(), sum("mpaCrcErrors"), sum("mpaFpduTimeouts"), sum("rdmapTerminateTx"), sum("rdmapTerminateRx"), sum("ddpErrors"), sum("rdmapErrors"), sum("mpaErrors"), sum("tcpRetransSegs"), sum("tcpTailRescues"))
 	firstEnd.Range(func(k, v any) bool { t.Logf("ended connection (first on port %v): %v", v, k); return true })
 	if rounds.Load() == 0 {
 		t.Fatal("no round completed")
