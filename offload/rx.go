@@ -95,11 +95,15 @@ func (qp *QP) rxLoop() {
 		case errors.Is(err, errTerminated):
 		case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
 			// A header error waited for its FPDU's CRC, and the rest of
-			// the FPDU did not come: it goes out as it is.
+			// the FPDU did not come: its length was damaged with the
+			// header (a peer writes every FPDU whole), so the header's
+			// error is the damage's too. As for any FPDU left half
+			// received (FPDUTimeout), the CRC Terminate.
 			d := qp.rx.deferred
 			qp.rx.inFPDU, qp.rx.deferred = false, nil
 			qp.conn.SetReadDeadline(time.Time{})
-			_ = qp.rx.fail(d.code, d.local, fmt.Errorf("%w (the rest of its FPDU did not come within %v)", d.cause, deferredFailTimeout))
+			qp.stats.FPDUTimeouts.Add(1)
+			_ = qp.rx.fail(rdmap.TermLLPCRC, d.local, fmt.Errorf("the rest of an FPDU did not come within %v; its header had failed: %v: %w", deferredFailTimeout, d.code, d.cause))
 			qp.drain()
 		case errors.As(err, &me):
 			// A framing error found by the MPA layer (bad marker): no

@@ -44,8 +44,9 @@ type QPStats struct {
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// FPDUTimeouts counts connections ended because an FPDU's remaining
-	// octets did not come within Config.FPDUTimeout (its ULPDU_Length
-	// damaged upwards on the wire, the peer idle).
+	// octets did not come within Config.FPDUTimeout, or within 2 s when
+	// its header had failed (its ULPDU_Length damaged upwards on the wire,
+	// the peer idle).
 	FPDUTimeouts atomic.Uint64 `stat:"mpaFpduTimeouts"`
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).

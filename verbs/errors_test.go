@@ -318,11 +318,14 @@ func TestProtocolErrors(t *testing.T) {
 			return [][]byte{b}
 		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
 		// A header error waiting for its FPDU's CRC, the rest of the FPDU
-		// never coming (its length damaged upwards, the peer idle): the
-		// error goes out after deferredFailTimeout instead of never.
+		// never coming (its length damaged upwards with the header, the
+		// peer idle): after deferredFailTimeout instead of never, the CRC
+		// Terminate, as for any FPDU left half received (make soak saw a
+		// Read Response whose damaged length put it out of its sink's
+		// bounds end in a DDP Terminate that way).
 		{name: "invalid-qn-fpdu-never-ends", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
-		}, cut: true, code: rdmap.TermDDPInvalidQN, recv: verbs.WCFlushErr},
+		}, cut: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
 		// A well-formed FPDU whose length alone was damaged upwards, the
 		// peer then idle (make soak's silent stalls: a connection waiting
 		// for octets that never come, no error on either side): after
