@@ -19,8 +19,8 @@ import (
 // (gVisor's own comment in its ACK processing says so), with data still
 // unacknowledged. If the tail of a burst is then lost, no timer is left:
 // the sender never sends again and the connection waits for ever. make
-// soak found it as connections silent for minutes (1 to 3 per minute of 16
-// QPs at 1-2 % loss), TestLossyBurstsRetransmitted reproduces it. Turning
+// soak found it as connections silent for minutes (three in 3 minutes of
+// 16 QPs at 2 % loss); TestLossyBurstsRetransmitted reproduces it. Turning
 // RACK off instead trades it for far slower recovery (RTOs of seconds on a
 // lossy link, a third of the throughput in make soak).
 //
