@@ -65,7 +65,8 @@ fuzz-long:
 # 0.01 % corruption); 10,000 QPs connected and torn down (SOAK_QPS); a
 # client SIGKILLed at random moments, 100 times (SOAK_KILLS); a daemon
 # stopped under load, 10 times. Each prints its figures (lines with SOAK)
-# and the daemons' footprints before and after.
+# and the daemons' footprints before and after. SOAK_IMPAIR replaces the
+# impairments (siwtun up --impair syntax) to look for a rare failure faster.
 SOAK_TIME ?= 10m
 soak: build
 	SIWTUN_SOAK=1 SOAK_TIME=$(SOAK_TIME) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak' ./test/

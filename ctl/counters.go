@@ -37,6 +37,7 @@ func qpCounters() map[string]counterInfo {
 		"mpaOooPlacedFpdus":      {layerMPA, "Tagged FPDUs (RDMA Write, Read Response) placed out of order: found whole in a segment that arrived with a gap in front of it, checked and placed before the gap was filled."},
 		"mpaOooPlacedOctets":     {layerMPA, "Payload octets of the FPDUs placed out of order (placed again, in order, once the gap is filled)."},
 		"mpaCrcErrors":           {layerMPA, "FPDUs whose MPA CRC did not match."},
+		"mpaFpduTimeouts":        {layerMPA, "Connections ended because the rest of a half-received FPDU did not come within the FPDU timeout (its length damaged on the wire, the peer idle)."},
 		"mpaBadRevisions":        {layerMPA, "MPA Requests of a revision above 2, closed without a Reply (RFC 5044 §7.1)."},
 		"mpaAcceptTimeouts":      {layerMPA, "Connections accepted by a listener whose MPA Request had not arrived whole within the MPA accept timeout (--mpa-accept-timeout): reset, unanswered."},
 		"mpaBadRequests":         {layerMPA, "Connections accepted by a listener that closed before their MPA Request was whole, or sent a frame that is not a valid MPA Request: closed, unanswered."},
@@ -120,6 +121,7 @@ func tcpCounters() []tcpCounter {
 		{"Timeouts", "tcpTimeouts", "Retransmission timer expiries (Linux TcpExtTCPTimeouts).", func(s *netstack.TCPStats) uint64 { return s.Timeouts }},
 		{"FastRetrans", "tcpFastRetrans", "Segments retransmitted by fast retransmit (Linux TcpExtTCPFastRetrans).", func(s *netstack.TCPStats) uint64 { return s.FastRetrans }},
 		{"SACKRecovery", "tcpSackRecovery", "Times SACK-based loss recovery was entered (Linux TcpExtTCPSackRecovery).", func(s *netstack.TCPStats) uint64 { return s.SACKRecovery }},
+		{"TailRescues", "tcpTailRescues", "Data packets written again for connections whose TCP sender had stopped with data unacknowledged (siwtun's tail rescue; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.TailRescues }},
 	}
 }
 

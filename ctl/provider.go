@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"time"
 
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
@@ -137,6 +138,12 @@ func (p *engineProvider) QPs() []QP {
 		// listed without its PD and counters.
 		if qp, ok := p.eng.QP(in.Num); ok {
 			q.PDN = qp.PD()
+			q.TCPSend = qp.SendState()
+			aw, last := qp.RxProgress()
+			q.RxAwaiting = aw
+			if !last.IsZero() {
+				q.RxQuietMs = time.Since(last).Milliseconds()
+			}
 			for _, c := range qp.Stats().Counters() {
 				q.Counters = append(q.Counters, Counter{Name: c.Name, Value: c.Value})
 				switch c.Name {

@@ -149,6 +149,17 @@ type QP struct {
 	BytesRx uint64 `json:"bytes_rx"`
 	FPDUsTx uint64 `json:"fpdus_tx"`
 	FPDUsRx uint64 `json:"fpdus_rx"`
+	// RxAwaiting is how many more octets the FPDU being received lacks
+	// (0 between FPDUs), and RxQuietMs how long ago octets last came, as
+	// the receive path saw them after its latest read: a connection whose
+	// peer has sent everything (its mpaOctetsTx equal to our mpaOctetsRx)
+	// and that still awaits octets is waiting on a damaged FPDU length.
+	RxAwaiting int   `json:"rx_awaiting,omitempty"`
+	RxQuietMs  int64 `json:"rx_quiet_ms,omitempty"`
+	// TCPSend describes the TCP send side (written, sent and acknowledged
+	// offsets, Nagle, TCP's state and timers), for diagnosing a connection
+	// that went quiet.
+	TCPSend string `json:"tcp_send,omitempty"`
 	// Counters are all of the queue pair's counters (offload.QPStats), in
 	// field order, without their documentation (see Stats for that).
 	Counters []Counter `json:"counters,omitempty"`

@@ -137,7 +137,9 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		f = s.flows.get(key)
 	}
 	if f != nil && h.flags&FlagACK != 0 {
-		f.ackSeen(h.ack)
+		if f.ackSeen(h.ack) {
+			f.tail.acked(h.ack)
+		}
 		if h.flags&FlagSYN == 0 {
 			f.windowSeen(h.ack, h.window)
 		}
@@ -185,7 +187,11 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		f = s.flows.get(key)
 	}
 	if f != nil && h.flags&(FlagSYN|FlagRST) == 0 {
-		f.sentSeen(h.seq + uint32(pkt.Data().Size()))
+		n := uint32(pkt.Data().Size())
+		f.sentSeen(h.seq + n)
+		if n > 0 && f.claimed.Load() {
+			f.tail.keep(h.seq, h.seq+n, pkt)
+		}
 		if h.flags&FlagACK != 0 {
 			f.advertisedSeen(h.ack, h.window)
 		}
@@ -309,6 +315,10 @@ type flow struct {
 	ackAdvCh chan struct{} // signalled (when waiting) as the ACK advances
 
 	hook atomic.Pointer[hookBox]
+
+	// tail keeps the latest data packets of a Conn's flow until the peer
+	// acknowledges them, for the tail rescue (rescue.go).
+	tail tailKeeper
 }
 
 // hookBox lets an interface value live in an atomic.Pointer.
@@ -422,11 +432,14 @@ func (f *flow) ourISS() (uint32, bool) {
 	return f.iss, true
 }
 
-// ackSeen records a cumulative ACK number if it advances.
-func (f *flow) ackSeen(a uint32) {
+// ackSeen records a cumulative ACK number if it advances, and reports
+// whether it did.
+func (f *flow) ackSeen(a uint32) bool {
 	if advanceSeq(&f.ack, a) {
 		f.wake()
+		return true
 	}
+	return false
 }
 
 // advanceSeq stores v in u (as 1<<32|v; 0 means unset) if u is unset or v is
@@ -549,6 +562,7 @@ func (t *flowTable) remove(k flowKey, f *flow) {
 		}
 		cur.removed.Store(true)
 		delete(t.m, k)
+		cur.tail.release()
 	}
 }
 

@@ -100,6 +100,12 @@ type Stack struct {
 	conns     map[*Conn]struct{}     // guarded by mu
 	listeners map[*Listener]struct{} // guarded by mu
 	closeOnce sync.Once
+
+	// rescueDone stops rescueLoop; tailRescues counts the packets it
+	// wrote again (rescue.go).
+	rescueDone  chan struct{}
+	rescueEnded chan struct{}
+	tailRescues atomic.Uint64
 }
 
 // batchQueueLen is the outbound queue of a batching link's NIC, in packets.
@@ -247,6 +253,11 @@ func New(link *Link, opts Options) (*Stack, error) {
 		routes = append(routes, tcpip.Route{Destination: header6Any(), NIC: nicID})
 	}
 	st.s.SetRouteTable(routes)
+	st.rescueDone, st.rescueEnded = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(st.rescueEnded)
+		st.rescueLoop(st.rescueDone)
+	}()
 	return st, nil
 }
 
@@ -281,9 +292,12 @@ func (s *Stack) Close() error {
 		// Stop the link before gVisor removes the NIC: RemoveNIC runs
 		// under the stack lock, and the link's goroutines must not be
 		// delivering into a stack that is being torn down.
+		close(s.rescueDone)
+		<-s.rescueEnded
 		_ = s.link.Close()
 		s.s.Close()
 		s.s.Wait()
+		s.flows.releaseAll()
 	})
 	return nil
 }

@@ -47,6 +47,10 @@ type TCPStats struct {
 	// SACKRecovery is the number of times SACK-based loss recovery was
 	// entered (Linux TcpExtTCPSackRecovery).
 	SACKRecovery uint64
+	// TailRescues (not a TCP-MIB object) is the number of data packets the
+	// stack wrote again for connections whose TCP sender had stopped with
+	// data unacknowledged (see Stack.TailRescues).
+	TailRescues uint64
 }
 
 // Stats returns a copy of the stack's TCP counters.
@@ -70,5 +74,6 @@ func (s *Stack) Stats() TCPStats {
 		Timeouts:     t.Timeouts.Value(),
 		FastRetrans:  t.FastRetransmit.Value(),
 		SACKRecovery: t.SACKRecovery.Value(),
+		TailRescues:  s.tailRescues.Load(),
 	}
 }

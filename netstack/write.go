@@ -567,3 +567,36 @@ func (c *Conn) WaitAcked(timeout time.Duration) bool {
 		}
 	}
 }
+
+// SendState describes the send side for diagnosing a connection that went
+// quiet: the sequence numbers (relative to our initial one) of the end of
+// what was written, of the highest octet seen leaving at the link, and of
+// the peer's cumulative ACK seen at the link; whether writes are being
+// coalesced (Nagle on); and TCP's own state, congestion state, congestion
+// window and retransmission timeout. Written octets not yet sent are held
+// by TCP (Nagle, the congestion or the peer's window); sent octets not
+// acknowledged wait for the retransmission timer.
+func (c *Conn) SendState() string {
+	if !c.writeMu.TryLock() {
+		return "a write in progress"
+	}
+	written, coalescing, iss, issOK := c.written, c.coalescing, c.iss, c.issOK
+	c.writeMu.Unlock()
+	if !issOK {
+		iss, issOK = c.flow.ourISS()
+	}
+	rel := func(v uint32, ok bool) string {
+		if !ok || !issOK {
+			return "?"
+		}
+		return fmt.Sprint(v - (iss + 1))
+	}
+	sent, sok := c.flow.sentEdge()
+	ack, aok := c.flow.peerAck()
+	var info tcpip.TCPInfoOption
+	tcp := "?"
+	if err := c.ep.GetSockOpt(&info); err == nil {
+		tcp = fmt.Sprintf("state %v, cc %v, cwnd %d, ssthresh %d, rtt %v, rto %v", info.State, info.CcState, info.SndCwnd, info.SndSsthresh, info.RTT, info.RTO)
+	}
+	return fmt.Sprintf("written %d, sent %s, acked %s, nagle %v; tcp %s", written, rel(sent, sok), rel(ack, aok), coalescing, tcp)
+}

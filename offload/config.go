@@ -68,12 +68,29 @@ type Config struct {
 	// most. RFC 5044 leaves the value to the implementation; Linux siw
 	// waits MPA_REQ_TIMEOUT, 10 s.
 	AcceptTimeout time.Duration
+	// FPDUTimeout bounds how long a connection waits, with an FPDU half
+	// received, for the next octet of it (0: DefaultFPDUTimeout; negative:
+	// for ever). A peer writes each FPDU whole, so a gap that long in the
+	// middle of one is no peer's pause: its ULPDU_Length was damaged upwards
+	// on the wire (TCP's checksum missed it) and announces octets the
+	// peer, idle, will never send. Without the bound such a connection
+	// waits silently for ever, both applications included. When it passes
+	// the connection ends with the MPA CRC Terminate (the FPDU's CRC can
+	// never be checked; without CRC, MPA's local catastrophic error) and
+	// counts in mpaFpduTimeouts. TCP retransmitting a
+	// lost segment (its timeout doubling from 200 ms) waits longer than
+	// this only after six losses of that segment in a row.
+	FPDUTimeout time.Duration
 	// Logger receives the engine's log lines (nil: discarded).
 	Logger *slog.Logger
 }
 
 // DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
+
+// DefaultFPDUTimeout is the default Config.FPDUTimeout: the longest gap
+// in the middle of an FPDU.
+const DefaultFPDUTimeout = 10 * time.Second
 
 // DefaultAcceptTimeout is the default Config.AcceptTimeout, the MPA accept
 // timeout.

@@ -195,6 +195,11 @@ type QP struct {
 	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
 	flushErr  ibv.WCStatus                    // mu
 
+	// rxAwaiting and rxLast are what the receive goroutine saw after its
+	// latest read, for RxProgress: the octets the FPDU being received
+	// still lacked (0: between FPDUs), and when (Unix nanoseconds).
+	rxAwaiting, rxLast atomic.Int64
+
 	// alignTx and alignRx classify the connection's data segments by FPDU
 	// alignment (observeSegment, on the packet path; each has its own
 	// lock).
@@ -268,6 +273,29 @@ func (qp *QP) Info() ibv.Info {
 		RQDepth: len(qp.rq), RQUse: int(qp.rqTail - qp.rqHead),
 		EMSS: qp.tx.emss,
 	}
+}
+
+// RxProgress says where the receive side stands, for diagnosing a
+// connection that went quiet: the octets the FPDU being received still
+// lacks (0 between FPDUs; see mpa.Receiver.Awaiting) and when octets were
+// last read from the connection (zero before the first).
+func (qp *QP) RxProgress() (awaiting int, last time.Time) {
+	if ns := qp.rxLast.Load(); ns != 0 {
+		last = time.Unix(0, ns)
+	}
+	return int(qp.rxAwaiting.Load()), last
+}
+
+// SendState describes the connection's send side (netstack.Conn.SendState)
+// for diagnosing a connection that went quiet; empty before it connects.
+func (qp *QP) SendState() string {
+	qp.mu.Lock()
+	c := qp.conn
+	qp.mu.Unlock()
+	if c == nil {
+		return ""
+	}
+	return c.SendState()
 }
 
 // SetEventHandler makes the queue pair hand its connection events to f

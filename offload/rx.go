@@ -31,13 +31,61 @@ func (qp *QP) rxLoop() {
 	qp.mu.Lock()
 	idle := qp.rxIdle
 	qp.mu.Unlock()
+	gap := qp.dev.cfg.FPDUTimeout
+	if gap == 0 {
+		gap = DefaultFPDUTimeout
+	}
+	// armed: a read deadline watches a half-received FPDU (FPDUTimeout),
+	// set when the stream first stopped in the middle of one; last is
+	// when its latest octets came. A deadline that finds later octets is
+	// moved on rather than set at every read.
+	var armed bool
+	var last time.Time
 	for {
 		_, err := qp.conn.ReadTo(&qp.rx.mpa)
 		if err == nil {
+			now := time.Now()
+			qp.rxLast.Store(now.UnixNano())
+			aw := qp.rx.mpa.Awaiting()
+			qp.rxAwaiting.Store(int64(aw))
+			switch {
+			case qp.rx.deferred != nil:
+				// Its own, shorter deadline runs (fail).
+			case aw > 0 && gap > 0:
+				last = now
+				if !armed {
+					armed = true
+					qp.conn.SetReadDeadline(now.Add(gap))
+				}
+			case armed:
+				armed = false
+				qp.conn.SetReadDeadline(time.Time{})
+			}
 			if idle != nil {
 				idle()
 			}
 			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && armed && qp.rx.deferred == nil {
+			if more := time.Until(last.Add(gap)); more > 0 {
+				// Octets came since the deadline was set: wait on.
+				qp.conn.SetReadDeadline(time.Now().Add(more))
+				continue
+			}
+			// The rest of the FPDU did not come: its length was damaged
+			// (a peer writes every FPDU whole), the peer is idle.
+			armed = false
+			qp.conn.SetReadDeadline(time.Time{})
+			qp.stats.FPDUTimeouts.Add(1)
+			code := rdmap.TermLLPCRC
+			if !qp.rx.crc {
+				code = rdmap.TermLLPLocalCatastrophic
+			}
+			qp.rx.inFPDU, qp.rx.deferred = false, nil
+			_ = qp.rx.fail(code, ibv.WCLocQPOpErr, fmt.Errorf("an FPDU of ULPDU_Length %d still lacks %d octets after %v without one (its length damaged on the wire?)",
+				qp.rx.ulpduLen, qp.rx.mpa.Awaiting(), gap))
+			qp.drain()
+			return
 		}
 		var te *terminateError
 		var me *mpa.Error
@@ -47,11 +95,15 @@ func (qp *QP) rxLoop() {
 		case errors.Is(err, errTerminated):
 		case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
 			// A header error waited for its FPDU's CRC, and the rest of
-			// the FPDU did not come: it goes out as it is.
+			// the FPDU did not come: its length was damaged with the
+			// header (a peer writes every FPDU whole), so the header's
+			// error is the damage's too. As for any FPDU left half
+			// received (FPDUTimeout), the CRC Terminate.
 			d := qp.rx.deferred
 			qp.rx.inFPDU, qp.rx.deferred = false, nil
 			qp.conn.SetReadDeadline(time.Time{})
-			_ = qp.rx.fail(d.code, d.local, fmt.Errorf("%w (the rest of its FPDU did not come within %v)", d.cause, deferredFailTimeout))
+			qp.stats.FPDUTimeouts.Add(1)
+			_ = qp.rx.fail(rdmap.TermLLPCRC, d.local, fmt.Errorf("the rest of an FPDU did not come within %v; its header had failed: %v: %w", deferredFailTimeout, d.code, d.cause))
 			qp.drain()
 		case errors.As(err, &me):
 			// A framing error found by the MPA layer (bad marker): no

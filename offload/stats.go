@@ -43,6 +43,11 @@ type QPStats struct {
 	PlacedOOOBytes atomic.Uint64 `stat:"mpaOooPlacedOctets"`
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
+	// FPDUTimeouts counts connections ended because an FPDU's remaining
+	// octets did not come within Config.FPDUTimeout, or within 2 s when
+	// its header had failed (its ULPDU_Length damaged upwards on the wire,
+	// the peer idle).
+	FPDUTimeouts atomic.Uint64 `stat:"mpaFpduTimeouts"`
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`

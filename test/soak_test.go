@@ -32,6 +32,9 @@ const (
 	envSoakTime  = "SOAK_TIME"
 	envSoakQPs   = "SOAK_QPS"
 	envSoakKills = "SOAK_KILLS"
+	// envSoakImpair replaces TestSoakImpaired's impairments (siwtun up
+	// --impair syntax), for runs that look for a rare failure faster.
+	envSoakImpair = "SOAK_IMPAIR"
 )
 
 // requireSoak skips a soak test unless SIWTUN_SOAK=1 (make soak sets it).
@@ -163,10 +166,21 @@ func (q *soakQP) teardown(t *testing.T) {
 // connection is gone (the corruption's Terminate), not the data.
 var errConnEnded = errors.New("connection ended")
 
+// soakHang is how long a completion may take before the wait is a hang;
+// soakSlow is when a wait still open is reported (stuckReport), so that a
+// hang explains itself.
+const (
+	soakHang = 2 * time.Minute
+	soakSlow = 20 * time.Second
+)
+
 // waitN waits for n completions on cq; any error status is errConnEnded.
-func waitN(cq *verbs.CQ, n int) ([]verbs.WorkCompletion, error) {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// A wait past soakSlow logs the connection's state on both daemons once.
+func (q *soakQP) waitN(t *testing.T, cq *verbs.CQ, n int) ([]verbs.WorkCompletion, error) {
+	c, cancel := context.WithTimeout(context.Background(), soakHang)
 	defer cancel()
+	slow := time.AfterFunc(soakSlow, func() { q.stuckReport(t, cq, n) })
+	defer slow.Stop()
 	var out []verbs.WorkCompletion
 	wcs := make([]verbs.WorkCompletion, 8)
 	var bad error
@@ -183,6 +197,55 @@ func waitN(cq *verbs.CQ, n int) ([]verbs.WorkCompletion, error) {
 		out = append(out, wcs[:k]...)
 	}
 	return out, bad
+}
+
+// stuckReport logs what each daemon says about q's connection: its QP's
+// state, queues, the octets each side has sent and received (the
+// receiver's mpaOctetsRx short of the sender's mpaOctetsTx: TCP has not
+// delivered them; equal while the receiver awaits octets: a damaged FPDU
+// length), what the FPDU being received still lacks and how long its
+// receive side has been quiet, and the QP's counters.
+func (q *soakQP) stuckReport(t *testing.T, cq *verbs.CQ, n int) {
+	side := "client"
+	if cq == q.scq {
+		side = "server"
+	}
+	t.Logf("port %d: the %s's wait for %d completions has taken %v; the connection's state:", q.port, side, n, soakSlow)
+	for _, x := range []struct {
+		d   *daemon
+		num uint32
+	}{{q.r.d0, q.cqp.Num()}, {q.r.d1, q.sqp.Num()}} {
+		cc, err := ctl.Dial(ctl.SocketPath(x.d.socketDir, x.d.dev))
+		if err != nil {
+			t.Logf("  ctl %s: %v", x.d.dev, err)
+			continue
+		}
+		qps, err := cc.QPs(0)
+		cc.Close()
+		if err != nil {
+			t.Logf("  ctl qp %s: %v", x.d.dev, err)
+			continue
+		}
+		found := false
+		for _, qp := range qps {
+			if qp.LQPN != x.num {
+				continue
+			}
+			found = true
+			var cs []string
+			for _, c := range qp.Counters {
+				if c.Value != 0 {
+					cs = append(cs, fmt.Sprintf("%s %d", c.Name, c.Value))
+				}
+			}
+			t.Logf("  %s QP %d %s %s->%s: SQ %d/%d RQ %d/%d, octets tx %d rx %d, FPDUs tx %d rx %d, receiving an FPDU that lacks %d octets, receive quiet %d ms; TCP send: %s; %s",
+				x.d.dev, qp.LQPN, qp.State, qp.Src, qp.Dst, qp.SQUsed, qp.SQDepth, qp.RQUsed, qp.RQDepth,
+				qp.BytesTx, qp.BytesRx, qp.FPDUsTx, qp.FPDUsRx, qp.RxAwaiting, qp.RxQuietMs, qp.TCPSend, strings.Join(cs, ", "))
+		}
+		if !found {
+			t.Logf("  %s: no QP %d", x.d.dev, x.num)
+		}
+	}
 }
 
 // round does one RDMA Write (and a Send saying it is there), one RDMA Read
@@ -213,8 +276,8 @@ func (q *soakQP) round(t *testing.T, seed byte) (int64, error) {
 	}); err != nil {
 		return 0, err
 	}
-	_, e1 := waitN(q.ccq, 2)
-	_, e2 := waitN(q.scq, 1)
+	_, e1 := q.waitN(t, q.ccq, 2)
+	_, e2 := q.waitN(t, q.scq, 1)
 	if err := errors.Join(e1, e2); err != nil {
 		return 0, err
 	}
@@ -225,7 +288,7 @@ func (q *soakQP) round(t *testing.T, seed byte) (int64, error) {
 	if err := post(q.cqp, []verbs.SendWR{{ID: 3, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{q.kmr.SGE(0, n)}, RemoteAddr: q.dmr.Addr(), RKey: q.dmr.RKey()}}); err != nil {
 		return 0, err
 	}
-	if _, err := waitN(q.ccq, 1); err != nil {
+	if _, err := q.waitN(t, q.ccq, 1); err != nil {
 		return 0, err
 	}
 	if !bytes.Equal(q.kbuf, q.dbuf) {
@@ -238,8 +301,8 @@ func (q *soakQP) round(t *testing.T, seed byte) (int64, error) {
 	if err := post(q.cqp, []verbs.SendWR{{ID: 4, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{q.smr.SGE(0, n)}}}); err != nil {
 		return 0, err
 	}
-	_, e1 = waitN(q.ccq, 1)
-	wcs, e2 := waitN(q.scq, 1)
+	_, e1 = q.waitN(t, q.ccq, 1)
+	wcs, e2 := q.waitN(t, q.scq, 1)
 	if err := errors.Join(e1, e2); err != nil {
 		return 0, err
 	}
@@ -325,7 +388,10 @@ func TestSoakImpaired(t *testing.T) {
 		}
 		dur = d
 	}
-	const imp = "loss=1%,reorder=2%,dup=0.5%,corrupt=0.01%,seed=15"
+	imp := "loss=1%,reorder=2%,dup=0.5%,corrupt=0.01%,seed=15"
+	if v := os.Getenv(envSoakImpair); v != "" {
+		imp = v
+	}
 	const nQP, msg = 16, 256 << 10
 	r := newTwoRNICs(t, 1500, "--impair", imp)
 	warmUp(t, r, 7699)
@@ -370,7 +436,10 @@ func TestSoakImpaired(t *testing.T) {
 					n, err := q.round(t, seed)
 					if err != nil {
 						if !errors.Is(err, errConnEnded) {
-							t.Errorf("port %d: %v (a hang, not an ended connection)", q.port, err)
+							t.Errorf("port %d: %v (a hang, not an ended connection); the daemons' goroutines follow in their logs (SIGQUIT)", q.port, err)
+							for _, d := range []*daemon{r.d0, r.d1} {
+								d.cmd.Process.Signal(syscall.SIGQUIT) // by its PID
+							}
 							return
 						}
 						ended.Add(1)
@@ -404,8 +473,8 @@ func TestSoakImpaired(t *testing.T) {
 	sum := func(k string) uint64 { return s0[k] + s1[k] }
 	t.Logf("SOAK impaired: %v under %s, 16 QPs: %d MiB verified (%.1f MB/s), %d rounds of Write+Read+Send of 256 KiB, 0 corrupted bytes delivered",
 		el.Round(time.Second), imp, verified.Load()>>20, float64(verified.Load())/el.Seconds()/1e6, rounds.Load())
-	t.Logf("SOAK impaired: connections ended by an error completion %d, connects that failed %d; mpaCrcErrors %d, rdmapTerminateTx %d, rdmapTerminateRx %d, ddpErrors %d, rdmapErrors %d, mpaErrors %d, tcpRetransSegs %d",
-		ended.Load(), connFails.Load(), sum("mpaCrcErrors"), sum("rdmapTerminateTx"), sum("rdmapTerminateRx"), sum("ddpErrors"), sum("rdmapErrors"), sum("mpaErrors"), sum("tcpRetransSegs"))
+	t.Logf("SOAK impaired: connections ended by an error completion %d, connects that failed %d; mpaCrcErrors %d, mpaFpduTimeouts %d, rdmapTerminateTx %d, rdmapTerminateRx %d, ddpErrors %d, rdmapErrors %d, mpaErrors %d, tcpRetransSegs %d, tcpTailRescues %d",
+		ended.Load(), connFails.Load(), sum("mpaCrcErrors"), sum("mpaFpduTimeouts"), sum("rdmapTerminateTx"), sum("rdmapTerminateRx"), sum("ddpErrors"), sum("rdmapErrors"), sum("mpaErrors"), sum("tcpRetransSegs"), sum("tcpTailRescues"))
 	firstEnd.Range(func(k, v any) bool { t.Logf("ended connection (first on port %v): %v", v, k); return true })
 	if rounds.Load() == 0 {
 		t.Fatal("no round completed")
@@ -414,13 +483,16 @@ func TestSoakImpaired(t *testing.T) {
 		t.Error("no CRC error in the whole run: the corruption was not applied")
 	}
 	// Each ended connection was ended by a CRC error (the one that found
-	// it sends the Terminate); a corrupted MPA Request or Reply is a CRC
-	// error of no connection (the connect fails and is retried).
-	if uint64(ended.Load()) > sum("mpaCrcErrors") {
-		t.Errorf("%d connections ended but only %d CRC errors: some ended for another reason", ended.Load(), sum("mpaCrcErrors"))
+	// it sends the Terminate), or by an FPDU whose length the corruption
+	// raised, its rest never coming (the CRC Terminate after the FPDU
+	// timeout); a corrupted MPA Request or Reply is a CRC error of no
+	// connection (the connect fails and is retried).
+	crcEnds := sum("mpaCrcErrors") + sum("mpaFpduTimeouts")
+	if uint64(ended.Load()) > crcEnds {
+		t.Errorf("%d connections ended but only %d CRC errors and FPDU timeouts: some ended for another reason", ended.Load(), crcEnds)
 	}
-	if sum("mpaCrcErrors") > 0 && sum("rdmapTerminateTx") < sum("mpaCrcErrors")-uint64(connFails.Load()) {
-		t.Errorf("%d CRC errors but %d Terminates sent", sum("mpaCrcErrors"), sum("rdmapTerminateTx"))
+	if crcEnds > 0 && sum("rdmapTerminateTx") < crcEnds-uint64(connFails.Load()) {
+		t.Errorf("%d CRC errors and FPDU timeouts but %d Terminates sent", crcEnds, sum("rdmapTerminateTx"))
 	}
 	// A header damaged on the wire is a CRC error too (its error waits
 	// for the FPDU's CRC): no DDP or RDMAP error at all.
@@ -595,6 +667,15 @@ func TestSoakClientKilled(t *testing.T) {
 	kills := soakInt(t, envSoakKills, 100)
 	const size, port = 256 << 10, 7900
 	r := newTwoRNICs(t, 9000)
+	// What siwtun0 makes at its first QP and keeps (the doorbell
+	// sleepers: an epoll instance, an eventfd and a thread) exists before
+	// the baseline, whatever moment the first client is killed at.
+	warm := newEnd(t, r.dev0, 4)
+	for _, err := range []error{warm.qp.Destroy(), warm.scq.Destroy(), warm.rcq.Destroy(), warm.pd.Dealloc()} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	base := ctlVerbsCounters(t, r.d0)
 	baseProc := ctlProc(t, r.d0, false)
 	spd, err := r.dev1.AllocPD()
@@ -620,6 +701,8 @@ func TestSoakClientKilled(t *testing.T) {
 	}
 	defer l.Close()
 	rng := rand.New(rand.NewPCG(15, uint64(time.Now().UnixNano())))
+	var baseSnap procSnap
+	var last, prev ctl.Proc // siwtun0 once clean after this kill and the one before
 	var connected, transferring int
 	var worstClean, worstPeer time.Duration
 	for i := range kills {
@@ -675,20 +758,46 @@ func TestSoakClientKilled(t *testing.T) {
 			transferring++
 		}
 		eventually(t, 30*time.Second, fmt.Sprintf("kill %d (%v after start): siwtun0 releases the client's objects", i, delay.Round(time.Millisecond)), func() (bool, string) {
-			qps, c := ctlQPs(t, r.d0), ctlVerbsCounters(t, r.d0)
+			// The footprint first: the control connections of the
+			// calls before it would still be open in the daemon (it
+			// closes each once it reads the client's end), one
+			// descriptor more or less by chance.
 			p := ctlProc(t, r.d0, false)
+			qps, c := ctlQPs(t, r.d0), ctlVerbsCounters(t, r.d0)
 			if i == 0 {
 				// What the daemon keeps from its first client on (the
 				// ring sleepers' thread and descriptors) is in the
 				// baseline: it is taken after the first kill.
 				baseProc = p
+				baseSnap = readProcSnap(p.PID)
 			}
-			return len(qps) == 0 && c["qpActive"] == base["qpActive"] && c["mrActive"] == base["mrActive"] &&
-					p.FDs <= baseProc.FDs && p.Mappings <= baseProc.Mappings+4,
-				fmt.Sprintf("QPs %d, qpActive %d mrActive %d (baseline %d %d), %d fds, %d mappings (baseline %d, %d)",
-					len(qps), c["qpActive"], c["mrActive"], base["qpActive"], base["mrActive"], p.FDs, p.Mappings, baseProc.FDs, baseProc.Mappings)
+			// The client's memory and rings are the daemon's memfd
+			// mappings; its anonymous ones are the Go heap's and each OS
+			// thread's (a pthread stack and guard, glibc's arena for the
+			// thread), which a Go process keeps once made: a thread made
+			// while the client died (more goroutines at once in a system
+			// call, a ring's poll(2)) is not the client's.
+			snap := readProcSnap(p.PID)
+			last = p
+			ok := len(qps) == 0 && c["qpActive"] == base["qpActive"] && c["mrActive"] == base["mrActive"] &&
+				p.FDs <= baseProc.FDs && snap.memfdMaps() <= baseSnap.memfdMaps()
+			saw := fmt.Sprintf("QPs %d, qpActive %d mrActive %d (baseline %d %d), %d fds, %d memfd mappings of %d, %d threads (baseline %d, %d of %d, %d)",
+				len(qps), c["qpActive"], c["mrActive"], base["qpActive"], base["mrActive"], p.FDs, snap.memfdMaps(), p.Mappings, p.Threads,
+				baseProc.FDs, baseSnap.memfdMaps(), baseProc.Mappings, baseProc.Threads)
+			if !ok && i > 0 {
+				// Say what is held: the descriptors and mappings not in
+				// the baseline.
+				saw += "\n" + snap.diff(baseSnap)
+			}
+			return ok, saw
 		})
 		worstClean = max(worstClean, time.Since(killed))
+		if i > 0 && (last.Threads != prev.Threads || last.Mappings > prev.Mappings+4) {
+			// The daemon's anonymous mappings follow its OS threads (a
+			// thread's stack and glibc arena), not its clients.
+			t.Logf("kill %d: siwtun0 clean; its threads %d -> %d, mappings %d -> %d", i, prev.Threads, last.Threads, prev.Mappings, last.Mappings)
+		}
+		prev = last
 		var aerr error
 		select {
 		case aerr = <-accepted:
@@ -722,6 +831,9 @@ func TestSoakClientKilled(t *testing.T) {
 	}
 	t.Logf("SOAK client killed: %d clients SIGKILLed at random moments (0-1 s after start): %d had connected, %d were transferring; siwtun0 clean every time, at worst %v after the kill; every connected server QP saw the end (ERR, receive flushed), at worst %v after the kill",
 		kills, connected, transferring, worstClean.Round(time.Millisecond), worstPeer.Round(time.Millisecond))
+	end, endSnap := ctlProc(t, r.d0, false), readProcSnap(baseProc.PID)
+	t.Logf("SOAK client killed: siwtun0 after the kills: %d fds, %d memfd mappings, %d threads, %d mappings in all (after the first kill: %d, %d, %d, %d)",
+		end.FDs, endSnap.memfdMaps(), end.Threads, end.Mappings, baseProc.FDs, baseSnap.memfdMaps(), baseProc.Threads, baseProc.Mappings)
 	if transferring == 0 {
 		t.Error("no client was killed while transferring")
 	}
@@ -810,4 +922,73 @@ func TestSoakDaemonStopped(t *testing.T) {
 		t.Logf("round %d: siwtun1 %s under load: all %d workers got ErrDeviceRemoved within %v", i, map[bool]string{false: "stopped (SIGINT)", true: "killed (SIGKILL)"}[kill], nQP, took.Round(time.Millisecond))
 	}
 	t.Logf("SOAK daemon stopped: 10 rounds of 8 loaded QPs, daemon stopped or killed: every worker got ErrDeviceRemoved, at worst %v after the stop", worst.Round(time.Millisecond))
+}
+
+// procSnap is a process's descriptors (by number, what each refers to)
+// and mappings (the lines of /proc/<pid>/maps), for saying what a leak
+// check found held.
+type procSnap struct {
+	fds  map[string]string
+	maps map[string]bool
+}
+
+// readProcSnap reads pid's procSnap (as root: the daemon's /proc files);
+// what it cannot read stays empty.
+func readProcSnap(pid int) procSnap {
+	s := procSnap{fds: make(map[string]string), maps: make(map[string]bool)}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err == nil {
+			s.fds[e.Name()] = target
+		}
+	}
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	for _, l := range strings.Split(string(maps), "\n") {
+		if l != "" {
+			s.maps[l] = true
+		}
+	}
+	return s
+}
+
+// memfdMaps counts the mappings of memfds: in the daemon, client regions
+// and the rings it shares with clients.
+func (s procSnap) memfdMaps() int {
+	n := 0
+	for l := range s.maps {
+		if strings.Contains(l, "/memfd:") {
+			n++
+		}
+	}
+	return n
+}
+
+// diff lists what s holds that base did not: descriptors whose target
+// changed or is new, and mappings not in base (anonymous ones of the Go
+// heap move on their own; memfd ones name their object).
+func (s procSnap) diff(base procSnap) string {
+	var b strings.Builder
+	for fd, target := range s.fds {
+		if base.fds[fd] != target {
+			fmt.Fprintf(&b, "fd %s -> %s (baseline: %q)\n", fd, target, base.fds[fd])
+		}
+	}
+	for fd, target := range base.fds {
+		if _, ok := s.fds[fd]; !ok {
+			fmt.Fprintf(&b, "fd %s gone (baseline: %q)\n", fd, target)
+		}
+	}
+	for l := range s.maps {
+		if !base.maps[l] {
+			fmt.Fprintf(&b, "new mapping: %s\n", l)
+		}
+	}
+	for l := range base.maps {
+		if !s.maps[l] {
+			fmt.Fprintf(&b, "gone mapping: %s\n", l)
+		}
+	}
+	return b.String()
 }

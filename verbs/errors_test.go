@@ -292,6 +292,9 @@ func TestProtocolErrors(t *testing.T) {
 		code    rdmap.Code
 		copied  bool // the Terminate carries the offending DDP header
 		recv    verbs.WCStatus
+		// fpduTimeout is the server's offload.Config.FPDUTimeout (0: the
+		// default).
+		fpduTimeout time.Duration
 	}{
 		{name: "bad-crc", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, corrupt: true,
 			code: rdmap.TermLLPCRC, recv: verbs.WCLocQPOpErr},
@@ -315,11 +318,26 @@ func TestProtocolErrors(t *testing.T) {
 			return [][]byte{b}
 		}, corrupt: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
 		// A header error waiting for its FPDU's CRC, the rest of the FPDU
-		// never coming (its length damaged upwards, the peer idle): the
-		// error goes out after deferredFailTimeout instead of never.
+		// never coming (its length damaged upwards with the header, the
+		// peer idle): after deferredFailTimeout instead of never, the CRC
+		// Terminate, as for any FPDU left half received (make soak saw a
+		// Read Response whose damaged length put it out of its sink's
+		// bounds end in a DDP Terminate that way).
 		{name: "invalid-qn-fpdu-never-ends", frames: func(*guarded) [][]byte {
 			return [][]byte{untagged(rdmap.OpSend, 3, 1, 0, true, []byte("x"))}
-		}, cut: true, code: rdmap.TermDDPInvalidQN, recv: verbs.WCFlushErr},
+		}, cut: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr},
+		// A well-formed FPDU whose length alone was damaged upwards, the
+		// peer then idle (make soak's silent stalls: a connection waiting
+		// for octets that never come, no error on either side): after
+		// FPDUTimeout without an octet of it, the CRC Terminate.
+		{name: "send-fpdu-never-ends", frames: func(*guarded) [][]byte { return [][]byte{send(1, "hello")} }, cut: true,
+			code: rdmap.TermLLPCRC, recv: verbs.WCLocQPOpErr, fpduTimeout: 300 * time.Millisecond},
+		{name: "write-fpdu-never-ends", frames: func(dst *guarded) [][]byte {
+			h := ddp.Header{Tagged: true, Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpWrite), STag: dst.mr.RKey(), TO: dst.mr.Addr()}
+			b := make([]byte, 14+64)
+			h.Marshal(b)
+			return [][]byte{b}
+		}, cut: true, code: rdmap.TermLLPCRC, recv: verbs.WCFlushErr, fpduTimeout: 300 * time.Millisecond},
 		{name: "ddp-version-untagged", frames: func(*guarded) [][]byte {
 			b := send(1, "x")
 			b[0] = b[0]&^3 | 2
@@ -385,6 +403,7 @@ func TestProtocolErrors(t *testing.T) {
 				if tt.ird != 0 {
 					c.IRD = tt.ird
 				}
+				c.FPDUTimeout = tt.fpduTimeout
 			}, 8)
 			dst := srv.region(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 			rbuf := srv.region(4096, verbs.AccessLocalWrite)

@@ -99,6 +99,26 @@ func (r *Receiver) Stats() ReceiverStats {
 // the Receiver is between FPDUs. A Handler may call it from BeginFPDU on.
 func (r *Receiver) FPDUStart() uint64 { return r.start }
 
+// Awaiting returns how many more stream octets (Markers not counted) the
+// FPDU being received needs before its CRC is known: 0 between FPDUs;
+// within a ULPDU_Length field split across writes, the octets that field
+// still lacks (its FPDU's size is not known yet).
+func (r *Receiver) Awaiting() int {
+	if !r.inFPDU {
+		return 0
+	}
+	switch r.state {
+	case stLen:
+		return ulpduLenLen - r.nacc
+	case stData:
+		return r.need + padLen(r.ulpdu) + crcLen
+	case stPad:
+		return r.need + crcLen
+	default:
+		return crcLen - r.nacc
+	}
+}
+
 // Write consumes stream octets. It returns len(p) and nil, or on error how
 // much of p was consumed, up to and including the octets that caused it. Errors from the Handler are returned
 // as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker).

@@ -121,3 +121,29 @@ func TestReceiverNotInitialized(t *testing.T) {
 		t.Fatal("Write on an uninitialized Receiver: no error")
 	}
 }
+
+// TestReceiverAwaiting: the octets the FPDU being received still lacks,
+// after each prefix of a stream of one FPDU with a 5-octet ULPDU (2
+// length, 5 data, 1 pad, 4 CRC: 12 octets) and then the next FPDU's
+// first octet.
+func TestReceiverAwaiting(t *testing.T) {
+	var s Sender
+	s.Init(true, false)
+	s.Begin(nil, 5)
+	s.Write(seq(5))
+	stream := append(s.Finish(), 0x00)
+	want := []int{0, 1, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1}
+	if len(stream)+1 != len(want) {
+		t.Fatalf("setup: stream of %d octets", len(stream))
+	}
+	for n := range want {
+		var r Receiver
+		r.Init(true, false, &recorder{t: t})
+		if _, err := r.Write(stream[:n]); err != nil {
+			t.Fatalf("%d octets: %v", n, err)
+		}
+		if got := r.Awaiting(); got != want[n] {
+			t.Errorf("after %d octets: Awaiting %d, want %d", n, got, want[n])
+		}
+	}
+}
