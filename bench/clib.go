@@ -24,15 +24,20 @@ var CLibPrograms = []string{"ib_write_lat", "ib_write_bw"}
 
 // clibCompare runs Debian's ib_write_lat and ib_write_bw with -R between
 // the two daemons, through libsiwtun (`siwtun exec`), each right next to
-// siwtun perf with the same arguments: the pair back to back, which of
-// the two goes first alternating from round to round, so that the
-// machine's moods fall on both alike.
+// siwtun perf with the same arguments: back to back, which goes first
+// turning from round to round, so that the machine's moods fall on all
+// alike. ib_write_lat runs next to two siwtun perf runs: one waiting for
+// the peer's Write as ib_write_lat does (--spin), one with siwtun perf's
+// own yielding wait. Both use no inline data, as perftest on any device
+// it does not know (siwtun's, Linux siw's) never does (ctx_set_max_inline
+// sets 0; its report says "Max inline data : 0[B]").
 func (r *runner) clibCompare(mtu int, crc bool) error {
 	type job func()
-	lat := []job{func() { r.pairGoLat(mtu, crc) }, func() { r.cLat(mtu, crc) }}
+	lat := []job{func() { r.pairGoLat(mtu, crc, true) }, func() { r.pairGoLat(mtu, crc, false) }, func() { r.cLat(mtu, crc) }}
 	bw := []job{func() { r.pairGoBW(mtu, crc) }, func() { r.cBW(mtu, crc) }}
+	k := r.round % len(lat)
+	lat = append(lat[k:], lat[:k]...)
 	if r.round%2 == 1 {
-		lat[0], lat[1] = lat[1], lat[0]
 		bw[0], bw[1] = bw[1], bw[0]
 	}
 	for _, j := range append(lat, bw...) {
@@ -44,15 +49,21 @@ func (r *runner) clibCompare(mtu int, crc bool) error {
 	return nil
 }
 
-func (r *runner) pairGoLat(mtu int, crc bool) {
-	what := fmt.Sprintf("MTU %d siwtun perf write --lat %s (next to ib_write_lat)", mtu, FormatSize(CLibLatSize))
+// pairGoLat runs siwtun perf write --lat next to ib_write_lat, with its
+// inline size (none) and, with spin, its busy wait.
+func (r *runner) pairGoLat(mtu int, crc, spin bool) {
+	args, stack, how := []string{"-I", "0"}, StackPerfPair, ""
+	if spin {
+		args, stack, how = append(args, "--spin"), StackPerfSpin, " --spin"
+	}
+	what := fmt.Sprintf("MTU %d siwtun perf write --lat%s %s (next to ib_write_lat)", mtu, how, FormatSize(CLibLatSize))
 	r.logf("%s", what)
-	row, err := r.goLat(mtu, crc, "write", CLibLatSize)
+	row, err := r.goLat(mtu, crc, "write", CLibLatSize, args...)
 	if err != nil {
 		r.failed(what, err)
 		return
 	}
-	row.Stack = StackPerfPair
+	row.Stack = stack
 	r.res.Rows = append(r.res.Rows, row)
 }
 

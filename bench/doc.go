@@ -15,9 +15,10 @@
 //
 //   - Debian's perftest, C programs linked with rdma-core, through
 //     libsiwtun (`siwtun exec`): ib_write_lat -R at 2 B and ib_write_bw -R
-//     at 64 KiB, each right next to `siwtun perf` with the same arguments
-//     (clib; skipped, with a note, when perftest or the library is
-//     missing),
+//     at 64 KiB, each right next to `siwtun perf` with the same arguments,
+//     ib_write_lat also next to `siwtun perf --spin`, which busy-waits as
+//     it does (clib; skipped, with a note, when perftest or the library
+//     is missing),
 //   - connection set-up (connect): `siwtun bench conn` (apps/connperf)
 //     opening connections one after the other, from one client process
 //     and from several at once, between the daemons and, for comparison,

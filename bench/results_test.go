@@ -52,6 +52,7 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackCLib, Kind: KindBW, Test: "RDMA WRITE", Size: CLibBWSize, CRC: on, Value: 380},
 			{MTU: 9000, Stack: StackPerfPair, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 110},
 			{MTU: 9000, Stack: StackCLib, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 110, Mean: 330},
+			{MTU: 9000, Stack: StackPerfSpin, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 300},
 		},
 		CLib: &CLibInfo{},
 	}
@@ -74,7 +75,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 12 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 14 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -100,7 +101,7 @@ func TestAnalyze(t *testing.T) {
 		fig  float64
 		pass bool
 	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false},
-		{1.1, true}, {3, false}, {0.95, true},
+		{1.1, true}, {1.1, true}, {1.1, true}, {3, false}, {0.95, true},
 		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
 	if len(r.Targets) != len(want) {
 		t.Fatalf("%d targets, want %d: %+v", len(r.Targets), len(want), r.Targets)
@@ -128,7 +129,7 @@ func TestAnalyze(t *testing.T) {
 	// A run of some suites judges their targets only.
 	r.Suites = []string{SuiteScale}
 	r.Analyze()
-	if len(r.Targets) != 1 || r.Targets[0].Figure != want[10].fig {
+	if len(r.Targets) != 1 || r.Targets[0].Figure != want[12].fig {
 		t.Errorf("scale suite alone: targets %+v", r.Targets)
 	}
 	r.Suites = nil
@@ -142,7 +143,7 @@ func TestAnalyze(t *testing.T) {
 	// with its suite left out of the run they are not there at all.
 	r.CLib = &CLibInfo{Skipped: "ib_write_lat not installed"}
 	r.Analyze()
-	for _, tg := range r.Targets[4:7] {
+	for _, tg := range r.Targets[4:9] {
 		if tg.Pass || tg.Skipped == "" || tg.Missing != "" || !strings.Contains(tg.Name, "libsiwtun") {
 			t.Errorf("target of a skipped comparison: %+v", tg)
 		}
@@ -153,7 +154,7 @@ func TestAnalyze(t *testing.T) {
 		t.Errorf("without the comparison: %d targets", len(r.Targets))
 	}
 	r.Suites = []string{SuiteCLib}
-	if r.Analyze(); len(r.Targets) != 3 || !r.Targets[0].Pass {
+	if r.Analyze(); len(r.Targets) != 5 || !r.Targets[0].Pass {
 		t.Errorf("the comparison alone: %+v", r.Targets)
 	}
 }

@@ -671,8 +671,8 @@ func (r *runner) siwtunLat(mtu int, crc bool, op string, size int) {
 
 // goLat runs a `siwtun perf --lat` pair and returns its row (stack
 // siwtun): the median and mean round trips.
-func (r *runner) goLat(mtu int, crc bool, op string, size int) (Row, error) {
-	_, cli, err := r.perfPair(op, "--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size)))
+func (r *runner) goLat(mtu int, crc bool, op string, size int, extra ...string) (Row, error) {
+	_, cli, err := r.perfPair(op, append([]string{"--lat", "-s", fmt.Sprint(size), "-n", fmt.Sprint(r.cfg.LatIters(size))}, extra...)...)
 	if err != nil {
 		return Row{}, err
 	}
@@ -727,8 +727,8 @@ func decodeJSON(s string, v any) error {
 // the comparison of perftest through libsiwtun after siwtun's, each of
 // its figures next to siwtun perf's.
 func (r *runner) sortRows() {
-	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackCLib: 3}
-	pair := map[string]int{StackCLib: 1}
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackPerfSpin: 3, StackCLib: 3}
+	pair := map[string]int{StackPerfSpin: 1, StackCLib: 2}
 	kind := map[string]int{KindBW: 0, KindOps: 1, KindLat: 2}
 	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, TestWriteImm: 3, "RDMA READ": 4, "SEND": 5, TestAtomic: 6}
 	crc := func(b *bool) int {

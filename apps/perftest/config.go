@@ -124,6 +124,13 @@ type Config struct {
 	// message also consumes a receive at the peer, which the receiver
 	// posts and polls as in a Send test (receive credits included).
 	Imm bool
+	// Spin makes a Write latency test wait for the peer's Write as
+	// perftest's run_iter_lat_write does: a pure busy loop on the buffer's
+	// last byte that never gives up the processor (--spin). By default the
+	// wait yields the processor after a short spin, which on a machine with
+	// fewer cores than busy processes leaves the RNIC daemons the processor
+	// they need. Waits for completions are the same either way.
+	Spin bool
 	// AtomicType is an Atomic test's operation (-A).
 	AtomicType AtomicType
 	// Size is the message size (-s); an Atomic test's is 8.
@@ -207,6 +214,9 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.Imm && c.Verb != Write {
 		return c, badf("--imm applies to RDMA Write tests only")
+	}
+	if c.Spin && (c.Verb != Write || c.Imm || !c.Latency) {
+		return c, badf("--spin applies to RDMA Write latency tests only (without --imm)")
 	}
 	if c.Size < 0 {
 		return c, badf("size %d: must be positive", c.Size)

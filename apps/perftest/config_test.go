@@ -85,6 +85,9 @@ func TestNormalizeErrors(t *testing.T) {
 		{Config{Verb: Write, OutReads: 4}, "--outs applies to RDMA Read and atomic tests only"},
 		{Config{Verb: Write, QPs: 20000}, "queue pairs 20000"},
 		{Config{Verb: Verb(9)}, "verb 9"},
+		{Config{Verb: Write, Spin: true}, "--spin applies to RDMA Write latency tests only"},
+		{Config{Verb: Read, Latency: true, Spin: true}, "--spin applies to RDMA Write latency tests only"},
+		{Config{Verb: Write, Latency: true, Imm: true, Spin: true}, "--spin applies to RDMA Write latency tests only"},
 	}
 	for _, c := range cases {
 		_, err := c.in.Normalize(attr)

@@ -122,7 +122,8 @@ func TestNextCredit(t *testing.T) {
 }
 
 // TestOverSocket runs the tests whose data path reads RNIC-written memory
-// (the write latency ping-pong, the send credits) and a Read test through
+// (the write latency ping-pong, also waiting in a pure busy loop as
+// ib_write_lat does, and the send credits) and a Read test through
 // the verbs socket: the memory is then the daemon-shared memfd.
 func TestOverSocket(t *testing.T) {
 	for i, m := range []mode{
@@ -130,6 +131,7 @@ func TestOverSocket(t *testing.T) {
 		{"send-bw", Config{Verb: Send, Iters: 2000, Size: 4096, RxDepth: 16, Inline: -1}},
 		{"read-bw-b", Config{Verb: Read, Iters: 100, Size: 65536, Inline: -1, Bidirectional: true}},
 		{"send-lat", Config{Verb: Send, Latency: true, Iters: 100, Inline: -1}},
+		{"write-lat-spin", Config{Verb: Write, Latency: true, Iters: 100, Inline: 0, Spin: true}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			cdev, sdev := socketPair(t)

@@ -56,7 +56,8 @@ client and several at once, next to kernel TCP over the veth pair
 (connect); aggregate RDMA WRITE bandwidth over several queue pairs
 (scale); the daemons' memory per idle connected queue pair (memory, at
 the first MTU); Debian's perftest through libsiwtun (ib_write_lat -R 2 B,
-ib_write_bw -R 64 KiB), each next to siwtun perf with the same arguments
+ib_write_bw -R 64 KiB), each next to siwtun perf with the same arguments,
+ib_write_lat also next to siwtun perf --spin, which busy-waits as it does
 (clib; skipped, with a note, without perftest or the library). It prints
 one table with the figures, their ratios to both baselines and the
 receiving application's CPU seconds per GB, a table of set-up, scale and

@@ -39,6 +39,7 @@ type perfOptions struct {
 	gbits         bool
 	legacyUnits   bool
 	imm           bool
+	spin          bool
 	atomicType    string
 	json          bool
 	rdmaCM        bool
@@ -129,6 +130,7 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 	}
 	if verb == perftest.Write {
 		f.BoolVar(&o.imm, "imm", false, "RDMA Write with Immediate Data (RFC 7306, perftest's --write_with_imm): the receiver consumes a receive per message; both sides siwtun")
+		f.BoolVar(&o.spin, "spin", false, "with --lat: wait for the peer's Write in a pure busy loop, never yielding the processor, as ib_write_lat does")
 	}
 	f.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MiB/sec")
 	f.BoolVar(&o.legacyUnits, "legacy-units", false, "name the columns MB/sec as perftest 4.5 did (the figures stay MiB/sec)")
@@ -148,7 +150,7 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 func (o *perfOptions) config(verb perftest.Verb) (perftest.Config, error) {
 	c := perftest.Config{Verb: verb, Latency: o.lat, Size: o.size, All: o.all, Iters: o.iters,
 		QPs: o.qps, TxDepth: o.txDepth, RxDepth: o.rxDepth, Inline: o.inline, OutReads: o.outs,
-		Bidirectional: o.bidir, Imm: o.imm, Gbits: o.gbits, LegacyUnits: o.legacyUnits, JSON: o.json,
+		Bidirectional: o.bidir, Imm: o.imm, Spin: o.spin, Gbits: o.gbits, LegacyUnits: o.legacyUnits, JSON: o.json,
 		SettleDelay: o.settle, ConnectRetries: o.connectTries, ConnectRetryDelay: o.connectPeriod}
 	switch {
 	case !o.rdmaCM:
