@@ -31,102 +31,131 @@ func (qp *QP) rxLoop() {
 	qp.mu.Lock()
 	idle := qp.rxIdle
 	qp.mu.Unlock()
-	gap := qp.dev.cfg.FPDUTimeout
-	if gap == 0 {
-		gap = DefaultFPDUTimeout
+	w := fpduWatch{qp: qp, gap: qp.dev.cfg.FPDUTimeout}
+	if w.gap == 0 {
+		w.gap = DefaultFPDUTimeout
 	}
-	// armed: a read deadline watches a half-received FPDU (FPDUTimeout),
-	// set when the stream first stopped in the middle of one; last is
-	// when its latest octets came. A deadline that finds later octets is
-	// moved on rather than set at every read.
-	var armed bool
-	var last time.Time
 	for {
 		_, err := qp.conn.ReadTo(&qp.rx.mpa)
 		if err == nil {
-			now := time.Now()
-			qp.rxLast.Store(now.UnixNano())
-			aw := qp.rx.mpa.Awaiting()
-			qp.rxAwaiting.Store(int64(aw))
-			switch {
-			case qp.rx.deferred != nil:
-				// Its own, shorter deadline runs (fail).
-			case aw > 0 && gap > 0:
-				last = now
-				if !armed {
-					armed = true
-					qp.conn.SetReadDeadline(now.Add(gap))
-				}
-			case armed:
-				armed = false
-				qp.conn.SetReadDeadline(time.Time{})
-			}
+			w.read(time.Now())
 			if idle != nil {
 				idle()
 			}
 			continue
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && armed && qp.rx.deferred == nil {
-			if more := time.Until(last.Add(gap)); more > 0 {
-				// Octets came since the deadline was set: wait on.
-				qp.conn.SetReadDeadline(time.Now().Add(more))
+		if errors.Is(err, os.ErrDeadlineExceeded) && w.armed && qp.rx.deferred == nil {
+			if w.waitOn() {
 				continue
 			}
-			// The rest of the FPDU did not come: its length was damaged
-			// (a peer writes every FPDU whole), the peer is idle.
-			armed = false
-			qp.conn.SetReadDeadline(time.Time{})
-			qp.stats.FPDUTimeouts.Add(1)
-			code := rdmap.TermLLPCRC
-			if !qp.rx.crc {
-				code = rdmap.TermLLPLocalCatastrophic
-			}
-			qp.rx.inFPDU, qp.rx.deferred = false, nil
-			_ = qp.rx.fail(code, ibv.WCLocQPOpErr, fmt.Errorf("an FPDU of ULPDU_Length %d still lacks %d octets after %v without one (its length damaged on the wire?)",
-				qp.rx.ulpduLen, qp.rx.mpa.Awaiting(), gap))
-			qp.drain()
+			qp.fpduTimedOut(w.gap)
 			return
 		}
-		var te *terminateError
-		var me *mpa.Error
-		switch {
-		case errors.As(err, &te):
-			qp.drain()
-		case errors.Is(err, errTerminated):
-		case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
-			// A header error waited for its FPDU's CRC, and the rest of
-			// the FPDU did not come: its length was damaged with the
-			// header (a peer writes every FPDU whole), so the header's
-			// error is the damage's too. As for any FPDU left half
-			// received (FPDUTimeout), the CRC Terminate.
-			d := qp.rx.deferred
-			qp.rx.inFPDU, qp.rx.deferred = false, nil
-			qp.conn.SetReadDeadline(time.Time{})
-			qp.stats.FPDUTimeouts.Add(1)
-			_ = qp.rx.fail(rdmap.TermLLPCRC, d.local, fmt.Errorf("the rest of an FPDU did not come within %v; its header had failed: %v: %w", deferredFailTimeout, d.code, d.cause))
-			qp.drain()
-		case errors.As(err, &me):
-			// A framing error found by the MPA layer (bad marker): no
-			// CRC to wait for.
-			qp.rx.inFPDU = false
-			_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
-			qp.drain()
-		case err == io.EOF:
-			qp.mu.Lock()
-			if qp.state != ibv.QPErr {
-				qp.dev.logf("QP %d: peer closed the connection", qp.num)
-			}
-			qp.errorLocked(ibv.WCSuccess)
-			qp.mu.Unlock()
-		default:
-			qp.mu.Lock()
-			if qp.state != ibv.QPErr && !qp.closing {
-				qp.dev.logf("QP %d: receive: %v", qp.num, err)
-			}
-			qp.errorLocked(ibv.WCSuccess)
-			qp.mu.Unlock()
-		}
+		qp.rxEnd(err)
 		return
+	}
+}
+
+// fpduWatch keeps a read deadline on a half-received FPDU
+// (Config.FPDUTimeout): armed when the stream first stopped in the middle
+// of one; last is when its latest octets came. A deadline that finds later
+// octets is moved on rather than set at every read.
+type fpduWatch struct {
+	qp    *QP
+	gap   time.Duration
+	armed bool
+	last  time.Time
+}
+
+// read notes what a successful read left: the time, and whether an FPDU
+// is now half received.
+func (w *fpduWatch) read(now time.Time) {
+	qp := w.qp
+	qp.rxLast.Store(now.UnixNano())
+	aw := qp.rx.mpa.Awaiting()
+	qp.rxAwaiting.Store(int64(aw))
+	switch {
+	case qp.rx.deferred != nil:
+		// Its own, shorter deadline runs (fail).
+	case aw > 0 && w.gap > 0:
+		w.last = now
+		if !w.armed {
+			w.armed = true
+			qp.conn.SetReadDeadline(now.Add(w.gap))
+		}
+	case w.armed:
+		w.armed = false
+		qp.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// waitOn runs at the deadline: it reports whether octets came since it was
+// set (the deadline is then moved on); otherwise it disarms.
+func (w *fpduWatch) waitOn() bool {
+	if more := time.Until(w.last.Add(w.gap)); more > 0 {
+		w.qp.conn.SetReadDeadline(time.Now().Add(more))
+		return true
+	}
+	w.armed = false
+	w.qp.conn.SetReadDeadline(time.Time{})
+	return false
+}
+
+// fpduTimedOut ends the connection of an FPDU whose rest did not come
+// within gap: its length was damaged (a peer writes every FPDU whole) and
+// the peer is idle.
+func (qp *QP) fpduTimedOut(gap time.Duration) {
+	qp.stats.FPDUTimeouts.Add(1)
+	code := rdmap.TermLLPCRC
+	if !qp.rx.crc {
+		code = rdmap.TermLLPLocalCatastrophic
+	}
+	qp.rx.inFPDU, qp.rx.deferred = false, nil
+	_ = qp.rx.fail(code, ibv.WCLocQPOpErr, fmt.Errorf("an FPDU of ULPDU_Length %d still lacks %d octets after %v without one (its length damaged on the wire?)",
+		qp.rx.ulpduLen, qp.rx.mpa.Awaiting(), gap))
+	qp.drain()
+}
+
+// rxEnd ends the receive side on err, the error that stopped rxLoop's read.
+func (qp *QP) rxEnd(err error) {
+	var te *terminateError
+	var me *mpa.Error
+	switch {
+	case errors.As(err, &te):
+		qp.drain()
+	case errors.Is(err, errTerminated):
+	case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
+		// A header error waited for its FPDU's CRC, and the rest of the
+		// FPDU did not come: its length was damaged with the header (a
+		// peer writes every FPDU whole), so the header's error is the
+		// damage's too. As for any FPDU left half received
+		// (FPDUTimeout), the CRC Terminate.
+		d := qp.rx.deferred
+		qp.rx.inFPDU, qp.rx.deferred = false, nil
+		qp.conn.SetReadDeadline(time.Time{})
+		qp.stats.FPDUTimeouts.Add(1)
+		_ = qp.rx.fail(rdmap.TermLLPCRC, d.local, fmt.Errorf("the rest of an FPDU did not come within %v; its header had failed: %v: %w", deferredFailTimeout, d.code, d.cause))
+		qp.drain()
+	case errors.As(err, &me):
+		// A framing error found by the MPA layer (bad marker): no CRC to
+		// wait for.
+		qp.rx.inFPDU = false
+		_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
+		qp.drain()
+	case err == io.EOF:
+		qp.mu.Lock()
+		if qp.state != ibv.QPErr {
+			qp.dev.logf("QP %d: peer closed the connection", qp.num)
+		}
+		qp.errorLocked(ibv.WCSuccess)
+		qp.mu.Unlock()
+	default:
+		qp.mu.Lock()
+		if qp.state != ibv.QPErr && !qp.closing {
+			qp.dev.logf("QP %d: receive: %v", qp.num, err)
+		}
+		qp.errorLocked(ibv.WCSuccess)
+		qp.mu.Unlock()
 	}
 }
 
