@@ -141,6 +141,24 @@ func (ss *session) deallocPD(h uint32) error {
 	return pd.pd.Dealloc()
 }
 
+// reserve charges cost to the session and holds pd (handle h) for a new
+// object in it; undo gives both back when making the object fails.
+func (ss *session) reserve(cost usage, h uint32, pd *sPD) (undo func(), err error) {
+	if err := ss.charge(cost); err != nil {
+		return nil, err
+	}
+	if err := ss.hold(h, pd); err != nil {
+		ss.uncharge(cost)
+		return nil, err
+	}
+	return func() {
+		ss.mu.Lock()
+		ss.unchargeLocked(cost)
+		pd.users--
+		ss.mu.Unlock()
+	}, nil
+}
+
 func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 	defer uabi.Close(fd) // the mapping keeps the memory
 	pd, err := get[*sPD](ss, req.PD, "PD")
@@ -148,18 +166,9 @@ func (ss *session) regMR(req *uabi.RegMR, fd int) (uabi.Msg, error) {
 		return nil, err
 	}
 	cost := usage{mrs: 1, mrBytes: req.Length}
-	if err := ss.charge(cost); err != nil {
+	undo, err := ss.reserve(cost, req.PD, pd)
+	if err != nil {
 		return nil, err
-	}
-	if err := ss.hold(req.PD, pd); err != nil {
-		ss.uncharge(cost)
-		return nil, err
-	}
-	undo := func() {
-		ss.mu.Lock()
-		ss.unchargeLocked(cost)
-		pd.users--
-		ss.mu.Unlock()
 	}
 	mapping, buf, err := uabi.MapShared(fd, req.Offset, req.Length)
 	if err != nil {
@@ -214,18 +223,9 @@ func (ss *session) allocMW(req *uabi.AllocMW) (uabi.Msg, error) {
 		return nil, fail(uabi.StError, "memory window type %d", req.Type)
 	}
 	cost := usage{mrs: 1} // windows share the region table and the MR limit
-	if err := ss.charge(cost); err != nil {
+	undo, err := ss.reserve(cost, req.PD, pd)
+	if err != nil {
 		return nil, err
-	}
-	if err := ss.hold(req.PD, pd); err != nil {
-		ss.uncharge(cost)
-		return nil, err
-	}
-	undo := func() {
-		ss.mu.Lock()
-		ss.unchargeLocked(cost)
-		pd.users--
-		ss.mu.Unlock()
 	}
 	w, err := ss.srv.eng.Regions().AllocMW(pd.pd.Handle(), typ)
 	if err != nil {

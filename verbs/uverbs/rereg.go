@@ -23,18 +23,9 @@ func (ss *session) reregMR(req *uabi.ReregMR, fd int) error {
 	// Hold the new PD (a PD with regions cannot go) and charge the new
 	// length; the old ones are given back once the change is made.
 	cost := usage{mrBytes: req.Length}
-	if err := ss.charge(cost); err != nil {
+	undo, err := ss.reserve(cost, req.PD, pd)
+	if err != nil {
 		return err
-	}
-	if err := ss.hold(req.PD, pd); err != nil {
-		ss.uncharge(cost)
-		return err
-	}
-	undo := func() {
-		ss.mu.Lock()
-		ss.unchargeLocked(cost)
-		pd.users--
-		ss.mu.Unlock()
 	}
 	mapping, buf, err := uabi.MapShared(fd, req.Offset, req.Length)
 	if err != nil {
