@@ -41,6 +41,26 @@ type BatchWriter interface {
 	MaxBatch() int
 }
 
+// SuperReader is a PacketDevice that can hand over the TCP super-segments
+// the kernel did not cut, whole (tun.PacketDevice over a TUN device with
+// segmentation offload). The device link then gives gVisor one packet per
+// super-segment, so the stack's per-packet work is paid once per up to
+// 64 KiB, while the segment hooks still see every wire segment; it
+// advertises receive checksum offload, since the device checks (or the
+// kernel vouched for) every checksum.
+type SuperReader interface {
+	// ReadSuper reads one frame into p: a packet (gso 0) or a TCP
+	// super-segment whose wire segments carry gso octets of payload each
+	// but the last.
+	ReadSuper(p []byte) (n, gso int, err error)
+	// SupportsSuper reports whether ReadSuper works.
+	SupportsSuper() bool
+}
+
+// maxFrame is the largest frame a SuperReader returns: IPv4's total
+// length.
+const maxFrame = 65535
+
 // NewDeviceLink returns a Link over dev. Each packet is read into its own
 // buffer view, which becomes the packet without a copy, so Conn.ReadTo sees
 // exactly one slice per received segment. Each outbound packet is copied
@@ -55,6 +75,10 @@ func NewDeviceLink(dev PacketDevice) *Link {
 		mtu = DefaultMTU
 	}
 	e := &deviceEndpoint{dev: dev, mtu: uint32(mtu), scratch: make([]byte, mtu)}
+	if sr, ok := dev.(SuperReader); ok && sr.SupportsSuper() {
+		e.super = sr
+		e.whole.Store(true)
+	}
 	if bw, ok := dev.(BatchWriter); ok && bw.MaxBatch() > 1 {
 		e.batch = bw
 		e.bufs = make([][]byte, bw.MaxBatch())
@@ -63,11 +87,12 @@ func NewDeviceLink(dev PacketDevice) *Link {
 		}
 	}
 	return &Link{
-		ep:       e,
-		mtu:      mtu,
-		batch:    e.batch != nil,
-		stats:    func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
-		shutdown: e.shutdown,
+		ep:         e,
+		mtu:        mtu,
+		batch:      e.batch != nil,
+		stats:      func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
+		shutdown:   e.shutdown,
+		splitSuper: func() { e.whole.Store(false) },
 	}
 }
 
@@ -75,8 +100,13 @@ func NewDeviceLink(dev PacketDevice) *Link {
 type deviceEndpoint struct {
 	dev PacketDevice
 	mtu uint32
-	tx  dirCounters
-	rx  dirCounters
+	// super is dev when it can hand over super-segments whole; whole says
+	// the link reads them so (it was not asked to split them). It is set
+	// before the stack attaches.
+	super SuperReader
+	whole atomic.Bool
+	tx    dirCounters
+	rx    dirCounters
 
 	closed   atomic.Bool
 	stopOnce sync.Once
@@ -110,10 +140,8 @@ func (e *deviceEndpoint) shutdown() {
 func (e *deviceEndpoint) readLoop() {
 	defer e.wg.Done()
 	for {
-		v := buffer.NewViewSize(int(e.mtu))
-		n, err := e.dev.ReadPacket(v.AsSlice())
+		v, gso, err := e.read()
 		if err != nil {
-			v.Release()
 			if e.closed.Load() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return
 			}
@@ -121,17 +149,16 @@ func (e *deviceEndpoint) readLoop() {
 			continue
 		}
 		e.rx.sent.Add(1)
-		if n <= 0 {
-			v.Release()
+		if v == nil {
 			continue
 		}
-		v.CapLength(n)
 		var proto tcpip.NetworkProtocolNumber
+		gsoType := stack.GSOTCPv4
 		switch v.AsSlice()[0] >> 4 {
 		case 4:
 			proto = header.IPv4ProtocolNumber
 		case 6:
-			proto = header.IPv6ProtocolNumber
+			proto, gsoType = header.IPv6ProtocolNumber, stack.GSOTCPv6
 		default:
 			v.Release()
 			e.rx.dropped.Add(1)
@@ -145,13 +172,50 @@ func (e *deviceEndpoint) readLoop() {
 			e.rx.queueFull.Add(1)
 			continue
 		}
+		n := v.Size()
 		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+		if gso > 0 {
+			// Read by the segment hooks (Stack.inbound), which see the
+			// wire segments inside; gVisor's receive path ignores it.
+			pkt.GSOOptions = stack.GSO{Type: gsoType, MSS: uint16(gso)}
+		}
 		e.rx.delivered.Add(1)
 		e.rx.bytes.Add(uint64(n))
 		d.DeliverNetworkPacket(proto, pkt)
 		e.mu.RUnlock()
 		pkt.DecRef()
 	}
+}
+
+// read reads the next packet into a view of its own: nil for an empty
+// read. gso is a super-segment's segment size (0 for a packet).
+func (e *deviceEndpoint) read() (*buffer.View, int, error) {
+	if !e.whole.Load() {
+		v := buffer.NewViewSize(int(e.mtu))
+		n, err := e.dev.ReadPacket(v.AsSlice())
+		if err != nil || n <= 0 {
+			v.Release()
+			return nil, 0, err
+		}
+		v.CapLength(n)
+		return v, 0, nil
+	}
+	v := buffer.NewViewSize(maxFrame)
+	n, gso, err := e.super.ReadSuper(v.AsSlice())
+	if err != nil || n <= 0 {
+		v.Release()
+		return nil, 0, err
+	}
+	if n <= maxFrame/2 {
+		// A packet or a short super-segment: a view of its size, so an
+		// ACK or a segment queued for the application does not hold a
+		// 64 KiB chunk.
+		w := buffer.NewViewWithData(v.AsSlice()[:n])
+		v.Release()
+		return w, gso, nil
+	}
+	v.CapLength(n)
+	return v, gso, nil
 }
 
 // MTU implements stack.LinkEndpoint.MTU.
@@ -169,9 +233,16 @@ func (e *deviceEndpoint) LinkAddress() tcpip.LinkAddress { return "" }
 // SetLinkAddress implements stack.LinkEndpoint.SetLinkAddress.
 func (e *deviceEndpoint) SetLinkAddress(tcpip.LinkAddress) {}
 
-// Capabilities implements stack.LinkEndpoint.Capabilities: none (no GSO,
-// checksums computed and verified in software).
-func (e *deviceEndpoint) Capabilities() stack.LinkEndpointCapabilities { return 0 }
+// Capabilities implements stack.LinkEndpoint.Capabilities: receive
+// checksum offload when the device hands over super-segments (it checks
+// what the kernel did not vouch for), nothing otherwise (no GSO; checksums
+// computed and verified in software).
+func (e *deviceEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+	if e.whole.Load() {
+		return stack.CapabilityRXChecksumOffload
+	}
+	return 0
+}
 
 // Attach implements stack.LinkEndpoint.Attach; the first attach starts the
 // read goroutine.

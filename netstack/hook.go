@@ -160,7 +160,39 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		payload = full[hlen:]
 	}
 	vl, voff := pkt.AsViewList()
+	if mss := int(pkt.GSOOptions.MSS); mss > 0 && h.plen > mss {
+		s.callHooksSuper(fh, fhPayload, tap, &h, payload, vl.Front(), voff+hlen, mss)
+		return
+	}
 	s.callHooks(fh, fhPayload, tap, Inbound, &h, payload, vl.Front(), voff+hlen)
+}
+
+// callHooksSuper calls the hooks once for each wire segment of an inbound
+// super-segment (a device link's whole read, the TCP payloads of
+// consecutive segments of mss octets each but the last, behind one header):
+// the hooks, and so the engine's alignment counts, out-of-order placement,
+// traces and captures, see the segments a wire carries, with the sequence
+// numbers and flags the kernel would give them when cutting it (FIN and PSH
+// only on the last, CWR only on the first).
+func (s *Stack) callHooksSuper(fh SegmentHook, fhPayload bool, tap *hookBox, h *tcpHeader, payload []byte, views *buffer.View, viewOff, mss int) {
+	whole := *h
+	for off := 0; off < whole.plen; off += mss {
+		n := min(mss, whole.plen-off)
+		seg := whole
+		seg.seq = whole.seq + uint32(off)
+		seg.plen = n
+		if off+n < whole.plen {
+			seg.flags &^= FlagFIN | FlagPSH
+		}
+		if off > 0 {
+			seg.flags &^= FlagCWR
+		}
+		var p []byte
+		if payload != nil {
+			p = payload[off : off+n]
+		}
+		s.callHooks(fh, fhPayload, tap, Inbound, &seg, p, views, viewOff+off)
+	}
 }
 
 // outbound inspects a packet TCP and IP have built.

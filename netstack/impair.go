@@ -23,6 +23,11 @@ func Impair(l *Link, imp Impairments) *Link {
 	if !imp.Active() {
 		return l
 	}
+	if l.splitSuper != nil {
+		// Loss, reordering and corruption act on wire segments, and
+		// corruption relies on the stack verifying checksums.
+		l.splitSuper()
+	}
 	e := &impairEndpoint{
 		imp:  imp,
 		outQ: make(chan pipePacket, pipeQueueLen),

@@ -19,9 +19,12 @@ type Link struct {
 	// so that bursts reach WritePackets together.
 	batch bool
 
-	stats     func() LinkStats
-	shutdown  func() // idempotent; stops the link's goroutines
-	closeOnce sync.Once
+	stats    func() LinkStats
+	shutdown func() // idempotent; stops the link's goroutines
+	// splitSuper, when set, makes a device link read wire segments rather
+	// than whole super-segments (Impair needs segments to impair).
+	splitSuper func()
+	closeOnce  sync.Once
 }
 
 // MTU returns the link MTU in bytes (the largest IP packet).

@@ -100,7 +100,12 @@ func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu in
 	t.Helper()
 	dir := t.TempDir()
 	args := append([]string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
-		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}, extra...)
+		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"})
+	for _, a := range extra {
+		// {dev} names this daemon's device, so one flag list can give each
+		// daemon a file of its own (SIWTUN_UP_FLAGS=--cpuprofile=/tmp/{dev}.pprof).
+		args = append(args, strings.ReplaceAll(a, "{dev}", dev))
+	}
 	d := &daemon{dev: dev, cmd: n.command(args...), log: &syncbuf.Buffer{}, socketDir: dir, exited: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {

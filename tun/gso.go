@@ -33,6 +33,7 @@ const (
 	tcpFlagURG        = 0x20
 	tcpFlagCWR        = 0x80
 	protoTCP          = 6
+	protoUDP          = 17
 	ipv4HeaderMinLen  = 20
 	ipv6HeaderLen     = 40
 	tcpHeaderMinLen   = 20
@@ -114,37 +115,63 @@ func parseTCP(p []byte) (tcpPacket, bool) {
 	return t, true
 }
 
-// checksumFold adds b (as big-endian 16-bit words) to sum.
+// checksumAdd adds b (as big-endian 16-bit words, a trailing odd octet as
+// the high half of a word) to sum, four octets at a time: a 32-bit word
+// hi<<16|lo is congruent to hi+lo in one's-complement arithmetic. The result
+// is folded to at most 17 bits, so callers may keep adding small values.
 func checksumAdd(sum uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
+	s := uint64(sum)
+	for len(b) >= 32 {
+		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:])) +
+			uint64(binary.BigEndian.Uint32(b[8:])) + uint64(binary.BigEndian.Uint32(b[12:])) +
+			uint64(binary.BigEndian.Uint32(b[16:])) + uint64(binary.BigEndian.Uint32(b[20:])) +
+			uint64(binary.BigEndian.Uint32(b[24:])) + uint64(binary.BigEndian.Uint32(b[28:]))
+		b = b[32:]
+	}
+	for len(b) >= 4 {
+		s += uint64(binary.BigEndian.Uint32(b))
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		s += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
+		s += uint64(b[0]) << 8
+	}
+	for s > 0xffffffff {
+		s = s&0xffffffff + s>>32
+	}
+	return checksumFold32(uint32(s))
+}
+
+func checksumFold32(sum uint32) uint32 {
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
 	}
 	return sum
 }
 
-func checksumFold(sum uint32) uint16 {
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return uint16(sum)
-}
+func checksumFold(sum uint32) uint16 { return uint16(checksumFold32(sum)) }
 
 // pseudoSum is the TCP pseudo-header sum of packet p (headers at t) for a
 // TCP segment of tcpLen octets.
 func pseudoSum(p []byte, t tcpPacket, tcpLen int) uint32 {
+	return pseudoSumProto(p, t, tcpLen, protoTCP)
+}
+
+// pseudoSumProto is the pseudo-header sum for a transport segment of n
+// octets of protocol proto.
+func pseudoSumProto(p []byte, t tcpPacket, n int, proto byte) uint32 {
 	var sum uint32
 	if t.v6 {
 		sum = checksumAdd(sum, p[8:40])
 	} else {
 		sum = checksumAdd(sum, p[12:20])
 	}
-	sum += protoTCP
-	sum += uint32(tcpLen >> 16)
-	sum += uint32(tcpLen & 0xffff)
+	sum += uint32(proto)
+	sum += uint32(n >> 16)
+	sum += uint32(n & 0xffff)
 	return sum
 }
 
@@ -162,6 +189,64 @@ func setIPLength(p []byte, t tcpPacket, n int) {
 
 // errGSO is the root of the offload errors.
 var errGSO = errors.New("tun: segmentation offload")
+
+// ErrChecksum reports a packet whose IPv4 header, TCP or UDP checksum is
+// wrong (SuperReader verifies the checksums the kernel did not vouch for).
+var ErrChecksum = errors.New("bad checksum")
+
+// checksumsValid verifies p's IPv4 header checksum and, for TCP and UDP
+// (IPv4, or IPv6 without extension headers), the transport checksum. Other
+// protocols carry their own checks, which the stack makes.
+func checksumsValid(p []byte) bool {
+	if len(p) < ipv4HeaderMinLen {
+		return false
+	}
+	var t tcpPacket
+	var proto byte
+	switch p[0] >> 4 {
+	case 4:
+		t.ipLen = int(p[0]&0xf) * 4
+		if t.ipLen < ipv4HeaderMinLen || len(p) < t.ipLen || checksumFold(checksumAdd(0, p[:t.ipLen])) != 0xffff {
+			return false
+		}
+		if n := int(binary.BigEndian.Uint16(p[2:])); n >= t.ipLen && n <= len(p) {
+			p = p[:n]
+		}
+		if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
+			return true // a fragment: its transport checksum covers the whole datagram
+		}
+		proto = p[9]
+	case 6:
+		t.v6, t.ipLen = true, ipv6HeaderLen
+		if len(p) < ipv6HeaderLen {
+			return false
+		}
+		if n := int(binary.BigEndian.Uint16(p[4:])) + ipv6HeaderLen; n <= len(p) {
+			p = p[:n]
+		}
+		proto = p[6]
+	default:
+		return false
+	}
+	seg := p[t.ipLen:]
+	switch proto {
+	case protoTCP:
+		if len(seg) < tcpHeaderMinLen {
+			return false
+		}
+	case protoUDP:
+		if len(seg) < 8 {
+			return false
+		}
+		if !t.v6 && seg[6] == 0 && seg[7] == 0 {
+			return true // no checksum (IPv4 only)
+		}
+	default:
+		return true
+	}
+	sum := pseudoSumProto(p, t, len(seg), proto)
+	return checksumFold(checksumAdd(sum, seg)) == 0xffff
+}
 
 // completeChecksum fills in the checksum a NEEDS_CSUM packet leaves
 // partial: the one's complement of the sum from csumStart on, stored at

@@ -186,3 +186,37 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// TestChecksumAdd checks the word-at-a-time sum against the definition (16
+// bits at a time) for every length up to 80 octets and every starting sum
+// class, including the all-ones data that carries the most.
+func TestChecksumAdd(t *testing.T) {
+	slow := func(sum uint32, b []byte) uint16 {
+		s := uint64(sum)
+		for len(b) >= 2 {
+			s += uint64(b[0])<<8 | uint64(b[1])
+			b = b[2:]
+		}
+		if len(b) == 1 {
+			s += uint64(b[0]) << 8
+		}
+		for s > 0xffff {
+			s = s&0xffff + s>>16
+		}
+		return uint16(s)
+	}
+	ones := bytes.Repeat([]byte{0xff}, 80)
+	seq := make([]byte, 80)
+	for i := range seq {
+		seq[i] = byte(i*37 + 11)
+	}
+	for _, data := range [][]byte{ones, seq} {
+		for n := 0; n <= len(data); n++ {
+			for _, start := range []uint32{0, 1, 0xffff, 0x1fffe, 0xffffffff} {
+				if got, want := checksumFold(checksumAdd(start, data[:n])), slow(start, data[:n]); got != want {
+					t.Fatalf("checksumAdd(%#x, %d octets of %#x...) = %#04x, want %#04x", start, n, data[0], got, want)
+				}
+			}
+		}
+	}
+}

@@ -31,6 +31,8 @@ type offloadTun struct {
 	readMu sync.Mutex
 	rbuf   []byte // one frame: virtio header + packet
 	split  splitter
+	rhdr   [virtioHdrLen]byte // ReadSuper's virtio header
+	riov   [2][]byte          // ReadSuper's readv pieces
 
 	writeMu sync.Mutex
 	iov     [][]byte // writev's pieces of one frame
@@ -140,6 +142,82 @@ func (t *offloadTun) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			continue // UDP and other GSO types were not enabled
 		}
 	}
+}
+
+// ReadSuper implements SuperReader: it reads the next frame into p whole,
+// a packet (gso 0) or a TCP super-segment the kernel did not cut (gso its
+// gso_size; its IP length fields are set to the frame's length). A frame
+// that does not fit p is dropped with an error. Checksums are the device's
+// job, as a NIC's with receive checksum offload: a frame the kernel built
+// (NEEDS_CSUM, its TCP or UDP checksum still partial) or vouched for
+// (DATA_VALID) is handed over unchecked; any other has its IPv4 header,
+// TCP and UDP checksums verified here and is dropped with an error wrapping
+// ErrChecksum if one is wrong. Do not mix ReadSuper and Read on one device.
+func (t *offloadTun) ReadSuper(p []byte) (n, gso int, err error) {
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	for {
+		m, err := t.readFrame(p)
+		if err != nil {
+			return 0, 0, err
+		}
+		if m == 0 {
+			continue
+		}
+		var h virtioHdr
+		h.decode(t.rhdr[:])
+		pkt := p[:m]
+		switch h.gsoType &^ virtioGSOECN {
+		case virtioGSONone:
+			if h.flags&(virtioNeedsCsum|virtioDataValid) == 0 && !checksumsValid(pkt) {
+				return 0, 0, fmt.Errorf("tun: read %s: %w", t.name, ErrChecksum)
+			}
+			return m, 0, nil
+		case virtioGSOTCPv4, virtioGSOTCPv6:
+			tp, ok := parseTCPGSO(pkt)
+			if !ok || h.gsoSize == 0 {
+				continue // not ours to deliver: drop, as a NIC drops a bad frame
+			}
+			setIPLength(pkt, tp, m)
+			if tp.payload <= int(h.gsoSize) {
+				return m, 0, nil // one segment's worth
+			}
+			return m, int(h.gsoSize), nil
+		default:
+			continue // UDP and other GSO types were not enabled
+		}
+	}
+}
+
+// readFrame reads one frame, its virtio header into t.rhdr and the packet
+// into p, with one readv through the runtime poller. It returns 0 for a
+// frame too short to hold a header.
+func (t *offloadTun) readFrame(p []byte) (int, error) {
+	rc, err := t.file.SyscallConn()
+	if err != nil {
+		return 0, t.ioError("read", err)
+	}
+	t.riov[0], t.riov[1] = t.rhdr[:], p
+	var m int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		m, rerr = unix.Readv(int(fd), t.riov[:])
+		return rerr != unix.EAGAIN
+	})
+	t.riov[1] = nil
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, t.ioError("read", err)
+	}
+	if m < virtioHdrLen {
+		return 0, nil
+	}
+	if m == virtioHdrLen+len(p) {
+		return 0, fmt.Errorf("tun: read %s: a frame of %d octets or more does not fit a %d-octet buffer", t.name, len(p)+1, len(p))
+	}
+	return m - virtioHdrLen, nil
 }
 
 // Write writes the packets bufs[i][offset:], coalescing each run of TCP

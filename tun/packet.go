@@ -1,6 +1,7 @@
 package tun
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -93,6 +94,23 @@ func (p *PacketDevice) ReadPacket(b []byte) (int, error) {
 		return 0, fmt.Errorf("tun: packet of %d bytes does not fit a %d-byte buffer: %w", size, len(b), io.ErrShortBuffer)
 	}
 	return copy(b, p.rbufs[i][:size]), nil
+}
+
+// ReadSuper reads one frame whole (see SuperReader) when the device is a
+// SuperReader; the netstack's device link uses it in place of ReadPacket.
+// For any other device it fails with errors.ErrUnsupported.
+func (p *PacketDevice) ReadSuper(b []byte) (n, gso int, err error) {
+	sr, ok := p.dev.(SuperReader)
+	if !ok {
+		return 0, 0, fmt.Errorf("tun: whole super-segments: %w", errors.ErrUnsupported)
+	}
+	return sr.ReadSuper(b)
+}
+
+// SupportsSuper reports whether ReadSuper works on this device.
+func (p *PacketDevice) SupportsSuper() bool {
+	_, ok := p.dev.(SuperReader)
+	return ok
 }
 
 // WritePacket writes one IP packet; b is only used during the call.

@@ -23,6 +23,20 @@ import (
 	"strconv"
 )
 
+// SuperReader is a Device that can hand over, whole, the TCP
+// super-segments the kernel did not cut (a TUN device with segmentation
+// offload), where Read splits them into wire segments.
+type SuperReader interface {
+	// ReadSuper reads one frame into p and returns its length: an IP
+	// packet (gso 0), or a TCP super-segment made of wire segments of gso
+	// octets of payload each (the last may be shorter), one IP and TCP
+	// header for all. Its checksums need no checking by the caller: they
+	// were verified, vouched for by the kernel, or are still partial
+	// because the kernel built the packet (as a NIC with receive checksum
+	// offload hands packets up). p should hold 65535 octets.
+	ReadSuper(p []byte) (n, gso int, err error)
+}
+
 // Device is a TUN device: a source and sink of raw IP packets (no link
 // header). It is wireguard-go's tun.Device contract.
 type Device interface {
