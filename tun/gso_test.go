@@ -220,3 +220,51 @@ func TestChecksumAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestChecksumsValid: what ReadSuper verifies for frames the kernel did not
+// vouch for.
+func TestChecksumsValid(t *testing.T) {
+	good4 := segment(false, 7, 1000, tcpFlagACK, []byte("hello, rnic"))
+	good6 := segment(true, 0, 1000, tcpFlagACK|tcpFlagPSH, []byte("odd"))
+	flip := func(p []byte, i int) []byte {
+		q := append([]byte(nil), p...)
+		q[i] ^= 0x40
+		return q
+	}
+	udp := func(sum bool) []byte {
+		p := make([]byte, 20+8+5)
+		p[0], p[8], p[9] = 0x45, 64, protoUDP
+		copy(p[12:], []byte{198, 18, 1, 2, 198, 18, 2, 2})
+		setIPLength(p, tcpPacket{ipLen: 20}, len(p))
+		u := p[20:]
+		binary.BigEndian.PutUint16(u[0:], 5000)
+		binary.BigEndian.PutUint16(u[2:], 6000)
+		binary.BigEndian.PutUint16(u[4:], 13)
+		copy(u[8:], "rdma!")
+		if sum {
+			s := pseudoSumProto(p, tcpPacket{ipLen: 20}, 13, protoUDP)
+			binary.BigEndian.PutUint16(u[6:], ^checksumFold(checksumAdd(s, u)))
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want bool
+	}{
+		{"ipv4 tcp", good4, true},
+		{"ipv6 tcp, odd payload", good6, true},
+		{"ipv4 header damaged", flip(good4, 8), false},
+		{"tcp payload damaged", flip(good4, len(good4)-1), false},
+		{"ipv6 tcp payload damaged", flip(good6, len(good6)-2), false},
+		{"udp with checksum", udp(true), true},
+		{"udp without checksum", udp(false), true},
+		{"udp damaged", flip(udp(true), len(udp(true))-1), false},
+		{"too short", good4[:10], false},
+		{"not ip", append([]byte{0x10}, good4[1:]...), false},
+	} {
+		if got := checksumsValid(tc.p); got != tc.want {
+			t.Errorf("%s: checksumsValid = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
