@@ -63,9 +63,12 @@ const maxFrame = 65535
 
 // NewDeviceLink returns a Link over dev. Each packet is read into its own
 // buffer view, which becomes the packet without a copy, so Conn.ReadTo sees
-// exactly one slice per received segment. Each outbound packet is copied
-// once into a scratch buffer and written with one WritePacket call. GSO is
-// not advertised, so gVisor never builds segments larger than the MSS.
+// one slice per received packet: a wire segment, or, when dev is a
+// SuperReader, a whole super-segment of several (a packet of at most half
+// of 64 KiB is copied into a view of its size first). Each outbound packet
+// is copied once into a scratch buffer and written with one WritePacket
+// call (or handed to a BatchWriter with the packets around it). GSO is not
+// advertised, so gVisor never builds segments larger than the MSS.
 //
 // The read goroutine starts when a Stack attaches and ends when the Link is
 // closed (Stack.Close closes it, which closes dev).
