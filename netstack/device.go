@@ -57,6 +57,22 @@ type SuperReader interface {
 	SupportsSuper() bool
 }
 
+// FrameWriter is a PacketDevice that takes frames whose segmentation and
+// checksum the kernel completes (tun.PacketDevice over a TUN device with
+// segmentation offload). With a FrameWriter that is also a SuperReader the
+// device link offers segmentation offload: gVisor builds TCP
+// super-segments with a partial checksum, and each packet is written as one
+// frame, without a copy.
+type FrameWriter interface {
+	// WriteFrame writes one IP packet made of pieces, headers (hdrLen
+	// octets) first. gso > 0: a TCP super-segment to cut into segments of
+	// gso payload octets. csumOffset > 0: the checksum at
+	// csumStart+csumOffset is partial (the pseudo-header sum).
+	WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffset int) error
+	// SupportsFrames reports whether WriteFrame works.
+	SupportsFrames() bool
+}
+
 // maxFrame is the largest frame a SuperReader returns: IPv4's total
 // length.
 const maxFrame = 65535
@@ -81,6 +97,9 @@ func NewDeviceLink(dev PacketDevice) *Link {
 	if sr, ok := dev.(SuperReader); ok && sr.SupportsSuper() {
 		e.super = sr
 		e.whole.Store(true)
+		if fw, ok := dev.(FrameWriter); ok && fw.SupportsFrames() {
+			e.frames = fw
+		}
 	}
 	if bw, ok := dev.(BatchWriter); ok && bw.MaxBatch() > 1 {
 		e.batch = bw
@@ -96,6 +115,7 @@ func NewDeviceLink(dev PacketDevice) *Link {
 		stats:      func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
 		shutdown:   e.shutdown,
 		splitSuper: func() { e.whole.Store(false) },
+		gso:        func() bool { return e.frames != nil && e.whole.Load() },
 	}
 }
 
@@ -108,6 +128,10 @@ type deviceEndpoint struct {
 	// before the stack attaches.
 	super SuperReader
 	whole atomic.Bool
+	// frames is dev when it takes offloaded frames (and is a SuperReader):
+	// with whole set, the stack above builds super-segments and every
+	// packet goes out through WriteFrame.
+	frames FrameWriter
 	tx    dirCounters
 	rx    dirCounters
 
@@ -124,6 +148,7 @@ type deviceEndpoint struct {
 	batch   BatchWriter // dev, if it takes batches
 	bufs    [][]byte    // a batch's packets; guarded by writeMu
 	pending [][]byte    // the slots of bufs in use; guarded by writeMu
+	pieces  [][]byte    // one frame's pieces; guarded by writeMu
 }
 
 var _ stack.LinkEndpoint = (*deviceEndpoint)(nil)
@@ -296,6 +321,9 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 	}
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
+	if e.frames != nil && e.whole.Load() {
+		return e.writeFrames(pkts)
+	}
 	if e.batch != nil {
 		return e.writeBatch(pkts)
 	}
@@ -358,6 +386,44 @@ func (e *deviceEndpoint) writeBatch(pkts stack.PacketBufferList) (int, tcpip.Err
 		e.tx.bytes.Add(uint64(size))
 		n += k
 		all = all[k:]
+	}
+	return n, nil
+}
+
+// writeFrames writes each packet as one frame, straight from its buffer
+// views, with the offload it asks for (frameOffload). e.writeMu is held.
+func (e *deviceEndpoint) writeFrames(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		size := pkt.Size()
+		vl, skip := pkt.AsViewList()
+		left := size
+		e.pieces = e.pieces[:0]
+		for v := vl.Front(); v != nil && left > 0; v = v.Next() {
+			b := v.AsSlice()
+			if skip >= len(b) {
+				skip -= len(b)
+				continue
+			}
+			b = b[skip:min(len(b), skip+left)]
+			skip = 0
+			e.pieces = append(e.pieces, b)
+			left -= len(b)
+		}
+		gso, hdrLen, csumStart, csumOffset := frameOffload(pkt)
+		e.tx.sent.Add(1)
+		err := e.frames.WriteFrame(e.pieces, gso, hdrLen, csumStart, csumOffset)
+		clear(e.pieces)
+		if err != nil {
+			e.tx.errorsCount.Add(1)
+			if n == 0 {
+				return 0, &tcpip.ErrClosedForSend{}
+			}
+			return n, nil
+		}
+		e.tx.delivered.Add(1)
+		e.tx.bytes.Add(uint64(size))
+		n++
 	}
 	return n, nil
 }

@@ -22,13 +22,16 @@ type hookEndpoint struct {
 	nested.Endpoint
 	s   *Stack
 	mtu uint32
+	gso bool // gVisor builds super-segments (the link takes offloaded frames)
+	// lists recycles the one-packet lists of emit (gso.go).
+	lists sync.Pool
 }
 
 var _ stack.LinkEndpoint = (*hookEndpoint)(nil)
 var _ stack.NetworkDispatcher = (*hookEndpoint)(nil)
 
-func newHookEndpoint(child stack.LinkEndpoint, s *Stack, mtu uint32) *hookEndpoint {
-	e := &hookEndpoint{s: s, mtu: mtu}
+func newHookEndpoint(child stack.LinkEndpoint, s *Stack, mtu uint32, gso bool) *hookEndpoint {
+	e := &hookEndpoint{s: s, mtu: mtu, gso: gso}
 	e.Endpoint.Init(child, e)
 	return e
 }
@@ -37,13 +40,24 @@ func newHookEndpoint(child stack.LinkEndpoint, s *Stack, mtu uint32) *hookEndpoi
 // link's).
 func (e *hookEndpoint) MTU() uint32 { return e.mtu }
 
-// GSOMaxSize implements stack.GSOEndpoint: no GSO, ever. With GSO gVisor's
-// sender skips the MaxPayloadSize cap and cuts at MSS multiples later, which
-// would split FPDUs.
-func (e *hookEndpoint) GSOMaxSize() uint32 { return 0 }
+// GSOMaxSize implements stack.GSOEndpoint: gsoMaxSize on a link with
+// segmentation offload, else 0 (gVisor then never builds a segment larger
+// than the MSS).
+func (e *hookEndpoint) GSOMaxSize() uint32 {
+	if e.gso {
+		return gsoMaxSize
+	}
+	return 0
+}
 
-// SupportedGSO implements stack.GSOEndpoint.
-func (e *hookEndpoint) SupportedGSO() stack.SupportedGSO { return stack.GSONotSupported }
+// SupportedGSO implements stack.GSOEndpoint: host GSO (the kernel cuts
+// super-segments) on a link with segmentation offload.
+func (e *hookEndpoint) SupportedGSO() stack.SupportedGSO {
+	if e.gso {
+		return stack.HostGSOSupported
+	}
+	return stack.GSONotSupported
+}
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher (inbound).
 func (e *hookEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
@@ -53,6 +67,9 @@ func (e *hookEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, p
 
 // WritePackets implements stack.LinkWriter (outbound).
 func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if e.gso {
+		return e.writeGSO(pkts)
+	}
 	for _, pkt := range pkts.AsSlice() {
 		e.s.outbound(pkt)
 	}
@@ -139,6 +156,7 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 	if f != nil && h.flags&FlagACK != 0 {
 		if f.ackSeen(h.ack) {
 			f.tail.acked(h.ack)
+			f.writeEnds.acked(h.ack)
 		}
 		if h.flags&FlagSYN == 0 {
 			f.windowSeen(h.ack, h.window)
@@ -161,20 +179,21 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 	}
 	vl, voff := pkt.AsViewList()
 	if mss := int(pkt.GSOOptions.MSS); mss > 0 && h.plen > mss {
-		s.callHooksSuper(fh, fhPayload, tap, &h, payload, vl.Front(), voff+hlen, mss)
+		s.callHooksWire(fh, fhPayload, tap, Inbound, &h, payload, vl.Front(), voff+hlen, mss)
 		return
 	}
 	s.callHooks(fh, fhPayload, tap, Inbound, &h, payload, vl.Front(), voff+hlen)
 }
 
-// callHooksSuper calls the hooks once for each wire segment of an inbound
-// super-segment (a device link's whole read, the TCP payloads of
-// consecutive segments of mss octets each but the last, behind one header):
-// the hooks, and so the engine's alignment counts, out-of-order placement,
-// traces and captures, see the segments a wire carries, with the sequence
-// numbers and flags the kernel would give them when cutting it (FIN and PSH
-// only on the last, CWR only on the first).
-func (s *Stack) callHooksSuper(fh SegmentHook, fhPayload bool, tap *hookBox, h *tcpHeader, payload []byte, views *buffer.View, viewOff, mss int) {
+// callHooksWire calls the hooks once for each wire segment of a
+// super-segment (TCP payloads of consecutive segments of mss octets each
+// but the last, behind one header): inbound, a device link's whole read;
+// outbound, a run gVisor built for segmentation offload. The hooks, and so
+// the engine's alignment counts, out-of-order placement, traces and
+// captures, see the segments a wire carries, with the sequence numbers and
+// flags the kernel gives them when cutting it (FIN and PSH only on the
+// last, CWR only on the first).
+func (s *Stack) callHooksWire(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff, mss int) {
 	whole := *h
 	for off := 0; off < whole.plen; off += mss {
 		n := min(mss, whole.plen-off)
@@ -191,7 +210,7 @@ func (s *Stack) callHooksSuper(fh SegmentHook, fhPayload bool, tap *hookBox, h *
 		if payload != nil {
 			p = payload[off : off+n]
 		}
-		s.callHooks(fh, fhPayload, tap, Inbound, &seg, p, views, viewOff+off)
+		s.callHooks(fh, fhPayload, tap, dir, &seg, p, views, viewOff+off)
 	}
 }
 
@@ -243,6 +262,10 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		payload = p
 	}
 	vl, voff := pkt.AsViewList()
+	if mss, _, ok := tcpGSO(pkt); ok {
+		s.callHooksWire(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen, mss)
+		return
+	}
 	s.callHooks(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
 }
 
@@ -334,6 +357,7 @@ type flow struct {
 
 	ack    atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
 	edge   atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	maxWnd atomic.Uint32 // the largest window the peer offered
 	sent   atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
 	peerWS atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	// rcvAck and rcvEdge are what our own segments told the peer: the
@@ -351,6 +375,10 @@ type flow struct {
 	// tail keeps the latest data packets of a Conn's flow until the peer
 	// acknowledges them, for the tail rescue (rescue.go).
 	tail tailKeeper
+	// writeEnds are where the Conn's aligned writes end, for cutting
+	// super-segments (gso.go); hold is a tail held back (gsohold.go).
+	writeEnds writeEnds
+	hold      heldTail
 }
 
 // hookBox lets an interface value live in an atomic.Pointer.
@@ -415,7 +443,11 @@ func (f *flow) windowSeen(ack uint32, wnd uint16) {
 	if ws < 0 {
 		return
 	}
-	edge := ack + uint32(wnd)<<uint(ws)
+	scaled := uint32(wnd) << uint(ws)
+	if w := f.maxWnd.Load(); scaled > w {
+		f.maxWnd.CompareAndSwap(w, scaled)
+	}
+	edge := ack + scaled
 	if advanceSeq(&f.edge, edge) {
 		f.wake()
 	}
@@ -595,6 +627,7 @@ func (t *flowTable) remove(k flowKey, f *flow) {
 		cur.removed.Store(true)
 		delete(t.m, k)
 		cur.tail.release()
+		cur.hold.release()
 	}
 }
 

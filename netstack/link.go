@@ -22,8 +22,12 @@ type Link struct {
 	stats    func() LinkStats
 	shutdown func() // idempotent; stops the link's goroutines
 	// splitSuper, when set, makes a device link read wire segments rather
-	// than whole super-segments (Impair needs segments to impair).
+	// than whole super-segments and write only wire segments (Impair needs
+	// segments to impair).
 	splitSuper func()
+	// gso, when set, reports whether the link takes super-segments for
+	// the kernel to cut (segmentation offload on the way out).
+	gso func() bool
 	closeOnce  sync.Once
 }
 

@@ -71,6 +71,10 @@ type Options struct {
 	// retransmissions back off on a starved machine. 0 means
 	// DefaultPeerTimeout; negative disables both.
 	PeerTimeout time.Duration
+	// NoGSO turns segmentation offload off on a link that has it (a
+	// device link whose device takes offloaded frames): gVisor then builds
+	// every segment itself, as on any other link.
+	NoGSO bool
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
@@ -85,6 +89,9 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
+	// gso: gVisor builds super-segments that the link's device cuts
+	// (gso.go).
+	gso bool
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.
@@ -213,9 +220,10 @@ func New(link *Link, opts Options) (*Stack, error) {
 		return fail("disable Nagle", err)
 	}
 
-	st.ep = newHookEndpoint(link.ep, st, uint32(mtu))
+	st.gso = link.gso != nil && link.gso() && !opts.NoGSO
+	st.ep = newHookEndpoint(link.ep, st, uint32(mtu), st.gso)
 	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
-	if link.batch {
+	if link.batch && !st.gso {
 		// Queue outbound packets so that a burst reaches the device in one
 		// WritePackets call, which coalesces it (gVisor's FIFO discipline:
 		// one dispatcher goroutine, batches of up to 47 packets).

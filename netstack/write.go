@@ -44,6 +44,7 @@ func (c *Conn) WriteAligned(p []byte) (int, error) {
 	}
 	defer c.pl.reset()
 	c.coalesce()
+	c.noteWriteEnd(len(p))
 	n, err := c.writeLocked(p, len(p), true)
 	c.recordWrite()
 	return n, err
@@ -93,6 +94,7 @@ func (c *Conn) WriteAlignedPayload(p Payload) (int, error) {
 	c.pl = payloadReader{src: p, left: n}
 	defer c.pl.reset()
 	c.coalesce()
+	c.noteWriteEnd(n)
 	written, err := c.writeLocked(nil, n, true)
 	c.recordWrite()
 	return written, err
@@ -135,6 +137,20 @@ func (c *Conn) coalesce() {
 	if on {
 		c.coalescedWrites.Add(1)
 	}
+}
+
+// noteWriteEnd records, on a stack with segmentation offload, where the
+// aligned write of n bytes about to be queued will end, before gVisor can
+// send any of it: super-segments are cut there (gso.go). c.writeMu is held.
+func (c *Conn) noteWriteEnd(n int) {
+	if !c.s.gso {
+		return
+	}
+	iss, ok := c.flow.ourISS()
+	if !ok {
+		return
+	}
+	c.flow.writeEnds.add(iss + 1 + uint32(c.written) + uint32(n))
 }
 
 // recordWrite notes the end of an aligned write for coalesce. c.writeMu is
@@ -265,15 +281,10 @@ func (c *Conn) windowRoom(n int) bool {
 	if room >= 0 {
 		return true
 	}
-	// The window as offered now: from the acknowledged point to the edge.
-	ack, ok := c.flow.peerAck()
-	if !ok {
-		return true
-	}
-	if wnd := int32(edge - ack); wnd < int32(2*n) {
-		return true // the write is large for this window: do not wait
-	}
-	return false
+	// A write larger than half the largest window the peer offered might
+	// never fit: it does not wait. (The window offered now may be small
+	// for a moment, its receiver's buffer full; a write waits that out.)
+	return c.flow.maxWnd.Load() < uint32(2*n)
 }
 
 func (c *Conn) waitRoomSlow(n int) error {

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/siwtun/siwtun/netstack"
 	"sync"
 	"time"
 
@@ -375,10 +376,12 @@ func (qp *QP) gather(w *sendWQE) (uint64, ibv.WCStatus) {
 	return total, ibv.WCSuccess
 }
 
-// maxBatch bounds the bytes of one TCP write: one gVisor buffer chunk
-// (buffer.MaxChunkSize), so gVisor hands the whole batch to a single Read
-// and the FPDUs are built in place.
-const maxBatch = 64 << 10
+// maxBatch bounds the bytes of one TCP write: within one gVisor buffer
+// chunk (64 KiB), so gVisor hands the whole batch to a single Read and the
+// FPDUs are built in place, and within the largest write gVisor never cuts
+// for size when it builds super-segments (netstack.MaxAlignedWrite: its cut
+// there would fall inside an FPDU).
+const maxBatch = netstack.MaxAlignedWrite
 
 // sendMessage sends the payload gathered in qp.tx.src (total bytes) as one
 // DDP message of FPDUs, each at most one effective MSS: tagged messages

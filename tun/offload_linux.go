@@ -262,6 +262,33 @@ func (t *offloadTun) Write(bufs [][]byte, offset int) (int, error) {
 	return sent, errs
 }
 
+// WriteFrame implements FrameWriter: one writev of the virtio-net header
+// the offload asks for and the packet's pieces.
+func (t *offloadTun) WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffset int) error {
+	if len(pieces) == 0 || len(pieces[0]) == 0 {
+		return fmt.Errorf("tun: write %s: an empty frame", t.name)
+	}
+	var vh virtioHdr
+	if csumOffset > 0 {
+		vh.flags = virtioNeedsCsum
+		vh.csumStart, vh.csumOffset = uint16(csumStart), uint16(csumOffset)
+	}
+	if gso > 0 {
+		vh.gsoType = virtioGSOTCPv4
+		if pieces[0][0]>>4 == 6 {
+			vh.gsoType = virtioGSOTCPv6
+		}
+		vh.gsoSize, vh.hdrLen = uint16(gso), uint16(hdrLen)
+	}
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	vh.encode(t.vhdr[:])
+	t.iov = append(append(t.iov[:0], t.vhdr[:]), pieces...)
+	err := t.writev(t.iov)
+	clear(t.iov)
+	return err
+}
+
 // writev writes one frame made of iov's pieces with one system call,
 // through the runtime poller (the descriptor is non-blocking).
 func (t *offloadTun) writev(iov [][]byte) error {

@@ -113,6 +113,22 @@ func (p *PacketDevice) SupportsSuper() bool {
 	return ok
 }
 
+// WriteFrame writes one frame (see FrameWriter) when the device is a
+// FrameWriter; for any other device it fails with errors.ErrUnsupported.
+func (p *PacketDevice) WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffset int) error {
+	fw, ok := p.dev.(FrameWriter)
+	if !ok {
+		return fmt.Errorf("tun: offloaded frames: %w", errors.ErrUnsupported)
+	}
+	return fw.WriteFrame(pieces, gso, hdrLen, csumStart, csumOffset)
+}
+
+// SupportsFrames reports whether WriteFrame works on this device.
+func (p *PacketDevice) SupportsFrames() bool {
+	_, ok := p.dev.(FrameWriter)
+	return ok
+}
+
 // WritePacket writes one IP packet; b is only used during the call.
 func (p *PacketDevice) WritePacket(b []byte) error {
 	p.writeMu.Lock()

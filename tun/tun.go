@@ -37,6 +37,21 @@ type SuperReader interface {
 	ReadSuper(p []byte) (n, gso int, err error)
 }
 
+// FrameWriter is a Device that takes frames whose segmentation and
+// checksum the kernel (or a NIC downstream) completes: a TCP super-segment
+// for the kernel to cut, or a packet whose TCP checksum is only partial (a
+// stack with segmentation offload builds both).
+type FrameWriter interface {
+	// WriteFrame writes one IP packet made of pieces (the IP and TCP
+	// headers, hdrLen octets, come first and may span pieces). With gso >
+	// 0 it is a TCP super-segment that the kernel cuts into segments of gso
+	// octets of payload (the last may be shorter), its IP length fields
+	// set to the whole packet. With csumOffset > 0 the checksum at
+	// csumStart+csumOffset holds only the pseudo-header sum, and the
+	// kernel completes it over the octets from csumStart on.
+	WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffset int) error
+}
+
 // Device is a TUN device: a source and sink of raw IP packets (no link
 // header). It is wireguard-go's tun.Device contract.
 type Device interface {

@@ -1,0 +1,116 @@
+package netstack
+
+import (
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// A held tail. gVisor cuts a queued write at the edge of the peer's window
+// as it knows it, which lags the link by the ACKs it has not yet
+// processed: the super-segment then ends inside an FPDU, and the next one
+// starts inside it. Sent like that, the FPDU would straddle two wire
+// segments. So the tail from the FPDU's start is held back until gVisor
+// sends the rest (within microseconds, once it has processed the ACK that
+// opened the window), and leaves joined with it: the FPDU in one segment,
+// the segments after it aligned. A tail not continued within holdMax
+// leaves as it is; so does one that a retransmission or a FIN overtakes.
+// To gVisor a held tail is in flight a little longer.
+
+// holdMax bounds how long a tail is held.
+const holdMax = 5 * time.Millisecond
+
+// heldTail is a flow's held tail.
+type heldTail struct {
+	mu       sync.Mutex
+	pkt      *stack.PacketBuffer // guarded by mu; nil: nothing held
+	seq, end uint32              // guarded by mu: the held sequence range
+	gen      uint64              // guarded by mu: counts holds, so a late timer flushes nothing newer
+	timer    *time.Timer         // guarded by mu
+	// held and expired count tails held and tails that left as they were.
+	held, expired uint64 // guarded by mu
+}
+
+// set holds pkt, the sequence range [seq, end); mu is held and nothing is.
+func (t *heldTail) set(e *hookEndpoint, f *flow, pkt *stack.PacketBuffer, seq, end uint32) {
+	t.pkt, t.seq, t.end = pkt, seq, end
+	t.gen++
+	t.held++
+	gen := t.gen
+	if t.timer == nil {
+		t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
+		return
+	}
+	t.timer.Stop()
+	t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
+}
+
+// drop forgets the held tail (its packet released); mu is held.
+func (t *heldTail) drop() {
+	if t.pkt != nil {
+		t.pkt.DecRef()
+		t.pkt = nil
+	}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+}
+
+// release drops a held tail (the flow is gone).
+func (t *heldTail) release() {
+	t.mu.Lock()
+	t.drop()
+	t.mu.Unlock()
+}
+
+// flushHeld sends the held tail as it is; f.hold.mu is held.
+func (e *hookEndpoint) flushHeld(f *flow) tcpip.Error {
+	pkt := f.hold.pkt
+	f.hold.pkt = nil
+	if f.hold.timer != nil {
+		f.hold.timer.Stop()
+	}
+	if pkt == nil {
+		return nil
+	}
+	err := e.emit(pkt)
+	pkt.DecRef()
+	return err
+}
+
+// heldExpired sends a tail still held holdMax after hold number gen.
+func (e *hookEndpoint) heldExpired(f *flow, gen uint64) {
+	f.hold.mu.Lock()
+	defer f.hold.mu.Unlock()
+	if f.hold.pkt == nil || f.hold.gen != gen || f.removed.Load() {
+		return
+	}
+	f.hold.expired++
+	_ = e.flushHeld(f) // a write error is TCP's to recover from, as a loss
+}
+
+// joinPackets builds one packet of held's payload followed by pkt's, with
+// pkt's headers (its ACK and window are the newer) but held's sequence
+// number. Its IP length is not set: it only carries runs (runPacket sets
+// theirs).
+func joinPackets(held, pkt *stack.PacketBuffer) *stack.PacketBuffer {
+	nh, th := pkt.NetworkHeader().Slice(), pkt.TransportHeader().Slice()
+	payload := held.Data().ToBuffer()
+	rest := pkt.Data().ToBuffer()
+	payload.Merge(&rest)
+	r := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		ReserveHeaderBytes: len(nh) + len(th),
+		Payload:            payload,
+	})
+	r.NetworkProtocolNumber = pkt.NetworkProtocolNumber
+	r.TransportProtocolNumber = pkt.TransportProtocolNumber
+	r.GSOOptions = pkt.GSOOptions
+	t := header.TCP(r.TransportHeader().Push(len(th)))
+	copy(t, th)
+	copy(r.NetworkHeader().Push(len(nh)), nh)
+	t.SetSequenceNumber(header.TCP(held.TransportHeader().Slice()).SequenceNumber())
+	return r
+}
