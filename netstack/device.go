@@ -132,8 +132,8 @@ type deviceEndpoint struct {
 	// with whole set, the stack above builds super-segments and every
 	// packet goes out through WriteFrame.
 	frames FrameWriter
-	tx    dirCounters
-	rx    dirCounters
+	tx     dirCounters
+	rx     dirCounters
 
 	closed   atomic.Bool
 	stopOnce sync.Once

@@ -30,15 +30,13 @@ type heldTail struct {
 	seq, end uint32              // guarded by mu: the held sequence range
 	gen      uint64              // guarded by mu: counts holds, so a late timer flushes nothing newer
 	timer    *time.Timer         // guarded by mu
-	// held and expired count tails held and tails that left as they were.
-	held, expired uint64 // guarded by mu
 }
 
 // set holds pkt, the sequence range [seq, end); mu is held and nothing is.
 func (t *heldTail) set(e *hookEndpoint, f *flow, pkt *stack.PacketBuffer, seq, end uint32) {
 	t.pkt, t.seq, t.end = pkt, seq, end
 	t.gen++
-	t.held++
+	e.s.tailsHeld.Add(1)
 	gen := t.gen
 	if t.timer == nil {
 		t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
@@ -88,7 +86,7 @@ func (e *hookEndpoint) heldExpired(f *flow, gen uint64) {
 	if f.hold.pkt == nil || f.hold.gen != gen || f.removed.Load() {
 		return
 	}
-	f.hold.expired++
+	e.s.tailsExpired.Add(1)
 	_ = e.flushHeld(f) // a write error is TCP's to recover from, as a loss
 }
 

@@ -357,7 +357,6 @@ type flow struct {
 
 	ack    atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
 	edge   atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
-	maxWnd atomic.Uint32 // the largest window the peer offered
 	sent   atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
 	peerWS atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	// rcvAck and rcvEdge are what our own segments told the peer: the
@@ -443,11 +442,7 @@ func (f *flow) windowSeen(ack uint32, wnd uint16) {
 	if ws < 0 {
 		return
 	}
-	scaled := uint32(wnd) << uint(ws)
-	if w := f.maxWnd.Load(); scaled > w {
-		f.maxWnd.CompareAndSwap(w, scaled)
-	}
-	edge := ack + scaled
+	edge := ack + uint32(wnd)<<uint(ws)
 	if advanceSeq(&f.edge, edge) {
 		f.wake()
 	}

@@ -27,8 +27,8 @@ type Link struct {
 	splitSuper func()
 	// gso, when set, reports whether the link takes super-segments for
 	// the kernel to cut (segmentation offload on the way out).
-	gso func() bool
-	closeOnce  sync.Once
+	gso       func() bool
+	closeOnce sync.Once
 }
 
 // MTU returns the link MTU in bytes (the largest IP packet).

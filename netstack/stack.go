@@ -90,8 +90,10 @@ type Stack struct {
 	addrs []netip.Prefix
 	hook  SegmentHook
 	// gso: gVisor builds super-segments that the link's device cuts
-	// (gso.go).
-	gso bool
+	// (gso.go); tailsHeld and tailsExpired count the tails held back
+	// (gsohold.go) and those that left uncontinued.
+	gso                     bool
+	tailsHeld, tailsExpired atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.

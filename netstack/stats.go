@@ -51,6 +51,13 @@ type TCPStats struct {
 	// stack wrote again for connections whose TCP sender had stopped with
 	// data unacknowledged (see Stack.TailRescues).
 	TailRescues uint64
+	// HeldTails (not a TCP-MIB object) is the number of times segmentation
+	// offload held back the start of an FPDU that gVisor had cut at the
+	// peer's window edge, until the rest came (see Options.NoGSO).
+	HeldTails uint64
+	// HeldTailsExpired is the number of held FPDU starts whose rest did not
+	// come within 5 ms: they left alone, split from it.
+	HeldTailsExpired uint64
 }
 
 // Stats returns a copy of the stack's TCP counters.
@@ -59,21 +66,23 @@ func (s *Stack) Stats() TCPStats {
 	sent, retrans := t.SegmentsSent.Value(), t.Retransmits.Value()
 	valid, invalid, csum := t.ValidSegmentsReceived.Value(), t.InvalidSegmentsReceived.Value(), t.ChecksumErrors.Value()
 	return TCPStats{
-		ActiveOpens:  t.ActiveConnectionOpenings.Value(),
-		PassiveOpens: t.PassiveConnectionOpenings.Value(),
-		AttemptFails: t.FailedConnectionAttempts.Value(),
-		EstabResets:  t.EstablishedResets.Value(),
-		CurrEstab:    t.CurrentEstablished.Value(),
-		InSegs:       valid + invalid + csum,
-		OutSegs:      sent - min(retrans, sent),
-		RetransSegs:  retrans,
-		InErrs:       invalid + csum,
-		OutRsts:      t.ResetsSent.Value(),
-		InCsumErrors: csum,
-		InRsts:       t.ResetsReceived.Value(),
-		Timeouts:     t.Timeouts.Value(),
-		FastRetrans:  t.FastRetransmit.Value(),
-		SACKRecovery: t.SACKRecovery.Value(),
-		TailRescues:  s.tailRescues.Load(),
+		ActiveOpens:      t.ActiveConnectionOpenings.Value(),
+		PassiveOpens:     t.PassiveConnectionOpenings.Value(),
+		AttemptFails:     t.FailedConnectionAttempts.Value(),
+		EstabResets:      t.EstablishedResets.Value(),
+		CurrEstab:        t.CurrentEstablished.Value(),
+		InSegs:           valid + invalid + csum,
+		OutSegs:          sent - min(retrans, sent),
+		RetransSegs:      retrans,
+		InErrs:           invalid + csum,
+		OutRsts:          t.ResetsSent.Value(),
+		InCsumErrors:     csum,
+		InRsts:           t.ResetsReceived.Value(),
+		Timeouts:         t.Timeouts.Value(),
+		FastRetrans:      t.FastRetransmit.Value(),
+		SACKRecovery:     t.SACKRecovery.Value(),
+		TailRescues:      s.tailRescues.Load(),
+		HeldTails:        s.tailsHeld.Load(),
+		HeldTailsExpired: s.tailsExpired.Load(),
 	}
 }

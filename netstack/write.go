@@ -281,10 +281,15 @@ func (c *Conn) windowRoom(n int) bool {
 	if room >= 0 {
 		return true
 	}
-	// A write larger than half the largest window the peer offered might
-	// never fit: it does not wait. (The window offered now may be small
-	// for a moment, its receiver's buffer full; a write waits that out.)
-	return c.flow.maxWnd.Load() < uint32(2*n)
+	// The window as offered now: from the acknowledged point to the edge.
+	ack, ok := c.flow.peerAck()
+	if !ok {
+		return true
+	}
+	if wnd := int32(edge - ack); wnd < int32(2*n) {
+		return true // the write is large for this window: do not wait
+	}
+	return false
 }
 
 func (c *Conn) waitRoomSlow(n int) error {
