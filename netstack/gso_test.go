@@ -1,0 +1,196 @@
+package netstack
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+)
+
+func TestCutRuns(t *testing.T) {
+	const mss = 100
+	for _, tc := range []struct {
+		name     string
+		n, lead  int
+		maxRun   int
+		ends     []int
+		wantRuns []int
+	}{
+		{name: "one write of full segments", n: 400, ends: nil, wantRuns: []int{400}},
+		{name: "full segments then a short last", n: 350, wantRuns: []int{350}},
+		{name: "a short write end inside", n: 500, ends: []int{250}, wantRuns: []int{250, 500}},
+		{name: "a write ending on a segment boundary", n: 500, ends: []int{300}, wantRuns: []int{500}},
+		{name: "short writes packed into one segment", n: 290, ends: []int{30, 60, 90, 190}, wantRuns: []int{90, 290}},
+		{name: "a short rest packed with the next short write", n: 400, ends: []int{150, 180}, wantRuns: []int{180, 400}},
+		{name: "a short rest not packed with a long write", n: 400, ends: []int{150}, wantRuns: []int{150, 400}},
+		{name: "a lead (cut at a window edge)", n: 330, lead: 30, wantRuns: []int{30, 330}},
+		{name: "a lead longer than the packet", n: 20, lead: 30, wantRuns: []int{20}},
+		{name: "a lead ended by a write end", n: 300, lead: 60, ends: []int{40}, wantRuns: []int{40, 300}},
+		{name: "runs capped", n: 1000, maxRun: 350, wantRuns: []int{300, 600, 900, 1000}},
+		{name: "cap and short ends", n: 1000, maxRun: 350, ends: []int{450}, wantRuns: []int{300, 450, 750, 1000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			maxRun := tc.maxRun
+			if maxRun == 0 {
+				maxRun = 1 << 20
+			}
+			got := cutRuns(tc.n, mss, tc.lead, maxRun, tc.ends, nil)
+			if !slices.Equal(got, tc.wantRuns) {
+				t.Errorf("cutRuns(%d, %d, lead %d, ends %v) = %v, want %v", tc.n, mss, tc.lead, tc.ends, got, tc.wantRuns)
+			}
+		})
+	}
+}
+
+// frameDevice is a superDevice that also takes offloaded frames, cutting
+// each super-segment into wire segments as the kernel does and recording
+// the data segments (their sequence ranges) it puts on the wire.
+type frameDevice struct {
+	*superDevice
+	mu   sync.Mutex
+	wire [][2]uint32 // [seq, end) of each data segment sent
+	gsos int         // super-segments written
+}
+
+func (d *frameDevice) SupportsFrames() bool { return true }
+
+func (d *frameDevice) WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffset int) error {
+	var p []byte
+	for _, b := range pieces {
+		p = append(p, b...)
+	}
+	if len(p) < 40 || p[0]>>4 != 4 {
+		return d.WritePacket(p)
+	}
+	ipLen := int(p[0]&0xf) * 4
+	thl := int(p[ipLen+12]>>4) * 4
+	hl := ipLen + thl
+	payload := p[hl:]
+	seq := binary.BigEndian.Uint32(p[ipLen+4:])
+	size := len(payload)
+	if gso > 0 {
+		if hdrLen != hl {
+			return errors.New("frameDevice: wrong hdrLen")
+		}
+		size = gso
+	}
+	d.mu.Lock()
+	if gso > 0 {
+		d.gsos++
+	}
+	d.mu.Unlock()
+	for off := 0; off < len(payload) || off == 0; off += size {
+		n := min(size, len(payload)-off)
+		seg := make([]byte, hl+n)
+		copy(seg, p[:hl])
+		copy(seg[hl:], payload[off:off+n])
+		binary.BigEndian.PutUint16(seg[2:], uint16(len(seg)))
+		binary.BigEndian.PutUint32(seg[ipLen+4:], seq+uint32(off))
+		if off+n < len(payload) {
+			seg[ipLen+13] &^= FlagFIN | FlagPSH
+		}
+		if n > 0 {
+			d.mu.Lock()
+			d.wire = append(d.wire, [2]uint32{seq + uint32(off), seq + uint32(off+n)})
+			d.mu.Unlock()
+		}
+		if err := d.WritePacket(seg); err != nil {
+			return err
+		}
+		if len(payload) == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// TestGSOWireFollowsWrites: with segmentation offload, a stream of aligned
+// writes of mixed sizes (whole MSS multiples, short ones, writes ending
+// short) reaches the wire in segments that start and end on the writes'
+// FPDU boundaries (every MSS from a write's start, and its end), with
+// several writes in one segment only when they fit it whole; the data
+// arrives intact.
+func TestGSOWireFollowsWrites(t *testing.T) {
+	da, db := devicePair(1500)
+	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
+	la := NewDeviceLink(fa)
+	if la.gso == nil || !la.gso() {
+		t.Fatal("a device link over a SuperReader and FrameWriter does not offer segmentation offload")
+	}
+	a, b := newPair(t, pairOpts{linkA: la, linkB: NewDeviceLink(&superDevice{chanDevice: db})})
+	if !a.gso {
+		t.Fatal("the stack did not take up segmentation offload")
+	}
+	ca, cb := connect(t, a, b, addrB4.Addr())
+	mss := ca.MSS()
+	sizes := []int{3 * mss, mss + 100, 52, 52, 7 * mss, 46 * mss, 200, mss, 5*mss + 7, 1, 30 * mss}
+	var writes [][2]int // [start, end) stream offsets
+	total := 0
+	for r := 0; r < 40; r++ {
+		for _, n := range sizes {
+			writes = append(writes, [2]int{total, total + n})
+			total += n
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for _, w := range writes {
+			p := buf[:w[1]-w[0]]
+			fillPattern(p, int64(w[0]))
+			if _, err := ca.WriteAligned(p); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- ca.CloseWrite()
+	}()
+	v, err := receivePattern(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if v.off != int64(total) || v.mismatches != 0 {
+		t.Fatalf("received %d bytes, %d wrong, want %d intact", v.off, v.mismatches, total)
+	}
+	boundary := map[int]bool{}
+	writeEnd := map[int]bool{}
+	for _, w := range writes {
+		for o := w[0]; o < w[1]; o += mss {
+			boundary[o] = true
+		}
+		boundary[w[1]] = true
+		writeEnd[w[1]] = true
+	}
+	send, _, ok := ca.StreamSeqs()
+	if !ok {
+		t.Fatal("no sequence numbers")
+	}
+	iss := send - uint32(total)
+	fa.mu.Lock()
+	defer fa.mu.Unlock()
+	bad := 0
+	for _, s := range fa.wire {
+		start, end := int(s[0]-iss), int(s[1]-iss)
+		ok := boundary[start] && boundary[end] && end-start <= mss
+		for o := start + 1; ok && o < end; o++ {
+			if boundary[o] && !writeEnd[o] {
+				ok = false // an FPDU boundary inside a segment that is not a packed write's end
+			}
+		}
+		if !ok {
+			if bad < 5 {
+				t.Errorf("wire segment [%d, %d) (%d octets) is not cut at FPDU boundaries", start, end, end-start)
+			}
+			bad++
+		}
+	}
+	t.Logf("%d writes, %d octets: %d super-segments written, %d data segments on the wire, %d misaligned; tails held %d, expired %d",
+		len(writes), total, fa.gsos, len(fa.wire), bad, a.tailsHeld.Load(), a.tailsExpired.Load())
+	if fa.gsos == 0 {
+		t.Error("no super-segment was written: the stack did not use segmentation offload")
+	}
+}
