@@ -99,8 +99,8 @@ type daemon struct {
 func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	args := append([]string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
-		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"})
+	args := []string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
+		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}
 	for _, a := range extra {
 		// {dev} names this daemon's device, so one flag list can give each
 		// daemon a file of its own (SIWTUN_UP_FLAGS=--cpuprofile=/tmp/{dev}.pprof).
