@@ -321,7 +321,7 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 	}
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
-	if e.frames != nil && e.whole.Load() {
+	if e.frames != nil && e.whole.Load() && builtForGSO(pkts) {
 		return e.writeFrames(pkts)
 	}
 	if e.batch != nil {
@@ -426,4 +426,16 @@ func (e *deviceEndpoint) writeFrames(pkts stack.PacketBufferList) (int, tcpip.Er
 		n++
 	}
 	return n, nil
+}
+
+// builtForGSO reports whether gVisor built pkts for segmentation offload
+// (a stack with Options.NoGSO builds none: its segments are written in
+// batches, which the device joins into super-segments).
+func builtForGSO(pkts stack.PacketBufferList) bool {
+	for _, pkt := range pkts.AsSlice() {
+		if pkt.GSOOptions.Type != stack.GSONone {
+			return true
+		}
+	}
+	return false
 }

@@ -194,3 +194,34 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 		t.Error("no super-segment was written: the stack did not use segmentation offload")
 	}
 }
+
+// TestNoGSOWritesSegments: a stack told NoGSO on a link that offers
+// segmentation offload builds every segment itself, and the link writes
+// them as packets (batched), not as offloaded frames.
+func TestNoGSOWritesSegments(t *testing.T) {
+	da, db := devicePair(1500)
+	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
+	a, b := newPair(t, pairOpts{linkA: NewDeviceLink(fa), linkB: NewDeviceLink(&superDevice{chanDevice: db}), noGSOA: true})
+	if a.gso {
+		t.Fatal("Options.NoGSO left segmentation offload on")
+	}
+	ca, cb := connect(t, a, b, addrB4.Addr())
+	const total = 1 << 20
+	errc := make(chan error, 1)
+	go func() { errc <- sendPattern(ca, total, 8*ca.MSS()) }()
+	v, err := receivePattern(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if v.off != total || v.mismatches != 0 {
+		t.Fatalf("received %d bytes, %d wrong, want %d intact", v.off, v.mismatches, total)
+	}
+	fa.mu.Lock()
+	defer fa.mu.Unlock()
+	if len(fa.wire) != 0 {
+		t.Errorf("%d segments went out as offloaded frames from a stack without GSO", len(fa.wire))
+	}
+}

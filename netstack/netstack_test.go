@@ -31,6 +31,7 @@ type pairOpts struct {
 	addrsA     []netip.Prefix
 	addrsB     []netip.Prefix
 	noCleanups bool
+	noGSOA     bool // stack a with Options.NoGSO
 }
 
 // newPair builds two stacks over a Pipe, each with an IPv4 and an IPv6
@@ -45,7 +46,7 @@ func newPair(t testing.TB, o pairOpts) (a, b *Stack) {
 		o.addrsA = []netip.Prefix{addrA4, addrA6}
 		o.addrsB = []netip.Prefix{addrB4, addrB6}
 	}
-	a, err := New(la, Options{Addrs: o.addrsA, Hook: o.hookA, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf})
+	a, err := New(la, Options{Addrs: o.addrsA, Hook: o.hookA, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf, NoGSO: o.noGSOA})
 	if err != nil {
 		t.Fatalf("New(a): %v", err)
 	}
