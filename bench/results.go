@@ -155,9 +155,11 @@ type Results struct {
 	// Suites are the suites measured (SuitePerf, ...); absent: all.
 	Suites []string `json:"suites,omitempty"`
 	// DaemonNice is the daemons' `siwtun up --nice` (0: as started).
-	DaemonNice int      `json:"daemon_nice,omitempty"`
-	Rows       []Row    `json:"rows"`
-	Targets    []Target `json:"targets"`
+	DaemonNice int `json:"daemon_nice,omitempty"`
+	// UpFlags are the daemons' extra `siwtun up` flags (Config.UpFlags).
+	UpFlags []string `json:"up_flags,omitempty"`
+	Rows    []Row    `json:"rows"`
+	Targets []Target `json:"targets"`
 	// CLib is set when the run was to compare Debian's perftest through
 	// libsiwtun with siwtun perf (SuiteCLib).
 	CLib *CLibInfo `json:"clib,omitempty"`
@@ -282,6 +284,22 @@ func (r *Results) targets() []Target {
 			t.Figure = w.VsGVisor
 		} else {
 			t.Missing = "4 B RDMA WRITE latency with CRC or raw gVisor 64 B rr not measured"
+		}
+		ts = append(ts, t)
+
+		// Issue 14's: against the host's own TCP over a veth pair.
+		t = Target{Name: "RDMA WRITE 1 MiB (CRC on) / kernel TCP bulk", MTU: mtu, Limit: 0.5, Unit: "x"}
+		if w := r.find(mtu, StackSiwtun, KindBW, "RDMA WRITE", 1<<20, on); w != nil && w.VsKernel > 0 {
+			t.Figure = w.VsKernel
+		} else {
+			t.Missing = "RDMA WRITE 1 MiB with CRC or kernel TCP bulk not measured"
+		}
+		ts = append(ts, t)
+		t = Target{Name: "RDMA WRITE 4 B round trip (CRC on) / kernel TCP 64 B rr", MTU: mtu, Limit: 2.0, Max: true, Unit: "x"}
+		if w := r.find(mtu, StackSiwtun, KindLat, "RDMA WRITE", 4, on); w != nil && w.VsKernel > 0 {
+			t.Figure = w.VsKernel
+		} else {
+			t.Missing = "4 B RDMA WRITE latency with CRC or kernel TCP 64 B rr not measured"
 		}
 		ts = append(ts, t)
 
@@ -490,6 +508,9 @@ func (r *Results) WriteTable(w io.Writer) error {
 	}
 	if r.DaemonNice != 0 {
 		rounds += fmt.Sprintf(", daemons at nice %d", r.DaemonNice)
+	}
+	if len(r.UpFlags) > 0 {
+		rounds += ", daemons with " + strings.Join(r.UpFlags, " ")
 	}
 	_, err := fmt.Fprintf(w, "\n%d CPUs, %.0f s per run%s; total elapsed %s\n", r.CPUs, r.DurationS, rounds,
 		time.Duration(r.ElapsedS*float64(time.Second)).Round(time.Second))

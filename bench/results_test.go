@@ -75,7 +75,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 14 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 16 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -100,7 +100,7 @@ func TestAnalyze(t *testing.T) {
 	want := []struct {
 		fig  float64
 		pass bool
-	}{{1.1, true}, {1.5, false}, {0.04, true}, {1 - 660.0/700, false},
+	}{{1.1, true}, {1.5, false}, {0.22, false}, {6, false}, {0.04, true}, {1 - 660.0/700, false},
 		{1.1, true}, {1.1, true}, {1.1, true}, {3, false}, {0.95, true},
 		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
 	if len(r.Targets) != len(want) {
@@ -129,28 +129,28 @@ func TestAnalyze(t *testing.T) {
 	// A run of some suites judges their targets only.
 	r.Suites = []string{SuiteScale}
 	r.Analyze()
-	if len(r.Targets) != 1 || r.Targets[0].Figure != want[12].fig {
+	if len(r.Targets) != 1 || r.Targets[0].Figure != want[14].fig {
 		t.Errorf("scale suite alone: targets %+v", r.Targets)
 	}
 	r.Suites = nil
 	// Without the CRC-off row the CRC target is missing, not passed.
 	r.Rows = append(r.Rows[:7], r.Rows[8:]...)
 	r.Analyze()
-	if tg := r.Targets[3]; tg.Pass || tg.Missing == "" {
+	if tg := r.Targets[5]; tg.Pass || tg.Missing == "" {
 		t.Errorf("CRC target without CRC off: %+v", tg)
 	}
 	// Without perftest the comparison's targets are skipped, not missed;
 	// with its suite left out of the run they are not there at all.
 	r.CLib = &CLibInfo{Skipped: "ib_write_lat not installed"}
 	r.Analyze()
-	for _, tg := range r.Targets[4:9] {
+	for _, tg := range r.Targets[6:11] {
 		if tg.Pass || tg.Skipped == "" || tg.Missing != "" || !strings.Contains(tg.Name, "libsiwtun") {
 			t.Errorf("target of a skipped comparison: %+v", tg)
 		}
 	}
 	r.CLib = &CLibInfo{}
 	r.Suites = []string{SuitePerf, SuiteScale}
-	if r.Analyze(); len(r.Targets) != 4+1 {
+	if r.Analyze(); len(r.Targets) != 6+1 {
 		t.Errorf("without the comparison: %d targets", len(r.Targets))
 	}
 	r.Suites = []string{SuiteCLib}

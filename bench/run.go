@@ -66,6 +66,9 @@ type Config struct {
 	CLibSkip string
 	// DaemonNice, if not 0, is passed to the daemons as `siwtun up --nice`.
 	DaemonNice int
+	// UpFlags are more flags for the daemons' `siwtun up` (such as
+	// --gso=false), for comparing its options with the same workloads.
+	UpFlags []string
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
@@ -140,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	start := time.Now()
 	r := &runner{cfg: cfg, ctx: ctx, log: cfg.Log, id: fmt.Sprintf("siwtun-bench-%d", os.Getpid()),
 		port: 18515, res: &Results{Started: start.UTC().Round(time.Second), CPUs: runtime.NumCPU(), DurationS: cfg.Duration.Seconds(),
-			DaemonNice: cfg.DaemonNice}}
+			DaemonNice: cfg.DaemonNice, UpFlags: cfg.UpFlags}}
 	r.nsRNIC, r.nsK0, r.nsK1 = r.id, r.id+"-k0", r.id+"-k1"
 	defer func() {
 		if e := r.cleanup(); e != nil && err == nil {
@@ -441,6 +444,7 @@ func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
 		if r.cfg.DaemonNice != 0 {
 			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
 		}
+		args = append(args, r.cfg.UpFlags...)
 		p, err := r.start("siwtun up "+d.dev, r.nsRNIC, append(args, extra...)...)
 		if err != nil {
 			return err

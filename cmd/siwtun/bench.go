@@ -36,6 +36,7 @@ type benchOptions struct {
 	scaleQPs    []int
 	idleQPs     []int
 	nice        int
+	upFlags     []string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -80,6 +81,7 @@ memory, judges the targets, and writes the same as JSON to --out.`,
 	f.StringSliceVar(&o.ops, "ops", nil, "perf suite tests: some of write, read, send, write-imm, atomic (default all; write with --quick)")
 	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
 	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
+	f.StringSliceVar(&o.upFlags, "up-flag", nil, "one more flag for the daemons' siwtun up, such as --up-flag=--gso=false (repeatable)")
 	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
 	f.IntVar(&o.clients, "clients", 4, "client processes of the second connect run, connecting at once")
 	f.IntSliceVar(&o.scaleQPs, "scale-qps", nil, "queue pairs of the aggregate RDMA WRITE runs (default 1,4,16,64; 1,64 with --quick)")
@@ -146,6 +148,7 @@ func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
 	}
 	cfg.Suites = o.suites
 	cfg.DaemonNice = o.nice
+	cfg.UpFlags = o.upFlags
 	for _, op := range o.ops {
 		if !slices.Contains(bench.AllOps, op) {
 			return fmt.Errorf("--ops: %q: want some of %s", op, strings.Join(bench.AllOps, ", "))
