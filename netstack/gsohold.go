@@ -38,11 +38,11 @@ func (t *heldTail) set(e *hookEndpoint, f *flow, pkt *stack.PacketBuffer, seq, e
 	t.gen++
 	e.s.tailsHeld.Add(1)
 	gen := t.gen
-	if t.timer == nil {
-		t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
-		return
+	if t.timer != nil {
+		t.timer.Stop()
 	}
-	t.timer.Stop()
+	// A timer per hold (holds are rare): gen keeps a late one from
+	// flushing a newer hold.
 	t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
 }
 
