@@ -3,9 +3,16 @@ package netstack
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 func TestCutRuns(t *testing.T) {
@@ -223,5 +230,85 @@ func TestNoGSOWritesSegments(t *testing.T) {
 	defer fa.mu.Unlock()
 	if len(fa.wire) != 0 {
 		t.Errorf("%d segments went out as offloaded frames from a stack without GSO", len(fa.wire))
+	}
+}
+
+// gsoPacket builds an outbound IPv4 TCP packet as gVisor builds one for
+// host GSO: seq, payload octets of zeros, segment size mss.
+func gsoPacket(src, dst netip.AddrPort, seq uint32, plen, mss int) *stack.PacketBuffer {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		ReserveHeaderBytes: header.IPv4MinimumSize + header.TCPMinimumSize,
+		Payload:            buffer.MakeWithData(make([]byte, plen)),
+	})
+	header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize)).Encode(&header.TCPFields{
+		SrcPort: src.Port(), DstPort: dst.Port(), SeqNum: seq, AckNum: 1,
+		DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 65535,
+	})
+	header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize)).Encode(&header.IPv4Fields{
+		TotalLength: uint16(header.IPv4MinimumSize + header.TCPMinimumSize + plen), TTL: 64,
+		Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr:  tcpip.AddrFrom4(src.Addr().As4()), DstAddr: tcpip.AddrFrom4(dst.Addr().As4()),
+	})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	pkt.TransportProtocolNumber = header.TCPProtocolNumber
+	pkt.GSOOptions = stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset, MSS: uint16(mss), L3HdrLen: header.IPv4MinimumSize}
+	return pkt
+}
+
+// TestHeldTail: a super-segment that ends inside an FPDU (gVisor cut the
+// write at a window edge) leaves its whole FPDUs at once and holds the
+// FPDU's start; the rest, when it comes, leaves joined with it as one
+// segment; a start whose rest does not come leaves alone after holdMax.
+func TestHeldTail(t *testing.T) {
+	da, _ := devicePair(1500)
+	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
+	s, err := New(NewDeviceLink(fa), Options{Addrs: []netip.Prefix{addrA4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src := netip.AddrPortFrom(addrA4.Addr(), 1000)
+	dst := netip.AddrPortFrom(addrB4.Addr(), 2000)
+	f := s.flows.getOrCreate(flowKey{local: src, remote: dst})
+	const mss, seq0 = 100, 5000
+	// One write of 250 octets: FPDUs of 100, 100 and 50 from seq0.
+	f.writeEnds.add(seq0)
+	f.writeEnds.add(seq0 + 250)
+	wire := func() [][2]uint32 {
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		w := slices.Clone(fa.wire)
+		fa.wire = fa.wire[:0]
+		return w
+	}
+	send := func(seq uint32, n int) {
+		pkt := gsoPacket(src, dst, seq, n, mss)
+		defer pkt.DecRef()
+		if err := s.ep.sendGSO(pkt); err != nil {
+			t.Fatalf("sendGSO: %v", err)
+		}
+	}
+	// gVisor cut the write at 230: [0, 200) leaves, [200, 230) waits.
+	send(seq0, 230)
+	if got, want := wire(), [][2]uint32{{seq0, seq0 + 100}, {seq0 + 100, seq0 + 200}}; !slices.Equal(got, want) {
+		t.Fatalf("first part on the wire: %v, want %v", got, want)
+	}
+	// The rest: [200, 250) leaves as one segment.
+	send(seq0+230, 20)
+	if got, want := wire(), [][2]uint32{{seq0 + 200, seq0 + 250}}; !slices.Equal(got, want) {
+		t.Fatalf("held start and its rest: %v, want %v", got, want)
+	}
+	// A second write of 250 cut at 30: its start waits, then leaves alone.
+	f.writeEnds.add(seq0 + 500)
+	send(seq0+250, 30)
+	if got := wire(); len(got) != 0 {
+		t.Fatalf("a held start left at once: %v", got)
+	}
+	time.Sleep(4 * holdMax)
+	if got, want := wire(), [][2]uint32{{seq0 + 250, seq0 + 280}}; !slices.Equal(got, want) {
+		t.Fatalf("after holdMax: %v, want %v", got, want)
+	}
+	if h, x := s.tailsHeld.Load(), s.tailsExpired.Load(); h != 2 || x != 1 {
+		t.Errorf("tails held %d, expired %d; want 2, 1", h, x)
 	}
 }
