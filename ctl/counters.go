@@ -123,7 +123,7 @@ func tcpCounters() []tcpCounter {
 		{"SACKRecovery", "tcpSackRecovery", "Times SACK-based loss recovery was entered (Linux TcpExtTCPSackRecovery).", func(s *netstack.TCPStats) uint64 { return s.SACKRecovery }},
 		{"TailRescues", "tcpTailRescues", "Data packets written again for connections whose TCP sender had stopped with data unacknowledged (siwtun's tail rescue; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.TailRescues }},
 		{"HeldTails", "tcpHeldTails", "FPDU starts that segmentation offload held back because TCP had cut their FPDU at the peer's window edge, until the rest came (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTails }},
-		{"HeldTailsExpired", "tcpHeldTailsExpired", "Held FPDU starts whose rest did not come within 5 ms and left alone (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailsExpired }},
+		{"HeldTailsAlone", "tcpHeldTailsAlone", "Held FPDU starts that left without their rest: it did not come within 20 ms, or a retransmission or FIN overtook it (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailsAlone }},
 	}
 }
 

@@ -90,10 +90,10 @@ type Stack struct {
 	addrs []netip.Prefix
 	hook  SegmentHook
 	// gso: gVisor builds super-segments that the link's device cuts
-	// (gso.go); tailsHeld and tailsExpired count the tails held back
-	// (gsohold.go) and those that left uncontinued.
-	gso                     bool
-	tailsHeld, tailsExpired atomic.Uint64
+	// (gso.go); tailsHeld and tailsAlone count the tails held back
+	// (gsohold.go) and those that left without their rest.
+	gso                   bool
+	tailsHeld, tailsAlone atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.

@@ -55,9 +55,10 @@ type TCPStats struct {
 	// offload held back the start of an FPDU that gVisor had cut at the
 	// peer's window edge, until the rest came (see Options.NoGSO).
 	HeldTails uint64
-	// HeldTailsExpired is the number of held FPDU starts whose rest did not
-	// come within 5 ms: they left alone, split from it.
-	HeldTailsExpired uint64
+	// HeldTailsAlone is the number of held FPDU starts that left without
+	// their rest, split from it: it did not come within 20 ms, or a
+	// retransmission or a FIN overtook it.
+	HeldTailsAlone uint64
 }
 
 // Stats returns a copy of the stack's TCP counters.
@@ -66,23 +67,23 @@ func (s *Stack) Stats() TCPStats {
 	sent, retrans := t.SegmentsSent.Value(), t.Retransmits.Value()
 	valid, invalid, csum := t.ValidSegmentsReceived.Value(), t.InvalidSegmentsReceived.Value(), t.ChecksumErrors.Value()
 	return TCPStats{
-		ActiveOpens:      t.ActiveConnectionOpenings.Value(),
-		PassiveOpens:     t.PassiveConnectionOpenings.Value(),
-		AttemptFails:     t.FailedConnectionAttempts.Value(),
-		EstabResets:      t.EstablishedResets.Value(),
-		CurrEstab:        t.CurrentEstablished.Value(),
-		InSegs:           valid + invalid + csum,
-		OutSegs:          sent - min(retrans, sent),
-		RetransSegs:      retrans,
-		InErrs:           invalid + csum,
-		OutRsts:          t.ResetsSent.Value(),
-		InCsumErrors:     csum,
-		InRsts:           t.ResetsReceived.Value(),
-		Timeouts:         t.Timeouts.Value(),
-		FastRetrans:      t.FastRetransmit.Value(),
-		SACKRecovery:     t.SACKRecovery.Value(),
-		TailRescues:      s.tailRescues.Load(),
-		HeldTails:        s.tailsHeld.Load(),
-		HeldTailsExpired: s.tailsExpired.Load(),
+		ActiveOpens:    t.ActiveConnectionOpenings.Value(),
+		PassiveOpens:   t.PassiveConnectionOpenings.Value(),
+		AttemptFails:   t.FailedConnectionAttempts.Value(),
+		EstabResets:    t.EstablishedResets.Value(),
+		CurrEstab:      t.CurrentEstablished.Value(),
+		InSegs:         valid + invalid + csum,
+		OutSegs:        sent - min(retrans, sent),
+		RetransSegs:    retrans,
+		InErrs:         invalid + csum,
+		OutRsts:        t.ResetsSent.Value(),
+		InCsumErrors:   csum,
+		InRsts:         t.ResetsReceived.Value(),
+		Timeouts:       t.Timeouts.Value(),
+		FastRetrans:    t.FastRetransmit.Value(),
+		SACKRecovery:   t.SACKRecovery.Value(),
+		TailRescues:    s.tailRescues.Load(),
+		HeldTails:      s.tailsHeld.Load(),
+		HeldTailsAlone: s.tailsAlone.Load(),
 	}
 }
