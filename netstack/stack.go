@@ -71,6 +71,15 @@ type Options struct {
 	// retransmissions back off on a starved machine. 0 means
 	// DefaultPeerTimeout; negative disables both.
 	PeerTimeout time.Duration
+	// NoRACK turns off RACK loss detection and its tail loss probes (RFC
+	// 8985); loss is then found by SACK and duplicate ACKs (RFC 6675) and
+	// the retransmission timer. gVisor's probe timeout is twice the
+	// smoothed round trip with no floor (Linux adds at least 2 ms): on a
+	// busy host, where the ACKs of a 100 µs path lag by more, probes fire
+	// for segments that were not lost, and each counts as a loss and
+	// halves the window. Many connections on few cores then share far less
+	// than one (README: Set-up, scale and memory).
+	NoRACK bool
 	// NoGSO turns segmentation offload off on a link that has it (a
 	// device link whose device takes offloaded frames): gVisor then builds
 	// every segment itself, as on any other link.
@@ -190,6 +199,13 @@ func New(link *Link, opts Options) (*Stack, error) {
 	sack := tcpip.TCPSACKEnabled(true)
 	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
 		return fail("enable SACK", err)
+	}
+	if opts.NoRACK {
+		// See Options.NoRACK. SACK recovery (RFC 6675) stays.
+		rec := tcpip.TCPRecovery(0)
+		if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rec); err != nil {
+			return fail("turn RACK off", err)
+		}
 	}
 	// Reno, not CUBIC: "Netstack has an int overflow in sender congestion
 	// window arithmetic that is more prone to trigger with cubic"
