@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"encoding/binary"
+	"gvisor.dev/gvisor/pkg/buffer"
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -292,6 +293,22 @@ func (e *hookEndpoint) emit(pkt *stack.PacketBuffer) tcpip.Error {
 	return err
 }
 
+// withHeaders builds a packet of payload behind a copy of pkt's IP and
+// TCP headers, with pkt's protocol numbers and GSO options.
+func withHeaders(pkt *stack.PacketBuffer, payload buffer.Buffer) *stack.PacketBuffer {
+	nh, th := pkt.NetworkHeader().Slice(), pkt.TransportHeader().Slice()
+	r := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		ReserveHeaderBytes: len(nh) + len(th),
+		Payload:            payload,
+	})
+	r.NetworkProtocolNumber = pkt.NetworkProtocolNumber
+	r.TransportProtocolNumber = pkt.TransportProtocolNumber
+	r.GSOOptions = pkt.GSOOptions
+	copy(r.TransportHeader().Push(len(th)), th)
+	copy(r.NetworkHeader().Push(len(nh)), nh)
+	return r
+}
+
 // runPacket builds the packet of the run of pkt's payload [off, end): a
 // copy of pkt's headers with the run's sequence number, length, IPv4 ID
 // (pkt's plus the wire segments before it, as the kernel numbers the
@@ -302,17 +319,9 @@ func runPacket(pkt *stack.PacketBuffer, off, end, segsBefore int) *stack.PacketB
 	payload := pkt.Data().ToBuffer()
 	payload.TrimFront(int64(off))
 	payload.Truncate(int64(end - off))
-	r := stack.NewPacketBuffer(stack.PacketBufferOptions{
-		ReserveHeaderBytes: len(nh) + len(th),
-		Payload:            payload,
-	})
-	r.NetworkProtocolNumber = pkt.NetworkProtocolNumber
-	r.TransportProtocolNumber = pkt.TransportProtocolNumber
-	r.GSOOptions = pkt.GSOOptions
-	t := header.TCP(r.TransportHeader().Push(len(th)))
-	copy(t, th)
-	n := header.IPv4(r.NetworkHeader().Push(len(nh)))
-	copy(n, nh)
+	r := withHeaders(pkt, payload)
+	t := header.TCP(r.TransportHeader().Slice())
+	n := header.IPv4(r.NetworkHeader().Slice())
 	t.SetSequenceNumber(t.SequenceNumber() + uint32(off))
 	flags := t.Flags()
 	if end < pkt.Data().Size() {

@@ -98,20 +98,10 @@ func (e *hookEndpoint) heldExpired(f *flow, gen uint64) {
 // number. Its IP length is not set: it only carries runs (runPacket sets
 // theirs).
 func joinPackets(held, pkt *stack.PacketBuffer) *stack.PacketBuffer {
-	nh, th := pkt.NetworkHeader().Slice(), pkt.TransportHeader().Slice()
 	payload := held.Data().ToBuffer()
 	rest := pkt.Data().ToBuffer()
 	payload.Merge(&rest)
-	r := stack.NewPacketBuffer(stack.PacketBufferOptions{
-		ReserveHeaderBytes: len(nh) + len(th),
-		Payload:            payload,
-	})
-	r.NetworkProtocolNumber = pkt.NetworkProtocolNumber
-	r.TransportProtocolNumber = pkt.TransportProtocolNumber
-	r.GSOOptions = pkt.GSOOptions
-	t := header.TCP(r.TransportHeader().Push(len(th)))
-	copy(t, th)
-	copy(r.NetworkHeader().Push(len(nh)), nh)
-	t.SetSequenceNumber(header.TCP(held.TransportHeader().Slice()).SequenceNumber())
+	r := withHeaders(pkt, payload)
+	header.TCP(r.TransportHeader().Slice()).SetSequenceNumber(header.TCP(held.TransportHeader().Slice()).SequenceNumber())
 	return r
 }
