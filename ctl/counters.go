@@ -42,6 +42,7 @@ func qpCounters() map[string]counterInfo {
 		"mpaAcceptTimeouts":      {layerMPA, "Connections accepted by a listener whose MPA Request had not arrived whole within the MPA accept timeout (--mpa-accept-timeout): reset, unanswered."},
 		"mpaBadRequests":         {layerMPA, "Connections accepted by a listener that closed before their MPA Request was whole, or sent a frame that is not a valid MPA Request: closed, unanswered."},
 		"mpaFirstFpduDelays":     {layerMPA, "Connections initiated here whose first FPDU waited --first-fpdu-delay after the MPA Reply, the peer not having said that it reads at once (Linux siw never does; siwtun does)."},
+		"mpaFinDelays":           {layerMPA, "Connections whose FIN waited --fin-delay after the application disconnected or destroyed the QP, the peer not known to be siwtun (Linux siw fails a Send it has already sent when the FIN comes before its send call returns)."},
 		"mpaErrors":              {layerMPA, "Errors found in the MPA layer (LLP Terminates sent)."},
 		"tcpOutSegs":             {layerTCP, "TCP segments sent on the queue pairs' connections, retransmissions included, as seen at the link."},
 		"tcpInSegs":              {layerTCP, "TCP segments received on the queue pairs' connections, before TCP accepted them (retransmissions and duplicates included)."},

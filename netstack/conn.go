@@ -22,8 +22,9 @@ type Conn struct {
 	flow   *flow
 	key    flowKey
 
-	closed    chan struct{}
-	closeOnce sync.Once
+	closed      chan struct{}
+	closeOnce   sync.Once // closes closed
+	releaseOnce sync.Once // gives ep back (release)
 
 	readMu  sync.Mutex
 	rw      readWriter        // guarded by readMu
@@ -190,22 +191,46 @@ func (c *Conn) CloseWrite() error {
 // Close closes the connection in order: queued data is sent, then FIN (as
 // with close(2), unread received data makes it a reset instead). Blocked
 // reads and writes return an error wrapping net.ErrClosed. Idempotent;
-// returns nil.
+// returns nil. After CloseAfter it changes nothing: the FIN keeps its time.
 func (c *Conn) Close() error {
-	c.shutdown(false)
-	return nil
-}
-
-// Abort resets the connection (RST) and discards queued data. Idempotent;
-// returns nil.
-func (c *Conn) Abort() error {
-	c.shutdown(true)
-	return nil
-}
-
-func (c *Conn) shutdown(abort bool) {
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		c.release(false)
+	})
+	return nil
+}
+
+// CloseAfter closes the connection as Close does, but holds its FIN back
+// for d: reads and writes end at once (net.ErrClosed), the connection's
+// hook sees no more segments, data already written goes on being sent,
+// and the FIN leaves when d has passed (a reset instead if received data
+// is left unread then, as with Close), unless Abort or the stack's Close
+// resets the connection first. It reports whether it closed the connection (false: closed
+// already). The offload engine uses it where a peer's transmit path fails
+// a message it has already sent if the FIN comes too soon (Linux siw).
+func (c *Conn) CloseAfter(d time.Duration) bool {
+	closed := false
+	c.closeOnce.Do(func() {
+		closed = true
+		close(c.closed)
+		c.SetSegmentHook(nil)
+		time.AfterFunc(d, func() { c.release(false) })
+	})
+	return closed
+}
+
+// Abort resets the connection (RST) and discards queued data, also one
+// whose FIN CloseAfter holds back. Idempotent; returns nil.
+func (c *Conn) Abort() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	c.release(true)
+	return nil
+}
+
+// release hands the endpoint back to gVisor, with a reset if abort, and
+// forgets the connection; only its first call counts.
+func (c *Conn) release(abort bool) {
+	c.releaseOnce.Do(func() {
 		if abort {
 			c.ep.Abort()
 		}

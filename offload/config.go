@@ -57,6 +57,16 @@ type Config struct {
 	// protocol (rping) never sends: the connection stalls. 0 sends at
 	// once to every peer.
 	FirstFPDUDelay time.Duration
+	// FINDelay is how long the connection of a QP whose peer is not known
+	// to be siwtun holds its FIN back when the application disconnects or
+	// destroys the QP (the QP is gone at once; only TCP's close waits).
+	// Linux siw fails a message it has already transmitted when the
+	// peer's FIN arrives before its send call returned (siw_qp_sq_proc_tx
+	// checks tx_suspend before the message's last flag: LOC_QP_OP_ERR,
+	// perftest's "Bad wc status 2"), which a peer that answers and closes
+	// at once triggers. A peer is known to be siwtun by its Reply's
+	// mpa.Frame.Ready or its Request's extension block. 0 closes at once.
+	FINDelay time.Duration
 	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s).
 	ConnectTimeout time.Duration
 	// AcceptTimeout is the MPA accept timeout: how long a listener waits,
@@ -88,6 +98,9 @@ type Config struct {
 // DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
 
+// DefaultFINDelay is the default Config.FINDelay.
+const DefaultFINDelay = 20 * time.Millisecond
+
 // DefaultFPDUTimeout is the default Config.FPDUTimeout: the longest gap
 // in the middle of an FPDU.
 const DefaultFPDUTimeout = 10 * time.Second
@@ -102,12 +115,13 @@ const DefaultAcceptTimeout = 5 * time.Second
 // between them (FPDUsPerWrite 0; 100 % aligned on the wire, see README),
 // RFC 7306
 // extensions offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
-// MPA Reply of a peer that does not say it reads at once.
+// MPA Reply of a peer that does not say it reads at once, the FIN to a peer
+// not known to be siwtun DefaultFINDelay after the QP's end.
 func DefaultConfig(name string) Config {
 	return Config{
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16, RDMAPExt: true,
 		MaxFPDU: 16384, FPDUsPerWrite: 0, MaxQP: 4096, MaxMR: 65536,
-		FirstFPDUDelay: DefaultFirstFPDUDelay,
+		FirstFPDUDelay: DefaultFirstFPDUDelay, FINDelay: DefaultFINDelay,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: DefaultAcceptTimeout,
 	}
 }
@@ -122,8 +136,8 @@ func (c *Config) validate() error {
 	if c.MaxFPDU < 128 {
 		return fmt.Errorf("MaxFPDU %d: at least 128", c.MaxFPDU)
 	}
-	if c.FirstFPDUDelay < 0 {
-		return fmt.Errorf("FirstFPDUDelay %v: must not be negative", c.FirstFPDUDelay)
+	if c.FirstFPDUDelay < 0 || c.FINDelay < 0 {
+		return fmt.Errorf("FirstFPDUDelay %v / FINDelay %v: must not be negative", c.FirstFPDUDelay, c.FINDelay)
 	}
 	if c.AcceptTimeout < 0 || c.ConnectTimeout < 0 {
 		return fmt.Errorf("AcceptTimeout %v / ConnectTimeout %v: must not be negative", c.AcceptTimeout, c.ConnectTimeout)

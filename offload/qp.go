@@ -554,7 +554,8 @@ func (qp *QP) awaitTerminate(termDone <-chan struct{}, conn *netstack.Conn) {
 
 // Disconnect ends the connection as rdma_disconnect does on iWARP: the QP
 // enters ERR, outstanding work is flushed, and the TCP connection is closed
-// with a FIN. It returns once the engine's goroutines have stopped.
+// with a FIN (Config.FINDelay later to a peer not known to be siwtun). It
+// returns once the engine's goroutines have stopped.
 //
 // A Terminate the engine has queued goes out first (RFC 5040 §7: the
 // Terminate precedes the close), however soon after the error completion
@@ -566,18 +567,30 @@ func (qp *QP) Disconnect() {
 	conn := qp.conn
 	done := qp.done
 	termDone := qp.termDone
+	siwtunPeer := peerIsSiwtun(qp.params)
 	qp.txCond.Broadcast()
 	qp.mu.Unlock()
-	if termDone != nil {
+	switch {
+	case conn == nil:
+	case termDone != nil:
 		qp.awaitTerminate(termDone, conn)
-	}
-	if conn != nil {
+		conn.Close()
+	case qp.dev.cfg.FINDelay > 0 && !siwtunPeer:
+		if conn.CloseAfter(qp.dev.cfg.FINDelay) {
+			qp.stats.FINDelays.Add(1)
+		}
+	default:
 		conn.Close()
 	}
 	if done != nil {
 		<-done
 	}
 }
+
+// peerIsSiwtun reports whether the peer of a connection made with p said
+// it is siwtun: as responder in its Reply (Ready), as initiator by the
+// extension block of its Request (which the negotiated Ext reflects).
+func peerIsSiwtun(p mpa.Params) bool { return p.PeerReady || p.Ext != 0 }
 
 // Destroy disconnects the queue pair and removes it from its device; the
 // type 2 memory windows bound to it are invalidated.

@@ -64,6 +64,9 @@ type QPStats struct {
 	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as
 	// Linux siw's never does.
 	FirstFPDUDelays atomic.Uint64 `stat:"mpaFirstFpduDelays"`
+	// FINDelays counts connections whose FIN waited Config.FINDelay after
+	// the application ended the QP, the peer not known to be siwtun.
+	FINDelays atomic.Uint64 `stat:"mpaFinDelays"`
 	// PlacedBytes counts payload octets placed directly into regions.
 	PlacedBytes atomic.Uint64 `stat:"ddpPlacedOctets"`
 	// RecvNoBuffer counts Sends that found no posted receive.

@@ -48,6 +48,7 @@ type upOptions struct {
 	ird, ord      uint16
 	peerTimeout   time.Duration
 	firstFPDU     time.Duration
+	finDelay      time.Duration
 	acceptTimeout time.Duration
 	impair        string
 	socketDir     string
@@ -98,6 +99,7 @@ changes nothing, and 0 is no limit.
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
 	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.finDelay, "fin-delay", offload.DefaultFINDelay, "hold the FIN of a connection back this long after the application disconnects or destroys its QP, unless the peer said it is siwtun (Linux siw fails a Send it has already sent when the FIN comes before its send call returns: perftest's \"Bad wc status 2\"); 0 closes at once")
 	f.DurationVar(&o.acceptTimeout, "mpa-accept-timeout", offload.DefaultAcceptTimeout, "MPA accept timeout: a connection to a listener whose whole MPA Request has not arrived this long after the TCP handshake (nothing sent, or a Request cut off) is reset unanswered and counted in mpaAcceptTimeouts")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
@@ -333,6 +335,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
+	cfg.FINDelay = o.finDelay
 	if o.acceptTimeout <= 0 {
 		return fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)
 	}
