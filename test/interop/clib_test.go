@@ -81,15 +81,16 @@ func (e *env) runCLib(t *testing.T) {
 		pcap := filepath.Join(e.out, fmt.Sprintf("clib-ib_write_bw-%s.pcap", map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
 		c := startCapture(t, e.netns, pcap)
 		fig, err := e.clibWriteBW(t, d, dir)
-		// The VM's ib_write_bw client, its report printed, may fail the
-		// closing exchange ("Bad wc status 2") after the host's server
-		// has gone: the teardown race of perftest -R against a server that
-		// ends first. It was once in four full runs; since segmentation
-		// offload made the server end sooner, the first attempt failed in
-		// 4 of 7 runs of this group (with RACK on as with it off). Such a
-		// run is run again, up to four times, each attempt checked whole,
-		// and the figure says how many failed first.
-		for retry := 0; retry < 4 && (errors.Is(err, errDisagree) || (err != nil && strings.Contains(err.Error(), "Bad wc status"))); retry++ {
+		// Linux siw fails a Send it has already transmitted when the
+		// peer's FIN arrives before its send call returned (it checks
+		// tx_suspend before the message's last flag): perftest's closing
+		// exchange then ends in "Bad wc status 2" after its report. The
+		// daemon holds its FIN to such a peer for --fin-delay (20 ms); with
+		// that, 6 of 6 runs of this group passed at the first attempt (2
+		// of 6 had failed one without it). A VM slower than that may still
+		// meet it: such a run is run once more, checked whole, and its
+		// figure says so.
+		for retry := 0; retry < 1 && (errors.Is(err, errDisagree) || (err != nil && strings.Contains(err.Error(), "Bad wc status"))); retry++ {
 			t.Logf("%s: %v; running it again", scenario, err)
 			first := err
 			var again string
