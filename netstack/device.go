@@ -134,6 +134,9 @@ type deviceEndpoint struct {
 	frames FrameWriter
 	tx     dirCounters
 	rx     dirCounters
+	// spare is the read buffer a short frame left (only the reading
+	// goroutine uses it).
+	spare *buffer.View
 
 	closed   atomic.Bool
 	stopOnce sync.Once
@@ -168,7 +171,7 @@ func (e *deviceEndpoint) shutdown() {
 func (e *deviceEndpoint) readLoop() {
 	defer e.wg.Done()
 	for {
-		v, gso, err := e.read()
+		buf, gso, err := e.read()
 		if err != nil {
 			if e.closed.Load() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return
@@ -177,18 +180,19 @@ func (e *deviceEndpoint) readLoop() {
 			continue
 		}
 		e.rx.sent.Add(1)
-		if v == nil {
+		if buf.Size() == 0 {
 			continue
 		}
 		var proto tcpip.NetworkProtocolNumber
 		gsoType := stack.GSOTCPv4
-		switch v.AsSlice()[0] >> 4 {
+		vl := buf.AsViewList()
+		switch vl.Front().AsSlice()[0] >> 4 {
 		case 4:
 			proto = header.IPv4ProtocolNumber
 		case 6:
 			proto, gsoType = header.IPv6ProtocolNumber, stack.GSOTCPv6
 		default:
-			v.Release()
+			buf.Release()
 			e.rx.dropped.Add(1)
 			continue
 		}
@@ -196,12 +200,12 @@ func (e *deviceEndpoint) readLoop() {
 		d := e.dispatcher
 		if d == nil {
 			e.mu.RUnlock()
-			v.Release()
+			buf.Release()
 			e.rx.queueFull.Add(1)
 			continue
 		}
-		n := v.Size()
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+		n := buf.Size()
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buf})
 		if gso > 0 {
 			// Read by the segment hooks (Stack.inbound), which see the
 			// wire segments inside; gVisor's receive path ignores it.
@@ -215,35 +219,96 @@ func (e *deviceEndpoint) readLoop() {
 	}
 }
 
-// read reads the next packet into a view of its own: nil for an empty
-// read. gso is a super-segment's segment size (0 for a packet).
-func (e *deviceEndpoint) read() (*buffer.View, int, error) {
+// read reads the next packet: an empty buffer for an empty read. gso is a
+// super-segment's segment size (0 for a packet).
+//
+// A TCP packet with payload comes as two views, its IP and TCP headers in
+// a small one and its payload in another: gVisor's IPv4 input clones the
+// chunk under the headers (PacketHeader.View, then a pull-up while that
+// clone lives copies it whole), which would otherwise copy the whole
+// packet, up to 64 KiB, once more.
+func (e *deviceEndpoint) read() (buffer.Buffer, int, error) {
 	if !e.whole.Load() {
 		v := buffer.NewViewSize(int(e.mtu))
 		n, err := e.dev.ReadPacket(v.AsSlice())
 		if err != nil || n <= 0 {
 			v.Release()
-			return nil, 0, err
+			return buffer.Buffer{}, 0, err
 		}
 		v.CapLength(n)
-		return v, 0, nil
+		return withHeaderView(v), 0, nil
 	}
-	v := buffer.NewViewSize(maxFrame)
+	// gVisor clears every chunk it hands out: the 64 KiB read buffer is
+	// kept from read to read until a frame big enough takes it along.
+	v := e.spare
+	if v == nil {
+		v = buffer.NewViewSize(maxFrame)
+	}
+	e.spare = nil
 	n, gso, err := e.super.ReadSuper(v.AsSlice())
 	if err != nil || n <= 0 {
-		v.Release()
-		return nil, 0, err
+		e.spare = v
+		return buffer.Buffer{}, 0, err
 	}
 	if n <= maxFrame/2 {
-		// A packet or a short super-segment: a view of its size, so an
+		// A packet or a short super-segment: views of its size, so an
 		// ACK or a segment queued for the application does not hold a
 		// 64 KiB chunk.
-		w := buffer.NewViewWithData(v.AsSlice()[:n])
-		v.Release()
-		return w, gso, nil
+		b := v.AsSlice()[:n]
+		e.spare = v
+		if h := tcpHeadersLen(b); h > 0 {
+			buf := buffer.MakeWithView(headerView(b[:h]))
+			buf.Append(buffer.NewViewWithData(b[h:]))
+			return buf, gso, nil
+		}
+		return buffer.MakeWithView(buffer.NewViewWithData(b)), gso, nil
 	}
 	v.CapLength(n)
-	return v, gso, nil
+	return withHeaderView(v), gso, nil
+}
+
+// withHeaderView returns v as a buffer, a TCP packet's headers copied to
+// a view of their own and trimmed from v (see read).
+func withHeaderView(v *buffer.View) buffer.Buffer {
+	b := v.AsSlice()
+	h := tcpHeadersLen(b)
+	if h == 0 {
+		return buffer.MakeWithView(v)
+	}
+	buf := buffer.MakeWithView(headerView(b[:h]))
+	v.TrimFront(h)
+	buf.Append(v)
+	return buf
+}
+
+// headerView returns a view holding hdr that is full to the end of its
+// chunk, so that Buffer.Append adds the payload as a view of its own
+// rather than moving its first octets into the headers' chunk.
+func headerView(hdr []byte) *buffer.View {
+	v := buffer.NewView(len(hdr))
+	c := v.AvailableSize()
+	v.Grow(c)
+	copy(v.AsSlice()[c-len(hdr):], hdr)
+	v.TrimFront(c - len(hdr))
+	return v
+}
+
+// tcpHeadersLen returns the length of the IP and TCP headers of a TCP
+// packet in b that carries payload behind them, or 0 for anything else
+// (IPv6 extension headers, other protocols, bad lengths, no payload).
+func tcpHeadersLen(b []byte) int {
+	if len(b) < 40 {
+		return 0
+	}
+	n := ipAndFixedTCPLen(b)
+	if n == 0 || n >= len(b) {
+		return 0
+	}
+	n += int(b[n-20+12]>>4)*4 - 20
+	if n < 40 || n >= len(b) {
+		return 0
+	}
+	return n
 }
 
 // MTU implements stack.LinkEndpoint.MTU.
