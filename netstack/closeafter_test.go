@@ -66,20 +66,9 @@ func TestCloseAfterAbort(t *testing.T) {
 	if _, err := cb.Write([]byte("after")); err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := cb.ReadTo(io.Discard)
-		errc <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	ca.Abort()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("peer's read after Abort: %v, want ECONNRESET", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Abort during CloseAfter's delay sent no reset")
+	err := readEnd(t, cb, func() { ca.Abort() }, "Abort during CloseAfter's delay sent no reset")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer's read after Abort: %v, want ECONNRESET", err)
 	}
 	if n := seen.Load(); n != before {
 		t.Errorf("the connection's hook saw %d segments after CloseAfter", n-before)

@@ -49,22 +49,9 @@ func TestOrderlyClose(t *testing.T) {
 func TestAbort(t *testing.T) {
 	a, b := newPair(t, pairOpts{})
 	ca, cb := connect(t, a, b, addrB4.Addr())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := cb.ReadTo(io.Discard)
-		errc <- err
-	}()
-	time.Sleep(10 * time.Millisecond)
-	if err := ca.Abort(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("ReadTo after peer abort: %v, want ECONNRESET", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("ReadTo not unblocked by RST")
+	err := readEnd(t, cb, func() { ca.Abort() }, "ReadTo not unblocked by RST")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("ReadTo after peer abort: %v, want ECONNRESET", err)
 	}
 	if _, err := cb.Write([]byte("x")); err == nil {
 		t.Errorf("Write after RST succeeded")
@@ -154,20 +141,30 @@ func TestListenerCloseUnblocksAccept(t *testing.T) {
 func TestBlockedReadUnblockedByClose(t *testing.T) {
 	a, b := newPair(t, pairOpts{})
 	_, cb := connect(t, a, b, addrB4.Addr())
+	err := readEnd(t, cb, func() { cb.Close() }, "ReadTo not unblocked by Close")
+	if !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ReadTo: %v, want net.ErrClosed", err)
+	}
+}
+
+// readEnd starts c.ReadTo(io.Discard), lets it block, calls act and
+// returns the error that ended the read; the test fails with why if the
+// read has not ended 5 s later.
+func readEnd(t *testing.T, c *Conn, act func(), why string) error {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := cb.ReadTo(io.Discard)
+		_, err := c.ReadTo(io.Discard)
 		errc <- err
 	}()
 	time.Sleep(10 * time.Millisecond)
-	cb.Close()
+	act()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("ReadTo: %v, want net.ErrClosed", err)
-		}
+		return err
 	case <-time.After(5 * time.Second):
-		t.Fatal("ReadTo not unblocked by Close")
+		t.Fatal(why)
+		return nil
 	}
 }
 

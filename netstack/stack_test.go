@@ -172,20 +172,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 func TestStackCloseResetsPeers(t *testing.T) {
 	a, b := newPair(t, pairOpts{})
 	_, cb := connect(t, a, b, addrB4.Addr())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := cb.ReadTo(io.Discard)
-		errc <- err
-	}()
-	time.Sleep(10 * time.Millisecond)
-	a.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("peer read after Stack.Close: %v, want ECONNRESET", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("peer not reset by Stack.Close")
+	err := readEnd(t, cb, func() { a.Close() }, "peer not reset by Stack.Close")
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("peer read after Stack.Close: %v, want ECONNRESET", err)
 	}
 }
 
