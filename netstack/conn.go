@@ -205,9 +205,10 @@ func (c *Conn) Close() error {
 // hook sees no more segments, data already written goes on being sent,
 // and the FIN leaves when d has passed (a reset instead if received data
 // is left unread then, as with Close), unless Abort or the stack's Close
-// resets the connection first. It reports whether it closed the connection (false: closed
-// already). The offload engine uses it where a peer's transmit path fails
-// a message it has already sent if the FIN comes too soon (Linux siw).
+// resets the connection first. It reports whether it closed the
+// connection (false: closed already). The offload engine uses it where a
+// peer's transmit path fails a message it has already sent if the FIN
+// comes too soon (Linux siw).
 func (c *Conn) CloseAfter(d time.Duration) bool {
 	closed := false
 	c.closeOnce.Do(func() {
