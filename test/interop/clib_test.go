@@ -86,8 +86,8 @@ func (e *env) runCLib(t *testing.T) {
 		// tx_suspend before the message's last flag): perftest's closing
 		// exchange then ends in "Bad wc status 2" after its report. The
 		// daemon holds its FIN to such a peer for --fin-delay (20 ms); with
-		// that, 6 of 6 runs of this group passed at the first attempt (2
-		// of 6 had failed one without it). A VM slower than that may still
+		// that, 10 of 10 runs of this group passed at the first attempt
+		// (2 of 6 had failed one without it). A VM slower than that may still
 		// meet it: such a run is run once more, checked whole, and its
 		// figure says so.
 		for retry := 0; retry < 1 && (errors.Is(err, errDisagree) || (err != nil && strings.Contains(err.Error(), "Bad wc status"))); retry++ {
