@@ -73,10 +73,12 @@ func (qp *QP) sendAtomicRequest(w *sendWQE) error {
 	m.Marshal(body[:])
 	msn := qp.readMSN
 	qp.readMSN++
+	// Counted before it goes (see uncount).
+	qp.stats.AtomicsTx.Add(1)
 	if err := qp.sendUntaggedControl(rdmap.OpAtomicRequest, ddp.QNReadRequest, msn, body[:]); err != nil {
+		uncount(&qp.stats.AtomicsTx, 1)
 		return err
 	}
-	qp.stats.AtomicsTx.Add(1)
 	return nil
 }
 
@@ -93,10 +95,12 @@ func (qp *QP) sendAtomicResponse(e *irqEntry) error {
 	if qp.aborted() {
 		return errAborted
 	}
+	// Counted before it goes (see uncount).
+	qp.stats.AtomicResponsesTx.Add(1)
 	if err := qp.sendUntaggedControl(rdmap.OpAtomicResponse, ddp.QNAtomicResponse, msn, body[:]); err != nil {
+		uncount(&qp.stats.AtomicResponsesTx, 1)
 		return err
 	}
-	qp.stats.AtomicResponsesTx.Add(1)
 	return nil
 }
 

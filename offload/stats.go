@@ -194,6 +194,14 @@ func (qp *QP) observeSegment(seg *netstack.Segment, pl *oooPlacer) {
 	}
 }
 
+// uncount takes n back from a count made before a write that failed. The
+// messages a peer answers (RDMA Read and Atomic Requests) and the answers
+// themselves are counted just before they are written, not after: the
+// answer can reach the requester, and its work request complete there,
+// before the write returns on this side, and a count read after a
+// completion must include the message that completed it.
+func uncount(c *atomic.Uint64, n uint64) { c.Add(-n) }
+
 // countSegment counts the QP's TCP segments.
 func (s *QPStats) countSegment(seg *netstack.Segment) {
 	if seg.Dir == netstack.Outbound {

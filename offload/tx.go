@@ -287,9 +287,11 @@ func (qp *QP) sendWQE(w *sendWQE) (ibv.WCStatus, error) {
 			rr.SinkSTag = rtrSTag
 		}
 		rr.SrcSTag, rr.SrcTO = w.rkey, w.raddr
+		// Counted before it goes (see uncount).
+		qp.stats.ReadsTx.Add(1)
 		err := qp.sendReadRequest(&rr)
-		if err == nil {
-			qp.stats.ReadsTx.Add(1)
+		if err != nil {
+			uncount(&qp.stats.ReadsTx, 1)
 		}
 		return ibv.WCSuccess, err
 	}
@@ -486,11 +488,14 @@ func (qp *QP) sendReadResponse(e *irqEntry) error {
 	t.nsrc = 1
 	h := &t.msg
 	*h = ddp.Header{Tagged: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpReadResponse), STag: e.sinkSTag}
-	if err := qp.sendMessage(h, e.sinkTO, uint64(len(e.src)), true); err != nil {
-		return err
-	}
+	// Counted before it goes (see uncount).
 	qp.stats.ReadResponsesTx.Add(1)
 	qp.stats.ReadBytesTx.Add(uint64(len(e.src)))
+	if err := qp.sendMessage(h, e.sinkTO, uint64(len(e.src)), true); err != nil {
+		uncount(&qp.stats.ReadResponsesTx, 1)
+		uncount(&qp.stats.ReadBytesTx, uint64(len(e.src)))
+		return err
+	}
 	return nil
 }
 
