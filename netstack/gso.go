@@ -250,6 +250,9 @@ func (e *hookEndpoint) sendGSO(pkt *stack.PacketBuffer) tcpip.Error {
 		defer pkt.DecRef()
 	}
 	if plen == 0 {
+		if f.hold.pkt != nil && h.flags&FlagFIN == 0 && pkt.GSOOptions.NeedsCsum {
+			return e.emitAt(pkt, f.hold.seq)
+		}
 		return e.emit(pkt)
 	}
 	// Only new data may wait for its continuation: a retransmission's has
@@ -291,6 +294,19 @@ func (e *hookEndpoint) emit(pkt *stack.PacketBuffer) tcpip.Error {
 	l.Reset()
 	e.lists.Put(l)
 	return err
+}
+
+// emitAt emits a copy of the pure ACK pkt numbered seq, the first held
+// octet: the held octets have not left, and an ACK numbered past them
+// would tell the peer, and a capture, that they had (tshark then takes
+// them for a retransmission when they leave, and loses the FPDUs that
+// follow). pkt's checksum is partial (NeedsCsum), which the sequence
+// number is not part of. The caller keeps its reference.
+func (e *hookEndpoint) emitAt(pkt *stack.PacketBuffer, seq uint32) tcpip.Error {
+	a := runPacket(pkt, 0, 0, 0)
+	defer a.DecRef()
+	header.TCP(a.TransportHeader().Slice()).SetSequenceNumber(seq)
+	return e.emit(a)
 }
 
 // withHeaders builds a packet of payload behind a copy of pkt's IP and

@@ -275,7 +275,7 @@ func gsoPacket(src, dst netip.AddrPort, seq uint32, plen, mss int) *stack.Packet
 // FPDU's start; the rest, when it comes, leaves joined with it as one
 // segment; a start whose rest does not come leaves alone after holdMax.
 func TestHeldTail(t *testing.T) {
-	da, _ := devicePair(1500)
+	da, db := devicePair(1500)
 	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
 	s, err := New(NewDeviceLink(fa), Options{Addrs: []netip.Prefix{addrA4}})
 	if err != nil {
@@ -318,6 +318,19 @@ func TestHeldTail(t *testing.T) {
 	send(seq0+250, 30)
 	if got := wire(); len(got) != 0 {
 		t.Fatalf("a held start left at once: %v", got)
+	}
+	// A pure ACK meanwhile is numbered at the held start, not past it.
+	for len(db.in) > 0 {
+		<-db.in
+	}
+	send(seq0+280, 0)
+	select {
+	case p := <-db.in:
+		if len(p) != 40 || binary.BigEndian.Uint32(p[24:]) != seq0+250 {
+			t.Fatalf("pure ACK while a tail is held: %d octets, seq %d; want 40, %d", len(p), binary.BigEndian.Uint32(p[24:]), seq0+250)
+		}
+	default:
+		t.Fatal("the pure ACK did not leave")
 	}
 	time.Sleep(4 * holdMax)
 	if got, want := wire(), [][2]uint32{{seq0 + 250, seq0 + 280}}; !slices.Equal(got, want) {
