@@ -254,14 +254,9 @@ func (e *deviceEndpoint) read() (buffer.Buffer, int, error) {
 		// A packet or a short super-segment: views of its size, so an
 		// ACK or a segment queued for the application does not hold a
 		// 64 KiB chunk.
-		b := v.AsSlice()[:n]
+		w := buffer.NewViewWithData(v.AsSlice()[:n])
 		e.spare = v
-		if h := tcpHeadersLen(b); h > 0 {
-			buf := buffer.MakeWithView(headerView(b[:h]))
-			buf.Append(buffer.NewViewWithData(b[h:]))
-			return buf, gso, nil
-		}
-		return buffer.MakeWithView(buffer.NewViewWithData(b)), gso, nil
+		return withHeaderView(w), gso, nil
 	}
 	v.CapLength(n)
 	return withHeaderView(v), gso, nil
