@@ -328,17 +328,3 @@ func TestFPDUZeroAlloc(t *testing.T) {
 		}
 	}
 }
-
-// TestCanonicalCRCTable guards the fast CRC path: hash/crc32 uses SSE4.2
-// (amd64) or the CRC32 instructions (arm64) only for the very table
-// crc32.MakeTable(crc32.Castagnoli) returns, never for a copy.
-func TestCanonicalCRCTable(t *testing.T) {
-	canon := crc32.MakeTable(crc32.Castagnoli)
-	var s Sender
-	s.Init(true, true)
-	var r Receiver
-	r.Init(true, true, &nopHandler{})
-	if s.tab != canon || r.tab != canon {
-		t.Fatalf("CRC table is not the canonical Castagnoli table")
-	}
-}

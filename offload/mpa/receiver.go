@@ -2,7 +2,8 @@ package mpa
 
 import (
 	"encoding/binary"
-	"hash/crc32"
+
+	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
 )
 
 // Handler receives the ULPDUs a Receiver takes out of the stream. A non-nil
@@ -52,7 +53,6 @@ const (
 // the stream is the first octet of the first FPDU. A Receiver is not safe
 // for concurrent use.
 type Receiver struct {
-	tab     *crc32.Table // crc32.MakeTable(crc32.Castagnoli): the canonical table, so the SSE4.2/ARMv8 path is used
 	crcOn   bool
 	markers bool
 	h       Handler
@@ -79,7 +79,6 @@ type Receiver struct {
 // markers: the peer inserts Markers (we asked). h receives the ULPDUs.
 func (r *Receiver) Init(crc, markers bool, h Handler) {
 	*r = Receiver{
-		tab:     crc32.MakeTable(crc32.Castagnoli),
 		crcOn:   crc,
 		markers: markers,
 		h:       h,
@@ -310,7 +309,7 @@ func (r *Receiver) endData() {
 // take advances the stream offset over p, a piece of the current Write's
 // input, adding it to the CRC if inCRC. Pieces that follow each other in
 // the input (ULPDU octets and the Markers between them) are collected into
-// one span and added with a single crc32.Update, so the CRC runs on long
+// one span and added with a single crc32c.Update, so the CRC runs on long
 // blocks even with Markers.
 func (r *Receiver) take(p []byte, inCRC bool) {
 	r.pos += uint64(len(p))
@@ -328,7 +327,7 @@ func (r *Receiver) take(p []byte, inCRC bool) {
 // flush adds the pending span to the CRC.
 func (r *Receiver) flush() {
 	if len(r.span) > 0 {
-		r.crc = crc32.Update(r.crc, r.tab, r.span)
+		r.crc = crc32c.Update(r.crc, r.span)
 	}
 	r.span = nil
 }

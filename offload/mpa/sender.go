@@ -2,7 +2,8 @@ package mpa
 
 import (
 	"encoding/binary"
-	"hash/crc32"
+
+	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
 )
 
 // FPDU layout constants.
@@ -54,11 +55,11 @@ func padLen(n int) int {
 // One FPDU is built per Begin/Write/Finish sequence, appended to the
 // caller's buffer: the payload is copied once, and the CRC is computed over
 // the copy (still in cache) in one pass at Finish, Markers included, which
-// keeps the SSE4.2 CRC path on long runs. With a large enough buffer
+// keeps the CRC on long runs (the fast folding path). With a large enough buffer
 // nothing is allocated.
 // A Sender is not safe for concurrent use.
 type Sender struct {
-	tab     *crc32.Table // crc32.MakeTable(crc32.Castagnoli): the canonical table, so the SSE4.2/ARMv8 path is used
+	ready   bool // Init was called
 	crcOn   bool
 	markers bool
 	ptr     MarkerPtr
@@ -80,7 +81,7 @@ type Sender struct {
 // octet of the first FPDU after the MPA Request/Reply.
 func (s *Sender) Init(crc, markers bool) {
 	*s = Sender{
-		tab:     crc32.MakeTable(crc32.Castagnoli),
+		ready:   true,
 		crcOn:   crc,
 		markers: markers,
 	}
@@ -158,7 +159,7 @@ func (s *Sender) Begin(dst []byte, ulpduLen int) {
 	if ulpduLen < 0 || ulpduLen > MaxULPDULen {
 		panic("mpa: Sender.Begin: ULPDU length out of range")
 	}
-	if s.tab == nil {
+	if !s.ready {
 		panic("mpa: Sender used before Init")
 	}
 	s.active = true
@@ -204,7 +205,7 @@ func (s *Sender) Finish() []byte {
 	}
 	var trailer [crcLen]byte
 	if s.crcOn {
-		binary.LittleEndian.PutUint32(trailer[:], crc32.Update(0, s.tab, s.buf[s.at:]))
+		binary.LittleEndian.PutUint32(trailer[:], crc32c.Checksum(s.buf[s.at:]))
 	}
 	// The CRC starts 4-aligned in the stream, so no Marker falls inside it.
 	s.buf = append(s.buf, trailer[:]...)

@@ -2,7 +2,8 @@ package mpa
 
 import (
 	"encoding/binary"
-	"hash/crc32"
+
+	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
 )
 
 // WholeFPDU is one whole FPDU found inside a TCP segment's payload by
@@ -211,7 +212,7 @@ func (w WholeFPDU) ULPDU(dst, seg []byte, pos uint32, markers, crc bool) (ulpdu 
 	b := seg[w.Off : w.Off+w.Len]
 	if crc {
 		want := binary.LittleEndian.Uint32(b[len(b)-crcLen:])
-		if crc32.Checksum(b[:len(b)-crcLen], crc32.MakeTable(crc32.Castagnoli)) != want {
+		if crc32c.Checksum(b[:len(b)-crcLen]) != want {
 			return dst, false
 		}
 	}

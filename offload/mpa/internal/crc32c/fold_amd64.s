@@ -1,0 +1,109 @@
+#include "textflag.h"
+
+// Folding constants, one 128-bit lane each: to move a 128-bit lane F bits
+// towards the end of the input, its first (low) quadword is multiplied by
+// x^(F+32) mod P and its second by x^(F-32) mod P, both bit-reflected and
+// shifted left by one (gen_test.go computes and checks them).
+DATA k2048<>+0(SB)/8, $0x0dcb17aa4
+DATA k2048<>+8(SB)/8, $0x0b9e02b86
+GLOBL k2048<>(SB), RODATA|NOPTR, $16
+
+DATA k512<>+0(SB)/8, $0x0740eef02
+DATA k512<>+8(SB)/8, $0x09e4addf8
+GLOBL k512<>(SB), RODATA|NOPTR, $16
+
+DATA k128<>+0(SB)/8, $0x0f20c0dfe
+DATA k128<>+8(SB)/8, $0x14cd00bd6
+GLOBL k128<>(SB), RODATA|NOPTR, $16
+
+// FOLD moves each lane of acc by the distance of the constants in k and
+// adds (XOR) src: acc = lo(acc)*lo(k) ^ hi(acc)*hi(k) ^ src.
+#define FOLD(k, acc, tmp, src) \
+	VPCLMULQDQ $0x00, k, acc, tmp \
+	VPCLMULQDQ $0x11, k, acc, acc \
+	VPTERNLOGQ $0x96, src, tmp, acc
+
+// func updateAVX512(crc uint32, p []byte) uint32
+// crc is the register (not inverted); len(p) is at least 256.
+TEXT ·updateAVX512(SB), NOSPLIT, $0-36
+	MOVL crc+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+
+	VBROADCASTI32X4 k2048<>(SB), Z8
+	VBROADCASTI32X4 k512<>(SB), Z9
+
+	// The first 256 octets, with the register added to the first 32 bits.
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVD     AX, X4
+	VPXORQ    Z4, Z0, Z0
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+
+loop256:
+	CMPQ CX, $256
+	JB   fold4
+	FOLD(Z8, Z0, Z4, 0(SI))
+	FOLD(Z8, Z1, Z5, 64(SI))
+	FOLD(Z8, Z2, Z6, 128(SI))
+	FOLD(Z8, Z3, Z7, 192(SI))
+	ADDQ $256, SI
+	SUBQ $256, CX
+	JMP  loop256
+
+fold4:
+	// Four registers into one, 512 bits at a time.
+	FOLD(Z9, Z0, Z4, Z1)
+	FOLD(Z9, Z0, Z4, Z2)
+	FOLD(Z9, Z0, Z4, Z3)
+
+loop64:
+	CMPQ CX, $64
+	JB   lanes
+	FOLD(Z9, Z0, Z4, 0(SI))
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP  loop64
+
+lanes:
+	// Four lanes into one, 128 bits at a time.
+	VMOVDQU       k128<>(SB), X9
+	VEXTRACTI32X4 $1, Z0, X1
+	VEXTRACTI32X4 $2, Z0, X2
+	VEXTRACTI32X4 $3, Z0, X3
+	FOLD(X9, X0, X4, X1)
+	FOLD(X9, X0, X4, X2)
+	FOLD(X9, X0, X4, X3)
+
+	// The 128 bits left are congruent to the folded input, register
+	// included, so their CRC from a zero register is the register.
+	VMOVQ   X0, DX
+	VPEXTRQ $1, X0, BX
+	VZEROUPPER
+	XORL    AX, AX
+	CRC32Q  DX, AX
+	CRC32Q  BX, AX
+
+	// The tail, under 64 octets.
+tail8:
+	CMPQ   CX, $8
+	JB     tail1
+	CRC32Q (SI), AX
+	ADDQ   $8, SI
+	SUBQ   $8, CX
+	JMP    tail8
+
+tail1:
+	TESTQ  CX, CX
+	JZ     done
+	CRC32B (SI), AX
+	INCQ   SI
+	DECQ   CX
+	JMP    tail1
+
+done:
+	MOVL AX, ret+32(FP)
+	RET
