@@ -124,3 +124,16 @@ func TestCanonicalTable(t *testing.T) {
 		t.Fatal("table is not the canonical Castagnoli table")
 	}
 }
+
+// TestFoldPathRuns makes sure the comparisons above exercised the folding
+// code, not only hash/crc32, and says so when this CPU cannot run it.
+func TestFoldPathRuns(t *testing.T) {
+	p := make([]byte, 1448)
+	got, ok := update(0, p)
+	if !ok {
+		t.Skip("no AVX-512 VPCLMULQDQ on this CPU (or not amd64): Update is hash/crc32 here, the folding path is untested")
+	}
+	if want := crc32.Checksum(p, table); got != want {
+		t.Fatalf("folding path: %#x, want %#x", got, want)
+	}
+}
