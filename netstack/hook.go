@@ -187,25 +187,25 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 // but the last, behind one header): inbound, a device link's whole read;
 // outbound, a run gVisor built for segmentation offload. The hooks, and so
 // the engine's alignment counts, out-of-order placement, traces and
-// captures, see the segments a wire carries, with the sequence numbers and
-// flags the kernel gives them when cutting it (FIN and PSH only on the
-// last, CWR only on the first).
+// captures, see the segments a wire carries (wireSegment). A BatchHook
+// that is the only hook takes them all in one call.
 func (s *Stack) callHooksWire(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff, mss int) {
-	whole := *h
-	for off := 0; off < whole.plen; off += mss {
-		n := min(mss, whole.plen-off)
-		seg := whole
-		seg.seq = whole.seq + uint32(off)
-		seg.plen = n
-		if off+n < whole.plen {
-			seg.flags &^= FlagFIN | FlagPSH
+	if bh, ok := fh.(BatchHook); ok && s.hook == nil && tap == nil {
+		run, _ := s.runPool.Get().(*SegmentRun)
+		if run == nil {
+			run = new(SegmentRun)
 		}
-		if off > 0 {
-			seg.flags &^= FlagCWR
-		}
+		*run = SegmentRun{dir: dir, whole: *h, payload: payload, views: views, viewOff: viewOff, mss: mss, withPayload: fhPayload}
+		bh.Segments(run)
+		*run = SegmentRun{}
+		s.runPool.Put(run)
+		return
+	}
+	for off := 0; off < h.plen; off += mss {
+		seg := wireSegment(h, off, mss)
 		var p []byte
 		if payload != nil {
-			p = payload[off : off+n]
+			p = payload[off : off+seg.plen]
 		}
 		s.callHooks(fh, fhPayload, tap, dir, &seg, p, views, viewOff+off)
 	}
@@ -266,38 +266,24 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 	s.callHooks(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen)
 }
 
+// callHooks calls the stack-wide hook, the flow's hook fh and the tap on
+// one segment.
 func (s *Stack) callHooks(fh SegmentHook, fhPayload bool, tap *hookBox, dir Direction, h *tcpHeader, payload []byte, views *buffer.View, viewOff int) {
 	seg, _ := s.segPool.Get().(*Segment)
 	if seg == nil {
 		seg = new(Segment)
 	}
-	*seg = Segment{
-		Dir:     dir,
-		Src:     h.src,
-		Dst:     h.dst,
-		Seq:     h.seq,
-		Ack:     h.ack,
-		Flags:   h.flags,
-		Window:  h.window,
-		Len:     h.plen,
-		Payload: payload,
-		views:   views,
-		viewOff: viewOff,
-	}
-	if h.flags&FlagSYN != 0 {
-		seg.MSS = mssOption(h.options)
-	}
+	seg.fill(dir, h, payload, views, viewOff)
 	if s.hook != nil {
 		s.hook.Segment(seg)
 	}
 	if fh != nil {
 		// The stack-wide hook may have scribbled on seg.
-		seg.Dir, seg.Src, seg.Dst, seg.Seq, seg.Ack = dir, h.src, h.dst, h.seq, h.ack
-		seg.Flags, seg.Window, seg.Len, seg.Payload = h.flags, h.window, h.plen, payload
-		seg.views, seg.viewOff = views, viewOff
+		p := payload
 		if !fhPayload {
-			seg.Payload = nil
+			p = nil
 		}
+		seg.fill(dir, h, p, views, viewOff)
 		fh.Segment(seg)
 	}
 	if tap != nil {

@@ -110,6 +110,8 @@ type Stack struct {
 	flows       flowTable
 	// segPool recycles the Segment values handed to hooks.
 	segPool sync.Pool
+	// runPool recycles the SegmentRun values handed to BatchHooks.
+	runPool sync.Pool
 	// tap is the hook SetTap installed, or nil.
 	tap atomic.Pointer[hookBox]
 

@@ -244,7 +244,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
 	}
 	qp.rx.place = pl
-	conn.SetSegmentHook(netstack.HeaderHookFunc(func(s *netstack.Segment) { qp.observeSegment(s, pl) }))
+	conn.SetSegmentHook(&segmentObserver{qp: qp, pl: pl})
 	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
 	// only so).
 	conn.SetOneWritePerSegment(p.MarkersTx)

@@ -41,7 +41,7 @@
 // for the TX goroutine to answer.
 //
 // Beside the stream, a per-connection hook sees every TCP segment at the
-// link (observeSegment): it counts FPDU alignment, and when a segment
+// link (segmentObserver): it counts FPDU alignment, and when a segment
 // arrives beyond a gap, the out-of-order placer (ooo.go) places the tagged
 // FPDUs it carries at once, as an RNIC does; the in-order path places the
 // same octets again later and does everything else in stream order.

@@ -201,7 +201,7 @@ type QP struct {
 	rxAwaiting, rxLast atomic.Int64
 
 	// alignTx and alignRx classify the connection's data segments by FPDU
-	// alignment (observeSegment, on the packet path; each has its own
+	// alignment (segmentObserver, on the packet path; each has its own
 	// lock).
 	alignTx, alignRx mpa.Aligner
 	tx               txState // TX

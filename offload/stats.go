@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
 )
 
@@ -168,29 +169,91 @@ func (s *QPStats) Counters() []Counter {
 	return out
 }
 
-// observeSegment is the QP's segment hook: TCP counters and FPDU alignment.
-// It reads only the FPDU headers of a segment, in place — except for an
-// inbound segment that arrived with a gap in front of it, which pl (if not
-// nil) may place out of order.
-func (qp *QP) observeSegment(seg *netstack.Segment, pl *oooPlacer) {
-	qp.stats.countSegment(seg)
+// segmentObserver is the QP's segment hook: TCP counters and FPDU
+// alignment. It reads only the FPDU headers of a segment, in place, except
+// for an inbound segment that arrived with a gap in front of it, which pl
+// (if not nil) may place out of order.
+type segmentObserver struct {
+	qp *QP
+	pl *oooPlacer
+}
+
+// HeadersOnly marks the hook as a netstack.HeaderHook.
+func (*segmentObserver) HeadersOnly() {}
+
+// Segment observes one segment.
+func (o *segmentObserver) Segment(seg *netstack.Segment) {
+	o.qp.stats.countSegment(seg)
 	if seg.Len == 0 {
 		return
 	}
-	a, aligned, split := &qp.alignRx, &qp.stats.AlignedSegsRx, &qp.stats.SplitSegsRx
-	if seg.Dir == netstack.Outbound {
-		a, aligned, split = &qp.alignTx, &qp.stats.AlignedSegsTx, &qp.stats.SplitSegsTx
-	}
+	a, aligned, split := o.qp.aligner(seg.Dir)
 	r := a.Classify(seg.Seq, seg.Len, seg)
+	al, sp := tally(r)
+	addNonZero(aligned, al)
+	addNonZero(split, sp)
+	if r.Beyond && seg.Dir == netstack.Inbound && o.pl != nil {
+		o.pl.segment(seg)
+	}
+}
+
+// Segments observes the wire segments of one super-segment, with one lock
+// of the aligner and one update of each counter for all of them.
+func (o *segmentObserver) Segments(run *netstack.SegmentRun) {
+	seg := run.Next()
+	if seg == nil {
+		return
+	}
+	dir := seg.Dir
+	a, aligned, split := o.qp.aligner(dir)
+	var n, nAligned, nSplit uint64
+	a.Lock()
+	for ; seg != nil; seg = run.Next() {
+		n++
+		r := a.ClassifyLocked(seg.Seq, seg.Len, seg)
+		al, sp := tally(r)
+		nAligned += al
+		nSplit += sp
+		if r.Beyond && dir == netstack.Inbound && o.pl != nil {
+			// The placer takes the QP's lock, which is held around
+			// the aligners' set-up: not under the aligner's lock.
+			a.Unlock()
+			o.pl.segment(seg)
+			a.Lock()
+		}
+	}
+	a.Unlock()
+	o.qp.stats.countDataSegments(dir, n)
+	addNonZero(aligned, nAligned)
+	addNonZero(split, nSplit)
+}
+
+// aligner returns the QP's aligner for segments travelling in dir, and its
+// counters of aligned and split segments.
+func (qp *QP) aligner(dir netstack.Direction) (*mpa.Aligner, *atomic.Uint64, *atomic.Uint64) {
+	if dir == netstack.Outbound {
+		return &qp.alignTx, &qp.stats.AlignedSegsTx, &qp.stats.SplitSegsTx
+	}
+	return &qp.alignRx, &qp.stats.AlignedSegsRx, &qp.stats.SplitSegsRx
+}
+
+// tally returns 1 in aligned or split for a segment classified as such,
+// and nothing for one that could not be classified.
+func tally(r mpa.Alignment) (aligned, split uint64) {
 	switch {
 	case !r.Known:
+		return 0, 0
 	case r.Aligned:
-		aligned.Add(1)
+		return 1, 0
 	default:
-		split.Add(1)
+		return 0, 1
 	}
-	if r.Beyond && seg.Dir == netstack.Inbound && pl != nil {
-		pl.segment(seg)
+}
+
+// addNonZero adds n to c, skipping the atomic operation when n is 0.
+func addNonZero(c *atomic.Uint64, n uint64) {
+	if n != 0 {
+		c.Add(n)
 	}
 }
 
@@ -201,6 +264,17 @@ func (qp *QP) observeSegment(seg *netstack.Segment, pl *oooPlacer) {
 // before the write returns on this side, and a count read after a
 // completion must include the message that completed it.
 func uncount(c *atomic.Uint64, n uint64) { c.Add(-n) }
+
+// countDataSegments counts n data-bearing TCP segments travelling in dir.
+func (s *QPStats) countDataSegments(dir netstack.Direction, n uint64) {
+	if dir == netstack.Outbound {
+		s.SegmentsTx.Add(n)
+		s.DataSegmentsTx.Add(n)
+		return
+	}
+	s.SegmentsRx.Add(n)
+	s.DataSegmentsRx.Add(n)
+}
 
 // countSegment counts the QP's TCP segments.
 func (s *QPStats) countSegment(seg *netstack.Segment) {

@@ -136,6 +136,16 @@ func wireAlignment(t *testing.T, bin string, mtu int, markers bool) {
 	if best < total/mtu {
 		t.Fatalf("the capture holds %d data segments in its busiest direction, want at least %d", best, total/mtu)
 	}
+	// The engine's own counts (its segment hook sees the wire segments
+	// inside each super-segment, a run at a time) agree with the wire:
+	// every data segment there was counted, and as many were aligned.
 	st := ctlStats(t, d0)
-	t.Logf("siwtun0 sent %d data segments (%d aligned) as the stack made them", st["mpaAlignedSegsTx"]+st["mpaSplitSegsTx"], st["mpaAlignedSegsTx"])
+	sent, aligned := st["mpaAlignedSegsTx"]+st["mpaSplitSegsTx"], st["mpaAlignedSegsTx"]
+	t.Logf("siwtun0 sent %d data segments (%d aligned) as the stack made them", sent, aligned)
+	if sent < uint64(best) {
+		t.Errorf("siwtun0 counted %d data segments sent, fewer than the %d the capture's busiest direction holds", sent, best)
+	}
+	if float64(aligned) < 0.999*float64(sent) {
+		t.Errorf("siwtun0 counted %d of %d data segments aligned, under 99.9 %%", aligned, sent)
+	}
 }

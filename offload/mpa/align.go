@@ -164,11 +164,23 @@ func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
 // Classify classifies the data segment with sequence number seq and n
 // payload octets, whose payload r reads.
 func (a *Aligner) Classify(seq uint32, n int, r PayloadReader) Alignment {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ClassifyLocked(seq, n, r)
+}
+
+// Lock locks a for a run of ClassifyLocked calls (the wire segments of
+// one super-segment), so that the run pays for one lock, not one each.
+func (a *Aligner) Lock() { a.mu.Lock() }
+
+// Unlock ends what Lock began.
+func (a *Aligner) Unlock() { a.mu.Unlock() }
+
+// ClassifyLocked is Classify for a caller that holds the lock (Lock).
+func (a *Aligner) ClassifyLocked(seq uint32, n int, r PayloadReader) Alignment {
 	if n <= 0 {
 		return Alignment{}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if !a.baseKnown {
 		// The first data segment of the direction starts with the MPA
 		// Request or Reply.
