@@ -167,6 +167,28 @@ func (c *checker) check(ctx context.Context, file string) (string, error) {
 	return s, nil
 }
 
+// badBySender counts the FPDUs with a bad CRC or marker in a capture, by
+// who sent them (siw, siwtun), as siwtun check finds them.
+func (c *checker) badBySender(file string) (siw, siwtun int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()
+	var res struct {
+		Directions []checkDir `json:"directions"`
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil {
+		return 0, 0, fmt.Errorf("siwtun check %s: %v (%v)", file, jerr, err)
+	}
+	for _, d := range res.Directions {
+		if strings.HasPrefix(d.Src, rnicIP+":") {
+			siwtun += d.CRCBad + d.MarkersBad
+		} else {
+			siw += d.CRCBad + d.MarkersBad
+		}
+	}
+	return siw, siwtun, nil
+}
+
 // checkCapture checks a capture with tshark (clean, CRC on or off as crc
 // says) and with the marker/alignment checker, and returns tshark's
 // verdict and the figures of both.

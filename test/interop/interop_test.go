@@ -269,53 +269,25 @@ func (e *env) runMode(t *testing.T, m mode) {
 	scenario += ")"
 	for dir, name := range []string{toSiw, fromSiw} {
 		pcap := filepath.Join(e.out, fmt.Sprintf("%s-%s.pcap", m.name, map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
-		before, _ := d.counters()
-		c := startCapture(t, e.netns, pcap)
-		want := m.want[dir]
-		var figs []string
-		var errs []string
-		for _, size := range pingSizes {
-			var took time.Duration
-			var err error
-			if dir == dirToSiw {
-				took, err = e.pingSiw(t, d, size, want.siwFails)
-			} else {
-				took, err = e.pingedBySiw(t, d, size)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", sizeName(size), err))
-				t.Errorf("%s %s %s: %v", m.name, name, sizeName(size), err)
-				continue
-			}
-			figs = append(figs, fmt.Sprintf("%s %.2fs", sizeName(size), took.Seconds()))
+		okText, fig, errs, siwBad := e.modeDirection(t, d, m, dir, pcap)
+		// Linux siw now and then sends an FPDU whose CRC32c does not match
+		// its octets (seen twice in this project's runs of make interop,
+		// in ib_send_bw -R and in p2p-read; the TCP checksum and the rest
+		// of the stream are good, tshark and siwtun check find the same
+		// frame; offload/mpa/testdata/siw-bad-crc-fpdus.bin is one).
+		// siwtun must refuse it, with the MPA CRC Terminate, and the
+		// rping on both sides then fails. Such a direction, and only such
+		// a one (siwtun's own FPDUs all good, siwtun counted the CRC
+		// error), runs once more, checked whole, and its figure says so.
+		if len(errs) > 0 && siwBad > 0 {
+			first := strings.Join(errs, "; ")
+			t.Logf("%s %s: siw sent %d FPDUs with a bad CRC32: %s; running it again", m.name, name, siwBad, first)
+			pcap = strings.TrimSuffix(pcap, ".pcap") + "-again.pcap"
+			okText, fig, errs, _ = e.modeDirection(t, d, m, dir, pcap)
+			fig += fmt.Sprintf("\n(attempt 2; in the first siw sent %d FPDUs with a bad CRC32, which siwtun refused with the MPA CRC Terminate: %s)", siwBad, first)
 		}
-		captured, cerr := c.finish()
-		if cerr != nil {
-			errs = append(errs, cerr.Error())
-		}
-		after, cntErr := d.counters()
-		if cntErr != nil {
-			errs = append(errs, cntErr.Error())
-		}
-		rxFPDUs, crcErrs := after["mpaFpduRx"]-before["mpaFpduRx"], after["mpaCrcErrors"]-before["mpaCrcErrors"]
-		if crcErrs > 0 {
-			errs = append(errs, fmt.Sprintf("siwtun counted %d CRC errors", crcErrs))
-		}
-		fig := fmt.Sprintf("%d pings each, -V: %s", pingCount, strings.Join(figs, ", "))
-		okText := "ok"
-		if want.siwFails != "" {
-			fig = fmt.Sprintf("connected (MPA rev %d); rping -s failed with %q at each size, siwtun ping -c saw the disconnect: %s", want.rev, want.siwFails, strings.Join(figs, ", "))
-			okText = "ok: siw's own limit"
-		}
-		verdict, verr := e.verify(pcap, want, len(pingSizes))
-		if verr != nil {
-			errs = append(errs, verr.Error())
-			t.Errorf("%s %s: %v", m.name, name, verr)
-		}
-		fig += fmt.Sprintf("\nsiwtun received %d FPDUs, %d CRC errors", rxFPDUs, crcErrs)
-		fig += "\n" + verdict + " (" + captured + ")"
-		if want.note != "" {
-			fig += "\nquirk: " + want.note
+		for _, msg := range errs {
+			t.Errorf("%s %s: %s", m.name, name, msg)
 		}
 		var err error
 		if len(errs) > 0 {
@@ -336,6 +308,64 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n/1024)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// modeDirection runs the pings of one mode in one direction, captured into
+// pcap and checked. It returns the row's result text and figures, what
+// went wrong, and how many FPDUs with a bad CRC32 siw sent when that is
+// all the capture holds against either side and siwtun counted them.
+func (e *env) modeDirection(t *testing.T, d *daemon, m mode, dir int, pcap string) (okText, fig string, errs []string, siwBadCRC int) {
+	before, _ := d.counters()
+	c := startCapture(t, e.netns, pcap)
+	want := m.want[dir]
+	var figs []string
+	for _, size := range pingSizes {
+		var took time.Duration
+		var err error
+		if dir == dirToSiw {
+			took, err = e.pingSiw(t, d, size, want.siwFails)
+		} else {
+			took, err = e.pingedBySiw(t, d, size)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", sizeName(size), err))
+			continue
+		}
+		figs = append(figs, fmt.Sprintf("%s %.2fs", sizeName(size), took.Seconds()))
+	}
+	captured, cerr := c.finish()
+	if cerr != nil {
+		errs = append(errs, cerr.Error())
+	}
+	after, cntErr := d.counters()
+	if cntErr != nil {
+		errs = append(errs, cntErr.Error())
+	}
+	rxFPDUs, crcErrs := after["mpaFpduRx"]-before["mpaFpduRx"], after["mpaCrcErrors"]-before["mpaCrcErrors"]
+	if crcErrs > 0 {
+		errs = append(errs, fmt.Sprintf("siwtun counted %d CRC errors", crcErrs))
+	}
+	fig = fmt.Sprintf("%d pings each, -V: %s", pingCount, strings.Join(figs, ", "))
+	okText = "ok"
+	if want.siwFails != "" {
+		fig = fmt.Sprintf("connected (MPA rev %d); rping -s failed with %q at each size, siwtun ping -c saw the disconnect: %s", want.rev, want.siwFails, strings.Join(figs, ", "))
+		okText = "ok: siw's own limit"
+	}
+	verdict, verr := e.verify(pcap, want, len(pingSizes))
+	if verr != nil {
+		errs = append(errs, verr.Error())
+	}
+	fig += fmt.Sprintf("\nsiwtun received %d FPDUs, %d CRC errors", rxFPDUs, crcErrs)
+	fig += "\n" + verdict + " (" + captured + ")"
+	if want.note != "" {
+		fig += "\nquirk: " + want.note
+	}
+	if crcErrs > 0 {
+		if siw, siwtun, err := e.check.badBySender(pcap); err == nil && siwtun == 0 && siw > 0 {
+			siwBadCRC = siw
+		}
+	}
+	return okText, fig, errs, siwBadCRC
 }
 
 // verify checks a capture: tshark clean (CRC as expected), the MPA
