@@ -387,18 +387,17 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 	if e.batch != nil {
 		return e.writeBatch(pkts)
 	}
+	return e.writeEach(pkts, (*deviceEndpoint).writeCopy)
+}
+
+// writeEach writes the packets one at a time with write, counting them,
+// and stops at the first that fails. e.writeMu is held.
+func (e *deviceEndpoint) writeEach(pkts stack.PacketBufferList, write func(*deviceEndpoint, *stack.PacketBuffer) error) (int, tcpip.Error) {
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		size := pkt.Size()
-		if size > len(e.scratch) {
-			e.scratch = make([]byte, size)
-		}
-		b := e.scratch[:0]
-		for _, s := range pkt.AsSlices() {
-			b = append(b, s...)
-		}
 		e.tx.sent.Add(1)
-		if err := e.dev.WritePacket(b); err != nil {
+		if err := write(e, pkt); err != nil {
 			e.tx.errorsCount.Add(1)
 			if n == 0 {
 				return 0, &tcpip.ErrClosedForSend{}
@@ -410,6 +409,18 @@ func (e *deviceEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 		n++
 	}
 	return n, nil
+}
+
+// writeCopy writes one packet, copied together, as one device write.
+func (e *deviceEndpoint) writeCopy(pkt *stack.PacketBuffer) error {
+	if size := pkt.Size(); size > len(e.scratch) {
+		e.scratch = make([]byte, size)
+	}
+	b := e.scratch[:0]
+	for _, s := range pkt.AsSlices() {
+		b = append(b, s...)
+	}
+	return e.dev.WritePacket(b)
 }
 
 // writeBatch copies the packets into the batch buffers and hands them to
@@ -453,39 +464,29 @@ func (e *deviceEndpoint) writeBatch(pkts stack.PacketBufferList) (int, tcpip.Err
 // writeFrames writes each packet as one frame, straight from its buffer
 // views, with the offload it asks for (frameOffload). e.writeMu is held.
 func (e *deviceEndpoint) writeFrames(pkts stack.PacketBufferList) (int, tcpip.Error) {
-	n := 0
-	for _, pkt := range pkts.AsSlice() {
-		size := pkt.Size()
-		vl, skip := pkt.AsViewList()
-		left := size
-		e.pieces = e.pieces[:0]
-		for v := vl.Front(); v != nil && left > 0; v = v.Next() {
-			b := v.AsSlice()
-			if skip >= len(b) {
-				skip -= len(b)
-				continue
-			}
-			b = b[skip:min(len(b), skip+left)]
-			skip = 0
-			e.pieces = append(e.pieces, b)
-			left -= len(b)
+	return e.writeEach(pkts, (*deviceEndpoint).writeFrame)
+}
+
+// writeFrame writes one packet as one frame, its views as they are.
+func (e *deviceEndpoint) writeFrame(pkt *stack.PacketBuffer) error {
+	vl, skip := pkt.AsViewList()
+	left := pkt.Size()
+	e.pieces = e.pieces[:0]
+	for v := vl.Front(); v != nil && left > 0; v = v.Next() {
+		b := v.AsSlice()
+		if skip >= len(b) {
+			skip -= len(b)
+			continue
 		}
-		gso, hdrLen, csumStart, csumOffset := frameOffload(pkt)
-		e.tx.sent.Add(1)
-		err := e.frames.WriteFrame(e.pieces, gso, hdrLen, csumStart, csumOffset)
-		clear(e.pieces)
-		if err != nil {
-			e.tx.errorsCount.Add(1)
-			if n == 0 {
-				return 0, &tcpip.ErrClosedForSend{}
-			}
-			return n, nil
-		}
-		e.tx.delivered.Add(1)
-		e.tx.bytes.Add(uint64(size))
-		n++
+		b = b[skip:min(len(b), skip+left)]
+		skip = 0
+		e.pieces = append(e.pieces, b)
+		left -= len(b)
 	}
-	return n, nil
+	gso, hdrLen, csumStart, csumOffset := frameOffload(pkt)
+	err := e.frames.WriteFrame(e.pieces, gso, hdrLen, csumStart, csumOffset)
+	clear(e.pieces)
+	return err
 }
 
 // builtForGSO reports whether gVisor built pkts for segmentation offload
