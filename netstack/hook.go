@@ -195,7 +195,10 @@ func (s *Stack) callHooksWire(fh SegmentHook, fhPayload bool, tap *hookBox, dir 
 		if run == nil {
 			run = new(SegmentRun)
 		}
-		*run = SegmentRun{dir: dir, whole: *h, payload: payload, views: views, viewOff: viewOff, mss: mss, withPayload: fhPayload}
+		if !fhPayload {
+			payload = nil // a HeaderHook's segments carry none
+		}
+		*run = SegmentRun{dir: dir, whole: *h, payload: payload, views: views, viewOff: viewOff, mss: mss}
 		bh.Segments(run)
 		*run = SegmentRun{}
 		s.runPool.Put(run)

@@ -23,14 +23,13 @@ type BatchHook interface {
 // kernel gives it when cutting the super-segment (FIN and PSH only on the
 // last, CWR only on the first).
 type SegmentRun struct {
-	seg         Segment
-	dir         Direction
-	whole       tcpHeader
-	payload     []byte // nil for a HeaderHook
-	views       *buffer.View
-	viewOff     int
-	mss, off    int
-	withPayload bool
+	seg      Segment
+	dir      Direction
+	whole    tcpHeader
+	payload  []byte // nil for a HeaderHook
+	views    *buffer.View
+	viewOff  int
+	mss, off int
 }
 
 // Next returns the next wire segment, or nil after the last. The segment
@@ -41,7 +40,7 @@ func (r *SegmentRun) Next() *Segment {
 	}
 	n := min(r.mss, r.whole.plen-r.off)
 	var p []byte
-	if r.withPayload && r.payload != nil {
+	if r.payload != nil {
 		p = r.payload[r.off : r.off+n]
 	}
 	s := &r.seg

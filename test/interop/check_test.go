@@ -140,18 +140,13 @@ type checkDir struct {
 // check runs the checker on file: per sender, aligned segments of those
 // carrying FPDUs, and an error for any bad CRC or marker.
 func (c *checker) check(ctx context.Context, file string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()
-	var res struct {
-		Directions []checkDir `json:"directions"`
-	}
-	if jerr := json.Unmarshal(out, &res); jerr != nil {
-		return "", fmt.Errorf("siwtun check %s: %v (%v)", file, jerr, err)
+	dirs, err, perr := c.directions(ctx, file)
+	if perr != nil {
+		return "", perr
 	}
 	aligned := map[string][2]int{}
 	bad := 0
-	for _, d := range res.Directions {
+	for _, d := range dirs {
 		who := "siw"
 		if strings.HasPrefix(d.Src, rnicIP+":") {
 			who = "siwtun"
@@ -167,19 +162,30 @@ func (c *checker) check(ctx context.Context, file string) (string, error) {
 	return s, nil
 }
 
-// badBySender counts the FPDUs with a bad CRC or marker in a capture, by
-// who sent them (siw, siwtun), as siwtun check finds them.
-func (c *checker) badBySender(file string) (siw, siwtun int, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// directions runs `siwtun check -j` on file and returns its
+// per-direction summaries, the command's own error (it exits 1 when it
+// finds a bad CRC or marker) and an error if its output is unreadable.
+func (c *checker) directions(ctx context.Context, file string) (dirs []checkDir, exitErr, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()
+	out, exitErr := exec.CommandContext(ctx, c.bin, "check", "-j", file).Output()
 	var res struct {
 		Directions []checkDir `json:"directions"`
 	}
 	if jerr := json.Unmarshal(out, &res); jerr != nil {
-		return 0, 0, fmt.Errorf("siwtun check %s: %v (%v)", file, jerr, err)
+		return nil, exitErr, fmt.Errorf("siwtun check %s: %v (%v)", file, jerr, exitErr)
 	}
-	for _, d := range res.Directions {
+	return res.Directions, exitErr, nil
+}
+
+// badBySender counts the FPDUs with a bad CRC or marker in a capture, by
+// who sent them (siw, siwtun), as siwtun check finds them.
+func (c *checker) badBySender(file string) (siw, siwtun int, err error) {
+	dirs, _, err := c.directions(context.Background(), file)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range dirs {
 		if strings.HasPrefix(d.Src, rnicIP+":") {
 			siwtun += d.CRCBad + d.MarkersBad
 		} else {
