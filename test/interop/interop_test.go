@@ -271,8 +271,8 @@ func (e *env) runMode(t *testing.T, m mode) {
 		pcap := filepath.Join(e.out, fmt.Sprintf("%s-%s.pcap", m.name, map[int]string{dirToSiw: "to-siw", dirFrom: "from-siw"}[dir]))
 		okText, fig, errs, siwBad := e.modeDirection(t, d, m, dir, pcap)
 		// Linux siw now and then sends an FPDU whose CRC32c does not match
-		// its octets (seen twice in this project's runs of make interop,
-		// in ib_send_bw -R and in p2p-read; the TCP checksum and the rest
+		// its octets (seen three times in this project's runs of make
+		// interop: ib_send_bw -R, p2p-read, crc-both; the TCP checksum and the rest
 		// of the stream are good, tshark and siwtun check find the same
 		// frame; offload/mpa/testdata/siw-bad-crc-fpdus.bin is one).
 		// siwtun must refuse it, with the MPA CRC Terminate, and the
