@@ -13,7 +13,9 @@ type BatchHook interface {
 	SegmentHook
 	// Segments observes the wire segments of one super-segment in order:
 	// each run.Next returns the next one. Like Segment, it must not retain
-	// the run or its segments after it returns.
+	// the run or its segments after it returns; nor may it change a
+	// segment's fields (Next sets only what differs from one wire segment
+	// to the next).
 	Segments(run *SegmentRun)
 }
 
@@ -44,10 +46,16 @@ func (r *SegmentRun) Next() *Segment {
 		p = r.payload[r.off : r.off+n]
 	}
 	s := &r.seg
-	s.fill(r.dir, &r.whole, p, r.views, r.viewOff+r.off)
+	if r.off == 0 {
+		// The header's fields are the same for every wire segment: set
+		// them once, then only what differs.
+		s.fill(r.dir, &r.whole, nil, r.views, r.viewOff)
+	}
 	s.Seq = r.whole.seq + uint32(r.off)
 	s.Len = n
 	s.Flags = wireFlags(r.whole.flags, r.off, n, r.whole.plen)
+	s.Payload = p
+	s.viewOff = r.viewOff + r.off
 	r.off += n
 	return s
 }

@@ -199,7 +199,8 @@ func (a *Aligner) ClassifyLocked(seq uint32, n int, r PayloadReader) Alignment {
 	beyond := a.seen(seq, end)
 	atNext := a.synced && seq == a.next
 	known := atNext || a.isStart(seq)
-	w := a.walk(seq, end, r)
+	var w walkResult
+	a.walk(&w, seq, end, r)
 	w.result.Beyond = beyond
 	if !known && !w.result.Aligned {
 		// Not at a known boundary and not a run of whole FPDUs: the
@@ -208,7 +209,7 @@ func (a *Aligner) ClassifyLocked(seq uint32, n int, r PayloadReader) Alignment {
 	}
 	// At a known boundary, or reading as whole FPDUs (out of order, sent
 	// again, or after sync was lost): remember its boundaries.
-	a.remember(w)
+	a.remember(&w)
 	switch {
 	case atNext && w.nextOK:
 		a.next = w.nextStart
@@ -241,15 +242,16 @@ type walkResult struct {
 	nstarts   int
 }
 
-// walk reads the segment [seq, end) as a run of FPDUs starting at seq.
-func (a *Aligner) walk(seq, end uint32, r PayloadReader) (w walkResult) {
+// walk reads the segment [seq, end) as a run of FPDUs starting at seq into
+// w, which is zero.
+func (a *Aligner) walk(w *walkResult, seq, end uint32, r PayloadReader) {
 	w.result = Alignment{Known: true}
 	p := seq
 	for {
 		if p == end {
 			w.result.Aligned = true
 			w.nextStart, w.nextOK = p, true
-			return w
+			return
 		}
 		start := p
 		if a.markers && (p-a.base)%MarkerInterval == 0 {
@@ -259,13 +261,13 @@ func (a *Aligner) walk(seq, end uint32, r PayloadReader) (w walkResult) {
 				// it.
 				w.result.Aligned = p == end
 				w.nextStart, w.nextOK = p, true
-				return w
+				return
 			}
 		}
 		l, ok := a.readLen(p, seq, end, r)
 		if !ok {
 			w.result.SplitOff = int(start - seq)
-			return w
+			return
 		}
 		framed := ulpduLenLen + l + padLen(l) + crcLen
 		wire := framed
@@ -277,7 +279,7 @@ func (a *Aligner) walk(seq, end uint32, r PayloadReader) (w walkResult) {
 			w.result.SplitOff = int(start - seq)
 			w.result.SplitBy = int(fpduEnd - end)
 			w.nextStart, w.nextOK = fpduEnd, true
-			return w
+			return
 		}
 		if w.nstarts < len(w.starts) {
 			w.starts[w.nstarts] = start
@@ -316,7 +318,7 @@ func (a *Aligner) readLen(p, seq, end uint32, r PayloadReader) (int, bool) {
 }
 
 // remember records the FPDU starts of a walk and the boundary after it.
-func (a *Aligner) remember(w walkResult) {
+func (a *Aligner) remember(w *walkResult) {
 	for i := range w.nstarts {
 		a.addStart(w.starts[i])
 	}
