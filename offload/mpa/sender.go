@@ -2,6 +2,7 @@ package mpa
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
 )
@@ -53,10 +54,14 @@ func padLen(n int) int {
 // stream offset (0 = first octet of the first FPDU) to place Markers.
 //
 // One FPDU is built per Begin/Write/Finish sequence, appended to the
-// caller's buffer: the payload is copied once, and the CRC is computed over
-// the copy (still in cache) in one pass at Finish, Markers included, which
-// keeps the CRC on long runs (the fast folding path). With a large enough buffer
-// nothing is allocated.
+// caller's buffer. The payload is copied once, and the CRC is computed as
+// it is copied (crc32c.CopyUpdate: one pass over the data, as an RNIC's DMA
+// engine computes it) for pieces of at least fuseMin octets; the octets
+// between them (headers, pad, short pieces) are covered in one run each,
+// when the next long piece comes or at Finish. With Markers, which cut the
+// payload every 512 octets, the CRC is one run over the whole FPDU at
+// Finish instead: folding is fast only on long runs. With a large enough
+// buffer nothing is allocated.
 // A Sender is not safe for concurrent use.
 type Sender struct {
 	ready   bool // Init was called
@@ -73,7 +78,14 @@ type Sender struct {
 	at      int    // index in buf of the FPDU's first octet
 	want    int    // ULPDU_Length
 	got     int    // ULPDU octets written so far
+	crc     uint32 // CRC32c of buf[at:crcAt]
+	crcAt   int    // index in buf up to which crc covers the FPDU
 }
+
+// fuseMin is the shortest piece a Sender copies and checksums in one pass;
+// shorter ones are appended and left for the next run of the CRC (the
+// folding code needs 256 octets, and short runs are cheaper together).
+const fuseMin = 256
 
 // Init resets s for a new connection direction. crc: CRCs are computed
 // (else the trailer is zero). markers: we insert Markers (the peer asked
@@ -168,6 +180,7 @@ func (s *Sender) Begin(dst []byte, ulpduLen int) {
 	s.leading = false
 	s.at = len(dst)
 	s.want, s.got = ulpduLen, 0
+	s.crc, s.crcAt = 0, s.at
 	var h [ulpduLenLen]byte
 	binary.BigEndian.PutUint16(h[:], uint16(ulpduLen))
 	s.put(h[:])
@@ -205,7 +218,7 @@ func (s *Sender) Finish() []byte {
 	}
 	var trailer [crcLen]byte
 	if s.crcOn {
-		binary.LittleEndian.PutUint32(trailer[:], crc32c.Checksum(s.buf[s.at:]))
+		binary.LittleEndian.PutUint32(trailer[:], crc32c.Update(s.crc, s.buf[s.crcAt:]))
 	}
 	// The CRC starts 4-aligned in the stream, so no Marker falls inside it.
 	s.buf = append(s.buf, trailer[:]...)
@@ -228,10 +241,26 @@ func (s *Sender) put(p []byte) {
 			}
 			n = min(n, MarkerInterval-off)
 		}
-		s.buf = append(s.buf, p[:n]...)
+		if s.crcOn && !s.markers && n >= fuseMin {
+			s.copyCRC(p[:n])
+		} else {
+			s.buf = append(s.buf, p[:n]...)
+		}
 		s.pos += uint64(n)
 		p = p[n:]
 	}
+}
+
+// copyCRC appends p, computing the CRC over what buf holds beyond crcAt and
+// then over p as it is copied.
+func (s *Sender) copyCRC(p []byte) {
+	l := len(s.buf)
+	if cap(s.buf)-l < len(p) {
+		s.buf = slices.Grow(s.buf, len(p))
+	}
+	s.buf = s.buf[:l+len(p)]
+	s.crc = crc32c.CopyUpdate(s.crc, s.buf[s.crcAt:l], s.buf[l:], p)
+	s.crcAt = len(s.buf)
 }
 
 // putMarker appends the Marker due at the current stream offset.

@@ -1,6 +1,7 @@
 package mpa
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 )
@@ -75,4 +76,42 @@ func TestSenderPanics(t *testing.T) {
 	}()
 	var s Sender
 	s.Begin(nil, 1)
+}
+
+// TestSenderCRCWhileCopying checks the FPDUs of a Sender whose pieces are
+// long enough to be checksummed as they are copied (fuseMin) against the
+// octet-at-a-time oracle: ULPDUs up to a jumbo FPDU's, written in random
+// pieces from one octet to thousands (so fused pieces sit between short
+// ones, Markers and headers), into buffers too small as often as not (so
+// they grow while an FPDU is built).
+func TestSenderCRCWhileCopying(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, markers := range []bool{false, true} {
+		var s Sender
+		s.Init(true, markers)
+		fused := 0
+		for i := range 400 {
+			ulpdu := make([]byte, rng.IntN(9000))
+			for j := range ulpdu {
+				ulpdu[j] = byte(rng.Uint32())
+			}
+			start := s.StreamOffset()
+			s.Begin(make([]byte, 0, rng.IntN(2*len(ulpdu)+1)), len(ulpdu))
+			for p := ulpdu; len(p) > 0; {
+				n := min(len(p), 1+rng.IntN(3000))
+				if n >= fuseMin {
+					fused++
+				}
+				s.Write(p[:n])
+				p = p[n:]
+			}
+			got := s.Finish()
+			if want := refFPDU(start, ulpdu, true, markers, PtrFromFPDUStart); !bytes.Equal(got, want) {
+				t.Fatalf("markers=%v, FPDU %d (%d octets at %d): Sender built\n%x\nwant\n%x", markers, i, len(ulpdu), start, got, want)
+			}
+		}
+		if fused == 0 {
+			t.Fatalf("markers=%v: no piece was long enough to be checksummed while copied", markers)
+		}
+	}
 }

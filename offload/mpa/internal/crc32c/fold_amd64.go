@@ -24,3 +24,24 @@ func update(crc uint32, p []byte) (uint32, bool) {
 //
 //go:noescape
 func updateAVX512(crc uint32, p []byte) uint32
+
+// maxPre is the longest prefix copyUpdateAVX512 takes through the CRC32
+// instruction alone; a longer one goes to Update first.
+const maxPre = 64
+
+// copyUpdate copies src into dst and returns the CRC32c register after pre
+// then src, or false (copying nothing) if src is for copy and hash/crc32.
+func copyUpdate(crc uint32, pre, dst, src []byte) (uint32, bool) {
+	if !haveFold || len(src) < minFold {
+		return 0, false
+	}
+	if len(pre) > maxPre {
+		crc, pre = Update(crc, pre), nil
+	}
+	return ^copyUpdateAVX512(^crc, pre, dst[:len(src)], src), true
+}
+
+// copyUpdateAVX512 is in fold_amd64.s. crc is the register, not inverted.
+//
+//go:noescape
+func copyUpdateAVX512(crc uint32, pre, dst, src []byte) uint32
