@@ -23,6 +23,31 @@ GLOBL k128<>(SB), RODATA|NOPTR, $16
 	VPCLMULQDQ $0x11, k, acc, acc \
 	VPTERNLOGQ $0x96, src, tmp, acc
 
+// FOLD4 folds the four accumulators Z0-Z3 into Z0, 512 bits at a time
+// (the constants in Z9).
+#define FOLD4 \
+	FOLD(Z9, Z0, Z4, Z1) \
+	FOLD(Z9, Z0, Z4, Z2) \
+	FOLD(Z9, Z0, Z4, Z3)
+
+// LANES folds the four lanes of Z0 into one, 128 bits at a time, and sets
+// AX to the CRC32c from a zero register of the 128 bits left, which are
+// congruent to the folded input, register included: AX is the register.
+#define LANES \
+	VMOVDQU       k128<>(SB), X9 \
+	VEXTRACTI32X4 $1, Z0, X1     \
+	VEXTRACTI32X4 $2, Z0, X2     \
+	VEXTRACTI32X4 $3, Z0, X3     \
+	FOLD(X9, X0, X4, X1)         \
+	FOLD(X9, X0, X4, X2)         \
+	FOLD(X9, X0, X4, X3)         \
+	VMOVQ         X0, DX         \
+	VPEXTRQ       $1, X0, BX     \
+	VZEROUPPER                   \
+	XORL          AX, AX         \
+	CRC32Q        DX, AX         \
+	CRC32Q        BX, AX
+
 // func updateAVX512(crc uint32, p []byte) uint32
 // crc is the register (not inverted); len(p) is at least 256.
 TEXT ·updateAVX512(SB), NOSPLIT, $0-36
@@ -55,10 +80,7 @@ loop256:
 	JMP  loop256
 
 fold4:
-	// Four registers into one, 512 bits at a time.
-	FOLD(Z9, Z0, Z4, Z1)
-	FOLD(Z9, Z0, Z4, Z2)
-	FOLD(Z9, Z0, Z4, Z3)
+	FOLD4
 
 loop64:
 	CMPQ CX, $64
@@ -69,23 +91,7 @@ loop64:
 	JMP  loop64
 
 lanes:
-	// Four lanes into one, 128 bits at a time.
-	VMOVDQU       k128<>(SB), X9
-	VEXTRACTI32X4 $1, Z0, X1
-	VEXTRACTI32X4 $2, Z0, X2
-	VEXTRACTI32X4 $3, Z0, X3
-	FOLD(X9, X0, X4, X1)
-	FOLD(X9, X0, X4, X2)
-	FOLD(X9, X0, X4, X3)
-
-	// The 128 bits left are congruent to the folded input, register
-	// included, so their CRC from a zero register is the register.
-	VMOVQ   X0, DX
-	VPEXTRQ $1, X0, BX
-	VZEROUPPER
-	XORL    AX, AX
-	CRC32Q  DX, AX
-	CRC32Q  BX, AX
+	LANES
 
 	// The tail, under 64 octets.
 tail8:
@@ -197,9 +203,7 @@ cloop256:
 	JMP       cloop256
 
 cfold4:
-	FOLD(Z9, Z0, Z4, Z1)
-	FOLD(Z9, Z0, Z4, Z2)
-	FOLD(Z9, Z0, Z4, Z3)
+	FOLD4
 
 cloop64:
 	CMPQ      CX, $64
@@ -213,20 +217,7 @@ cloop64:
 	JMP       cloop64
 
 clanes:
-	VMOVDQU       k128<>(SB), X9
-	VEXTRACTI32X4 $1, Z0, X1
-	VEXTRACTI32X4 $2, Z0, X2
-	VEXTRACTI32X4 $3, Z0, X3
-	FOLD(X9, X0, X4, X1)
-	FOLD(X9, X0, X4, X2)
-	FOLD(X9, X0, X4, X3)
-
-	VMOVQ   X0, DX
-	VPEXTRQ $1, X0, BX
-	VZEROUPPER
-	XORL    AX, AX
-	CRC32Q  DX, AX
-	CRC32Q  BX, AX
+	LANES
 
 ctail8:
 	CMPQ   CX, $8
