@@ -187,7 +187,9 @@ func (s *Sender) Begin(dst []byte, ulpduLen int) {
 }
 
 // Write appends ULPDU octets (DDP header, then payload, in any chunking).
-// It panics if more than the ulpduLen given to Begin are written.
+// p must not overlap the buffer given to Begin (it is copied with the CRC
+// computed on the way, crc32c.CopyUpdate). It panics if more than the
+// ulpduLen given to Begin are written.
 func (s *Sender) Write(p []byte) {
 	if !s.active {
 		panic("mpa: Sender.Write without Begin")
