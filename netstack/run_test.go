@@ -10,17 +10,21 @@ import (
 
 // wireSeg is what a hook saw of one wire segment.
 type wireSeg struct {
-	Seq     uint32
-	Flags   uint8
-	Len     int
-	Data    string // through ReadPayload
-	Payload bool   // Payload was set
+	Dir      Direction
+	Src, Dst netip.AddrPort
+	Seq, Ack uint32
+	Flags    uint8
+	Window   uint16
+	Len      int
+	Data     string // through ReadPayload
+	Payload  bool   // Payload was set
 }
 
 func sawSeg(s *Segment) wireSeg {
 	b := make([]byte, s.Len)
 	b = b[:s.ReadPayload(b, 0)]
-	return wireSeg{Seq: s.Seq, Flags: s.Flags, Len: s.Len, Data: string(b), Payload: s.Payload != nil}
+	return wireSeg{Dir: s.Dir, Src: s.Src, Dst: s.Dst, Seq: s.Seq, Ack: s.Ack, Flags: s.Flags, Window: s.Window,
+		Len: s.Len, Data: string(b), Payload: s.Payload != nil}
 }
 
 // runRecorder is a BatchHook that records the runs it is given.
@@ -41,7 +45,9 @@ func (r *runRecorder) Segments(run *SegmentRun) {
 // TestSegmentRun: a BatchHook gets a super-segment's wire segments in one
 // call, and they are the very segments a plain hook gets one call each:
 // sequence numbers, lengths, flags (FIN and PSH only on the last, CWR only
-// on the first) and payload octets, read in place or handed over.
+// on the first) and payload octets, read in place or handed over; and on
+// every one the super-segment's direction, addresses, ACK and window (the
+// run sets those once, and only what differs for each wire segment).
 func TestSegmentRun(t *testing.T) {
 	const mss = 1448
 	const ack, cwr, psh, fin = FlagACK, FlagCWR, FlagPSH, FlagFIN
@@ -49,7 +55,7 @@ func TestSegmentRun(t *testing.T) {
 		name  string
 		plen  int
 		flags uint8
-		want  []wireSeg // Data left out: checked against the payload
+		want  []wireSeg // header fields all segments share and Data left out
 	}{
 		{"uneven", 4000, ack | cwr | psh | fin, []wireSeg{
 			{Seq: 1000, Flags: ack | cwr, Len: 1448},
@@ -70,11 +76,13 @@ func TestSegmentRun(t *testing.T) {
 		pkt := append(make([]byte, 40), payload...)
 		view := buffer.NewViewWithData(pkt)
 		h := tcpHeader{
-			src:   netip.MustParseAddrPort("198.18.0.1:4000"),
-			dst:   netip.MustParseAddrPort("198.18.0.2:5000"),
-			seq:   1000,
-			flags: tt.flags,
-			plen:  tt.plen,
+			src:    netip.MustParseAddrPort("198.18.0.1:4000"),
+			dst:    netip.MustParseAddrPort("198.18.0.2:5000"),
+			seq:    1000,
+			ack:    77,
+			window: 512,
+			flags:  tt.flags,
+			plen:   tt.plen,
 		}
 		for _, withPayload := range []bool{true, false} {
 			var p []byte
@@ -97,6 +105,7 @@ func TestSegmentRun(t *testing.T) {
 			off := 0
 			for i := range tt.want {
 				w := tt.want[i]
+				w.Dir, w.Src, w.Dst, w.Ack, w.Window = Outbound, h.src, h.dst, h.ack, h.window
 				w.Data, w.Payload = string(payload[off:off+w.Len]), withPayload
 				off += w.Len
 				if i >= len(batch.segs) || batch.segs[i] != w {
