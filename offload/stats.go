@@ -278,16 +278,13 @@ func (s *QPStats) countDataSegments(dir netstack.Direction, n uint64) {
 
 // countSegment counts the QP's TCP segments.
 func (s *QPStats) countSegment(seg *netstack.Segment) {
-	if seg.Dir == netstack.Outbound {
+	switch {
+	case seg.Len > 0:
+		s.countDataSegments(seg.Dir, 1)
+	case seg.Dir == netstack.Outbound:
 		s.SegmentsTx.Add(1)
-		if seg.Len > 0 {
-			s.DataSegmentsTx.Add(1)
-		}
-		return
-	}
-	s.SegmentsRx.Add(1)
-	if seg.Len > 0 {
-		s.DataSegmentsRx.Add(1)
+	default:
+		s.SegmentsRx.Add(1)
 	}
 }
 

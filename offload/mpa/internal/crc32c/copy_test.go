@@ -14,10 +14,7 @@ import (
 // holds src, and the octets of dst outside it are untouched.
 func TestCopyUpdateMatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	src := make([]byte, 9100+64)
-	for i := range src {
-		src[i] = byte(rng.Uint32())
-	}
+	src := randomBytes(rng, 9100+64)
 	dst := make([]byte, 9100+64+16)
 	for n := 0; n <= 9100; n++ {
 		so, do := n%64, (n*7)%64

@@ -11,10 +11,7 @@ import (
 // from random registers.
 func TestUpdateMatchesHashCRC32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 9100+64)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
+	buf := randomBytes(rng, 9100+64)
 	for n := 0; n <= 9100; n++ {
 		off := n % 64
 		p := buf[off : off+n]
@@ -61,10 +58,7 @@ func TestChecksumGolden(t *testing.T) {
 // receiver carries it over the segments of an FPDU, is the CRC of the whole.
 func TestUpdateInPieces(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	p := make([]byte, 8960)
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
+	p := randomBytes(rng, 8960)
 	want := crc32.Checksum(p, table)
 	for range 200 {
 		crc, rest := uint32(0), p
@@ -76,6 +70,15 @@ func TestUpdateInPieces(t *testing.T) {
 			t.Fatalf("in pieces: %#x, want %#x", crc, want)
 		}
 	}
+}
+
+// randomBytes returns n octets from rng.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	return p
 }
 
 func FuzzUpdate(f *testing.F) {
