@@ -95,11 +95,11 @@ demo:
 	$(GO) run ./cmd/siwtun demo
 
 # Interop with Linux's kernel siw (root): builds and boots the peer VM of
-# ../shared/peer (SIWPEER_SCRIPTS), runs rping both ways in every MPA mode,
-# the markers and hostile-peer scenarios, captures and checks each with
-# tshark, prints the table and stops the VM. Captures and the table go to
+# ../shared/peer beside the checkout (or SIWPEER_SCRIPTS), runs rping both
+# ways in every MPA mode, the markers and hostile-peer scenarios, captures
+# and checks each with tshark, prints the table and stops the VM. Captures and the table go to
 # SIWTUN_INTEROP_OUT (default: $$TMPDIR/siwtun-interop, emptied first).
-SIWPEER_SCRIPTS ?= $(abspath ../shared/peer)
+SIWPEER_SCRIPTS ?=
 interop:
 	SIWTUN_INTEROP=1 SIWPEER_SCRIPTS=$(SIWPEER_SCRIPTS) $(GO) test -count=1 -v -timeout 30m -run '^TestInterop$$' ./test/interop/
 
