@@ -28,7 +28,7 @@ func TestCommentsGiveReasons(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !isText(b) {
+		if !isText(b) || !bytes.Contains(bytes.ToLower(b), []byte("issue")) {
 			continue
 		}
 		for _, re := range []*regexp.Regexp{issueRef, testNameIssue} {
