@@ -39,7 +39,9 @@ ZSHCOMPDIR     ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR    ?= $(PREFIX)/share/fish/vendor_completions.d
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BIN            ?= bin
-GOSRC          := $(shell find . \( -path ./.git -o -path ./bin \) -prune -o -name '*.go' -print) go.mod go.sum
+# What the binary is built from: Go sources and the files they embed.
+GOSRC          := $(shell find . \( -path ./.git -o -path ./bin \) -prune -o -type f \
+                  \( -name '*.go' -o -name '*.html' -o -name '*.css' -o -name '*.js' \) -print) go.mod go.sum
 
 $(BIN)/siwtun: $(GOSRC)
 	$(GO) build -o $@ ./cmd/siwtun
