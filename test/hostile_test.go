@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestHostileTerminateBeforeClose (issue 15, defect 1): a hostile
+// TestHostileTerminateBeforeClose: a hostile
 // initiator, over the namespace kernel's TCP, connects to `siwtun ping -s
 // -P` through the daemon again and again and sends one bad message per
 // connection: a Send with a wrong CRC, a Send with Invalidate naming an

@@ -16,7 +16,7 @@ import (
 )
 
 // siwMarkersReject is Linux siw's answer to an MPA Request with the M
-// flag (captured from siw 6.12, see /work/shared/peer/README.md): a Reply
+// flag (captured from siw 6.12, the peer VM of ../shared/peer): a Reply
 // with R and the enhanced bit set (flags 0x30), M clear, rev 2, private
 // data IRD 0 / ORD 0.
 var siwMarkersReject = mustHexBytes("4d504120494420526570204672616d65" + "3002" + "0004" + "00000000")

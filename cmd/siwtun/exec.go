@@ -28,8 +28,9 @@ verbs sockets: ibv_devices, ibv_devinfo, rping, perftest's ib_*_bw/lat -R, ...
 
 --dev limits the devices the program sees to one (SIWTUN_DEV), so a client
 and a server on two daemons of one host each use their own RNIC. The library
-is taken from SIWTUN_LIB, else found next to the siwtun binary. The program
-replaces siwtun: its exit status is exec's.
+is taken from SIWTUN_LIB, else found next to the siwtun binary (make build's
+bin/) or in ../lib/siwtun from it (make install's PREFIX/lib/siwtun). The
+program replaces siwtun: its exit status is exec's.
 
 --rsockets runs an ordinary TCP socket program over rsockets (librdmacm's
 sockets over RDMA): rdma-core's librspreload.so is preloaded after libsiwtun
@@ -82,7 +83,8 @@ rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).`,
 }
 
 // findLib returns the absolute path of libsiwtun: SIWTUN_LIB, or the file
-// next to the running siwtun binary.
+// next to the running siwtun binary (bin/ of make build), or in
+// ../lib/siwtun from it (make install: PREFIX/bin and PREFIX/lib/siwtun).
 func findLib() (string, error) {
 	if p := os.Getenv("SIWTUN_LIB"); p != "" {
 		abs, err := filepath.Abs(p)

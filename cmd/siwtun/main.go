@@ -37,6 +37,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newExecCmd())
+	root.AddCommand(newGenDocCmd())
 	// A mistyped flag says where the usage is (SilenceUsage keeps the
 	// whole usage off every other error).
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

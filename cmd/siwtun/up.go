@@ -23,6 +23,7 @@ import (
 
 	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/sdnotify"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -72,6 +73,8 @@ func newUpCmd() *cobra.Command {
 serves verbs applications on the verbs socket and ctl on the control
 socket, until SIGINT or SIGTERM. Then every connection is closed in order,
 clients are told, the sockets are removed and the TUN device deleted.
+Started by systemd (siwtun@.service, Type=notify), it tells the service
+manager once the device and both sockets are up (READY=1 on $NOTIFY_SOCKET).
 
 The verbs socket, <socket-dir>/<dev>.sock, has mode 0660: root and the
 members of --socket-group (default: root's group) can connect, no one else.
@@ -430,8 +433,13 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	// Under systemd (siwtun@.service, Type=notify), the unit is started now.
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		log.Warn("could not tell the service manager the device is up", "err", err)
+	}
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
+	sdnotify.Notify(sdnotify.Stopping)
 	// The deferred calls run in reverse: verbs clients are told and their
 	// QPs closed, every connection gets an orderly close, ctl and the
 	// sockets go, the stack stops and the TUN device is deleted.

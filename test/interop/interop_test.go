@@ -474,7 +474,7 @@ func samePings(who, got, want string) error {
 // pingSiw: rping -s in the VM, siwtun ping -c on siwtun0. With siwFails
 // set, rping -s must fail that way (siw's own limit) and siwtun ping -c
 // end with no ping, saying why, and status 255 (rping's client exits 0
-// there; issue 18 asked siwtun ping to say it and fail).
+// there, which a script cannot tell from success).
 func (e *env) pingSiw(t *testing.T, d *daemon, size int, siwFails string) (time.Duration, error) {
 	port := e.nextPort()
 	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port),

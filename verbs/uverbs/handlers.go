@@ -433,7 +433,9 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		srq.pd.qps++
 		srq.pd.mu.Unlock()
 	}
-	ok = true // q.destroy releases the holds and the charge from now on
+	// From here q.destroy releases the holds; the charge goes back when
+	// take removes the QP's handle (or below, if adding it fails).
+	ok = true
 	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
