@@ -118,9 +118,17 @@ func atomicOn(g *guarded, off int) rdmap.AtomicRequest {
 	return rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: g.mr.RKey(), TO: g.mr.Addr() + uint64(off), AddSwap: 1}
 }
 
+// firstFPDU sends the raw peer's first FPDU, a zero-length RDMA Write,
+// before the server sends anything (RFC 5044 §7.1.2 has a responder send
+// no FPDU before the initiator's first).
+func (e *tcEnv) firstFPDU() {
+	e.send(taggedMsg(rdmap.OpWrite, e.dst.mr.RKey(), e.dst.mr.Addr(), true, nil))
+}
+
 // serverRead has the server post an RDMA Read of 64 octets into its sink
 // and returns the Read Request the raw peer receives for it.
 func (e *tcEnv) serverRead() rdmap.ReadRequest {
+	e.firstFPDU()
 	e.srv.post(verbs.SendWR{ID: 1, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{e.sink.mr.SGE(0, 64)}, RemoteAddr: 0x10000, RKey: 0x4321})
 	return e.p.readRequest(1)
 }
@@ -129,6 +137,7 @@ func (e *tcEnv) serverRead() rdmap.ReadRequest {
 // Request the raw peer receives for it.
 func (e *tcEnv) serverAtomic() rdmap.AtomicRequest {
 	e.t.Helper()
+	e.firstFPDU()
 	e.srv.post(verbs.SendWR{ID: 1, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{e.sink.mr.SGE(0, 8)}, RemoteAddr: 0x10000, RKey: 0x4321, CompareAdd: 1})
 	h, op, body := e.p.next()
 	var m rdmap.AtomicRequest
