@@ -434,6 +434,24 @@ func tcRows() []tcRow {
 				}
 				return e.send(sendMsg(1, 0, true, []byte("x")))
 			}},
+		{name: "send-from-a-bad-local-region", code: rdmap.TermRDMAPLocalCatastrophic, rfc: rfcRDMAP, recv: verbs.WCFlushErr,
+			// The error is the server's own (its Send names a region it
+			// deregistered): the Terminate tells the peer why the stream
+			// ends.
+			hostile: func(e *tcEnv) []byte {
+				e.firstFPDU()
+				sge := e.sink.mr.SGE(0, 8)
+				gone := e.srv.region(8, verbs.AccessLocalWrite)
+				sge.LKey = gone.mr.LKey()
+				if err := gone.mr.Dereg(); err != nil {
+					e.t.Fatal(err)
+				}
+				e.srv.post(verbs.SendWR{ID: 9, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{sge}})
+				if wc := poll(e.t, e.srv.scq, 1)[0]; wc.ID != 9 || wc.Status != verbs.WCLocProtErr {
+					e.t.Fatalf("Send completion {id %d %v}, want {id 9 %v}", wc.ID, wc.Status, verbs.WCLocProtErr)
+				}
+				return nil
+			}},
 		{name: "receive-without-local-write", code: rdmap.TermRDMAPLocalCatastrophic, rfc: rfcRDMAP, recv: verbs.WCLocAccessErr,
 			recvSGE: func(e *tcEnv) verbs.SGE { return e.ro.mr.SGE(0, 16) },
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(1, 0, true, []byte("x"))) }},
