@@ -308,7 +308,6 @@ func (r *Receiver) feed(p []byte) (int, error) {
 			if !ok {
 				r.stats.CRCErrors++
 			}
-			r.stats.FPDUs++
 			r.inFPDU = false
 			r.state = stLen
 			if me := r.badMarker; me != nil {
@@ -317,6 +316,7 @@ func (r *Receiver) feed(p []byte) (int, error) {
 					return done, me // the CRC is valid: the Marker's error stands
 				}
 			}
+			r.stats.FPDUs++
 			if err := r.h.EndFPDU(ok); err != nil {
 				return done, err
 			}
