@@ -77,10 +77,13 @@ soak: build
 # latency with CRC on and off, at MTU 1500 and 9000; one table on stdout,
 # the same as JSON in bench/results/; and Debian's ib_write_lat/ib_write_bw
 # -R through libsiwtun next to siwtun perf (skipped without perftest).
-# BENCHFLAGS: e.g. --mtu 9000 -D 2, or --tests clib --rounds 5.
+# Then doc/performance.md shows the newest full run (go generate ./bench);
+# commit the run's JSON with the page.
+# BENCHFLAGS: e.g. --mtu 9000 -D 2, or --suites clib --rounds 5.
 BENCHFLAGS ?=
 bench: build
 	./bin/siwtun bench --out bench/results $(BENCHFLAGS)
+	$(GO) generate ./bench
 
 # Go benchmarks: FPDU build/parse (0 allocs), CQ, RDMA WRITE next to raw TCP
 # between two in-process stacks.

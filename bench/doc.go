@@ -39,3 +39,5 @@
 // Every process the run starts is stopped by its PID, and every namespace
 // removed, on every exit path (the caller cancels the context on SIGINT).
 package bench
+
+//go:generate go run ./internal/pagegen -page ../doc/performance.md -results results -source bench/results

@@ -165,6 +165,9 @@ type Results struct {
 	CLib *CLibInfo `json:"clib,omitempty"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
+	// Note is what a reader of the figures must know about how this
+	// document was made, when it was not written by the run itself.
+	Note string `json:"note,omitempty"`
 }
 
 // CLibInfo is the comparison of perftest through libsiwtun in a run.

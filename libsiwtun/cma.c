@@ -1168,7 +1168,7 @@ SW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 	(void)optlen;
 	if (level == RDMA_OPTION_ID &&
 	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR || optname == RDMA_OPTION_ID_AFONLY))
-		return 0; /* accepted, not applied (README) */
+		return 0; /* accepted, not applied (doc/c-programs.md) */
 	return fail(ENOSYS);
 }
 
@@ -1263,8 +1263,9 @@ SW_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 	}
 }
 
-/* Not offered yet (README): synchronous endpoints, multicast, SRQs,
- * migration, ECE. */
+/* The rest of librdmacm: the synchronous endpoint API, migration, notify,
+ * multicast (refused: iWARP has no datagrams), SRQs and ECE (refused);
+ * doc/c-programs.md says what each does. */
 SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 			     struct ibv_qp_init_attr *qp_init_attr)
 {

@@ -1,6 +1,6 @@
 /* libsiwtun internals: a libibverbs/librdmacm-compatible client of a
- * siwtun daemon's verbs socket (see README "Running existing verbs
- * programs"). Everything here is private to the library. */
+ * siwtun daemon's verbs socket (see doc/c-programs.md). Everything here is
+ * private to the library. */
 #ifndef SW_H
 #define SW_H
 

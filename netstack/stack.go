@@ -78,7 +78,7 @@ type Options struct {
 	// busy host, where the ACKs of a 100 µs path lag by more, probes fire
 	// for segments that were not lost, and each counts as a loss and
 	// halves the window. Many connections on few cores then share far less
-	// than one (README: Set-up, scale and memory).
+	// than one (doc/performance.md: many queue pairs).
 	NoRACK bool
 	// NoGSO turns segmentation offload off on a link that has it (a
 	// device link whose device takes offloaded frames): gVisor then builds

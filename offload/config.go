@@ -114,7 +114,7 @@ const DefaultAcceptTimeout = 5 * time.Second
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
 // markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, whole MSS-sized
 // FPDUs batched into TCP writes of up to 64 KiB where TCP's cuts fall
-// between them (FPDUsPerWrite 0; 100 % aligned on the wire, see README),
+// between them (FPDUsPerWrite 0; 100 % aligned on the wire, see doc/segmentation-offload.md),
 // RFC 7306
 // extensions offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
 // MPA Reply of a peer that does not say it reads at once, the FIN to a peer

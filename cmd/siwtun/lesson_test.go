@@ -174,7 +174,7 @@ func TestLessons(t *testing.T) {
 			t.Errorf("lesson %s: console errors: %q", l.name, errs)
 		}
 		shot := br.Screenshot(t, "lesson-"+l.name+".png")
-		// SIWTUN_DOC_SCREENSHOTS=doc/teaching refreshes README's pictures.
+		// SIWTUN_DOC_SCREENSHOTS=doc/teaching refreshes doc/teaching.md's pictures.
 		if docDir := os.Getenv("SIWTUN_DOC_SCREENSHOTS"); docDir != "" {
 			data, err := os.ReadFile(shot)
 			if err != nil {

@@ -43,7 +43,7 @@ func TestUpMarkersFlag(t *testing.T) {
 	}
 }
 
-// TestWordFlagsSpaced: --markers prefer and --crc off, as README and the
+// TestWordFlagsSpaced: --markers prefer and --crc off, as the user guide and the
 // help write them, parse like --markers=prefer and --crc=off (issue 18:
 // both were "unknown command"), for siwtun up and siwtun demo; a word the
 // flag does not take stays an argument, and --crc alone is still on.
