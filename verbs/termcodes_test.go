@@ -679,9 +679,27 @@ func (c *fpduCollector) EndFPDU(ok bool) error {
 	return nil
 }
 
+// ibvStatus is the libibverbs name of a completion status, as the doc
+// table writes it ("—" for a row of connection set-up: no receive).
+func ibvStatus(row tcRow) string {
+	if row.reply != nil {
+		return "—"
+	}
+	return map[verbs.WCStatus]string{
+		verbs.WCSuccess:      "IBV_WC_SUCCESS",
+		verbs.WCLocLenErr:    "IBV_WC_LOC_LEN_ERR",
+		verbs.WCLocQPOpErr:   "IBV_WC_LOC_QP_OP_ERR",
+		verbs.WCLocProtErr:   "IBV_WC_LOC_PROT_ERR",
+		verbs.WCFlushErr:     "IBV_WC_WR_FLUSH_ERR",
+		verbs.WCLocAccessErr: "IBV_WC_LOC_ACCESS_ERR",
+		verbs.WCRemInvReqErr: "IBV_WC_REM_INV_REQ_ERR",
+	}[row.recv]
+}
+
 // TestTerminateCodesDoc: doc/terminate-codes.md's table has exactly the
 // rows of tcRows, in the same order, each with the row's Terminate (as
-// rdmap.Code's String writes it) and RFC.
+// rdmap.Code's String writes it), the status its posted receive completes
+// with, and its RFC.
 func TestTerminateCodesDoc(t *testing.T) {
 	f, err := os.Open("../doc/terminate-codes.md")
 	if err != nil {
@@ -715,12 +733,13 @@ func TestTerminateCodesDoc(t *testing.T) {
 		switch {
 		case i >= len(doc):
 			t.Errorf("row %q (%v) is not in the doc's table", rows[i].name, rows[i].code)
-		case len(doc[i]) != 4:
-			t.Errorf("doc row %d has %d cells, want 4 (Row, Condition, Terminate, RFC): %q", i+1, len(doc[i]), doc[i])
+		case len(doc[i]) != 5:
+			t.Errorf("doc row %d has %d cells, want 5 (Row, Condition, Terminate, Posted receive, RFC): %q", i+1, len(doc[i]), doc[i])
 		case i >= len(rows):
 			t.Errorf("doc row %q has no row in tcRows", doc[i][0])
-		case doc[i][0] != rows[i].name || doc[i][2] != rows[i].code.String() || doc[i][3] != rows[i].rfc:
-			t.Errorf("doc row %d is %q | %q | %q, want %q | %q | %q", i+1, doc[i][0], doc[i][2], doc[i][3], rows[i].name, rows[i].code.String(), rows[i].rfc)
+		case doc[i][0] != rows[i].name || doc[i][2] != rows[i].code.String() || doc[i][3] != ibvStatus(rows[i]) || doc[i][4] != rows[i].rfc:
+			t.Errorf("doc row %d is %q | %q | %q | %q, want %q | %q | %q | %q", i+1, doc[i][0], doc[i][2], doc[i][3], doc[i][4],
+				rows[i].name, rows[i].code.String(), ibvStatus(rows[i]), rows[i].rfc)
 		case doc[i][1] == "":
 			t.Errorf("doc row %q says no condition", doc[i][0])
 		}
