@@ -1,10 +1,12 @@
 package offload
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -206,8 +208,16 @@ func TestHeaderErrorCutThrough(t *testing.T) {
 			if got := qp.stats.ErrorsBeforeCRC.Load(); got != tt.early {
 				t.Fatalf("ErrorsBeforeCRC %d, want %d", got, tt.early)
 			}
-			if tt.code == rdmap.TermDDPTooLong && (!term.HasDDPHeader || term.DDPSegLen != hdrLen+payload) {
-				t.Fatalf("Terminate %v: want the Send's DDP header and segment length %d copied", term, hdrLen+payload)
+			if tt.code == rdmap.TermDDPTooLong {
+				// Golden: DDP / untagged 0x05, M and D, the segment's
+				// length (65,535) and its DDP header (L, DV 1, RV 1,
+				// Send, QN 0, MSN 1, MO 0) copied.
+				want := testkit.Hex(t, "1205c000 ffff 4143 00000000 00000000 00000001 00000000")
+				got := make([]byte, term.Len())
+				term.Marshal(got)
+				if !bytes.Equal(got, want) {
+					t.Fatalf("Terminate header %x, want %x", got, want)
+				}
 			}
 			for i, b := range reg.Bytes() {
 				if b != 0 {
