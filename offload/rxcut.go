@@ -13,8 +13,9 @@ import (
 // cut-through, as this receiver does (each segment's payload goes to its
 // target as it arrives, as in Linux siw and RNICs that do not buffer whole
 // FPDUs), validates a DDP segment's header before it places any of its
-// payload (RFC 5041 §7.1: a segment that fails is not placed) and reports
-// the error the header shows (RFC 5041 §7.2, RFC 5040 §7.1). Until the CRC
+// payload and, when a check fails, places none of the segment's rest and
+// reports the error with the segment's DDP header and length (RFC 5041
+// §7.1; the codes of RFC 5041 §7.2 and RFC 5040 §7.1). Until the CRC
 // has been checked it cannot tell a header the peer sent that way from one
 // damaged on the wire in a way TCP's checksum missed (RFC 5044 §8: that is
 // the MPA CRC error, LLP / MPA 0x02).
