@@ -129,8 +129,9 @@ func (qp *QP) rxEnd(err error) {
 		qp.drain()
 	case errors.Is(err, errTerminated):
 	case errors.As(err, &me):
-		// A framing error found by the MPA layer (bad marker): no CRC to
-		// wait for.
+		// A framing error found by the MPA layer (a bad Marker: with CRC
+		// on, its FPDU's CRC has proved good, see mpa.Receiver.Pending):
+		// nothing more to wait for.
 		qp.rx.inFPDU = false
 		_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
 		qp.drain()
