@@ -234,6 +234,13 @@ func tcRows() []tcRow {
 			}},
 
 		// The DDP layer.
+		{name: "reply-peer-to-peer-not-asked", code: rdmap.TermLLPNoMatchingRTR, rfc: rfc6581,
+			srv: func(*offload.Config) {},
+			reply: func(req mpa.Frame) mpa.Frame {
+				return mpa.Frame{Reply: true, Rev: 2, Enhanced: true, IRD: 4, ORD: 4, P2P: true, RTR: mpa.RTRWrite, CRC: req.CRC}
+			}},
+		{name: "ulpdu-of-one-octet", code: rdmap.TermDDPLocalCatastrophic, rfc: rfcDDP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte { e.send([]byte{0x41}); return nil }},
 		{name: "ulpdu-shorter-than-ddp-header", code: rdmap.TermDDPLocalCatastrophic, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { e.send(sendMsg(1, 0, true, nil)[:10]); return nil }},
 		{name: "ddp-version-tagged", code: rdmap.TermDDPTaggedBadVersion, rfc: rfcDDP, recv: verbs.WCFlushErr,
@@ -270,6 +277,11 @@ func tcRows() []tcRow {
 				rr := e.serverRead()
 				return e.send(taggedMsg(rdmap.OpReadResponse, rr.SinkSTag, rr.SinkTO+8, true, make([]byte, 64)))
 			}},
+		{name: "read-response-out-of-order", code: rdmap.TermDDPTaggedBaseBounds, rfc: rfcDDP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				rr := e.serverRead()
+				return e.send(taggedMsg(rdmap.OpReadResponse, rr.SinkSTag, rr.SinkTO+8, false, make([]byte, 8)))
+			}},
 		{name: "read-response-ends-short", code: rdmap.TermDDPTaggedBaseBounds, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				rr := e.serverRead()
@@ -291,6 +303,8 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(5, 0, true, []byte("x"))) }},
 		{name: "read-request-msn-out-of-range", code: rdmap.TermDDPInvalidMSN, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(readReqMsg(2, readOf(e.dst, 0, 64), 0)) }},
+		{name: "atomic-request-msn-out-of-range", code: rdmap.TermDDPInvalidMSN, rfc: rfcDDP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(3, atomicOn(e.dst, 0))) }},
 		{name: "send-starts-at-nonzero-mo", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(1, 4, true, []byte("x"))) }},
 		{name: "send-segment-at-wrong-mo", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCLocQPOpErr,
@@ -308,6 +322,12 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte {
 				e.send(sendMsg(1, 0, false, []byte("abcd")))
 				return e.send(immMsg(1, rdmap.Immediate{Data: 5}))
+			}},
+		{name: "immediate-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				b := immMsg(1, rdmap.Immediate{Data: 5})
+				b[0] &^= 0x40
+				return e.send(b)
 			}},
 		{name: "atomic-request-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
@@ -353,6 +373,11 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte {
 				return e.send(taggedMsg(rdmap.OpReadResponse, e.sink.mr.RKey(), e.sink.mr.Addr(), true, make([]byte, 8)))
 			}},
+		{name: "read-response-while-an-atomic-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcRDMAP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				e.serverAtomic()
+				return e.send(taggedMsg(rdmap.OpReadResponse, e.sink.mr.RKey(), e.sink.mr.Addr(), true, make([]byte, 8)))
+			}},
 		{name: "immediate-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, peer: noExt, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(immMsg(1, rdmap.Immediate{Data: 5})) }},
 		{name: "immediate-send-missing", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
@@ -370,6 +395,11 @@ func tcRows() []tcRow {
 			}},
 		{name: "atomic-response-unsolicited", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicRespMsg(1, 1)) }},
+		{name: "atomic-response-while-a-read-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				e.serverRead()
+				return e.send(atomicRespMsg(1, 1))
+			}},
 		{name: "atomic-response-other-request", code: rdmap.TermRDMAPUnspecified, rfc: rfc7306, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := e.serverAtomic()
@@ -399,6 +429,8 @@ func tcRows() []tcRow {
 			}},
 		{name: "atomic-misaligned", code: rdmap.TermRDMAPBaseBounds, rfc: rfc7306, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4))) }},
+		{name: "atomic-out-of-bounds", code: rdmap.TermRDMAPBaseBounds, rfc: rfc7306, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4096))) }},
 		{name: "atomic-no-remote-atomic", code: rdmap.TermRDMAPAccess, rfc: rfc7306, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.ro, 0))) }},
 		{name: "atomic-other-pd", code: rdmap.TermRDMAPStagNotAssoc, rfc: rfc7306, recv: verbs.WCFlushErr,
