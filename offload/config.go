@@ -81,15 +81,17 @@ type Config struct {
 	// FPDUTimeout bounds how long a connection waits, with an FPDU half
 	// received, for the next octet of it (0: DefaultFPDUTimeout; negative:
 	// for ever). A peer writes each FPDU whole, so a gap that long in the
-	// middle of one is no peer's pause: its ULPDU_Length was damaged upwards
-	// on the wire (TCP's checksum missed it) and announces octets the
-	// peer, idle, will never send. Without the bound such a connection
-	// waits silently for ever, both applications included. When it passes
-	// the connection ends with the MPA CRC Terminate (the FPDU's CRC can
-	// never be checked; without CRC, MPA's local catastrophic error) and
-	// counts in mpaFpduTimeouts. TCP retransmitting a
-	// lost segment (its timeout doubling from 200 ms) waits longer than
-	// this only after six losses of that segment in a row.
+	// middle of one is no peer's pause: the peer stopped in the middle of
+	// an FPDU (or its ULPDU_Length was damaged upwards on the wire, TCP's
+	// checksum missing it, and announces octets the peer will never send).
+	// Without the bound such a connection waits silently for ever, both
+	// applications included. When it passes the connection ends with the
+	// Terminate LLP / MPA 0x01 "TCP connection closed, terminated or lost"
+	// (RFC 5044 §8: the stream is given up in the middle of an FPDU; no
+	// CRC was checked, so never the CRC error) and counts in
+	// mpaFpduTimeouts. TCP retransmitting a lost segment (its timeout
+	// doubling from 200 ms) waits longer than this only after six losses
+	// of that segment in a row.
 	FPDUTimeout time.Duration
 	// Logger receives the engine's log lines (nil: discarded).
 	Logger *slog.Logger

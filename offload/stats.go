@@ -45,10 +45,14 @@ type QPStats struct {
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// FPDUTimeouts counts connections ended because an FPDU's remaining
-	// octets did not come within Config.FPDUTimeout, or within 2 s when
-	// its header had failed (its ULPDU_Length damaged upwards on the wire,
-	// the peer idle).
+	// octets did not come within Config.FPDUTimeout (the peer stopped in
+	// the middle of an FPDU, or its ULPDU_Length was damaged upwards on
+	// the wire): LLP / MPA 0x01 Terminates.
 	FPDUTimeouts atomic.Uint64 `stat:"mpaFpduTimeouts"`
+	// ErrorsBeforeCRC counts errors found in an FPDU (a DDP or RDMAP
+	// header's, a Marker's) and sent before that FPDU's CRC had arrived
+	// (CRC on: the read that brought them ended before the FPDU did).
+	ErrorsBeforeCRC atomic.Uint64 `stat:"mpaErrorsBeforeCrc"`
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
