@@ -99,6 +99,11 @@ type daemon struct {
 func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
+	for i, a := range extra {
+		if a == "--socket-dir" && i+1 < len(extra) {
+			dir = extra[i+1] // daemons sharing one directory (the last flag wins)
+		}
+	}
 	args := []string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
 		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}
 	for _, a := range extra {

@@ -78,7 +78,7 @@ rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).`,
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
 	cmd.Flags().BoolVar(&rsockets, "rsockets", false, "run a TCP socket program over rsockets (preload rdma-core's librspreload.so after libsiwtun)")
-	cmd.Flags().StringVar(&socketDir, "socket-dir", "", "directory of the daemons' verbs sockets (default /run/siwtun, or SIWTUN_SOCKET_DIR)")
+	socketDirFlag(cmd.Flags(), &socketDir, "verbs sockets, passed to the program as SIWTUN_SOCKET_DIR")
 	return cmd
 }
 

@@ -89,6 +89,15 @@ func (r *Receiver) Init(crc, markers bool, h Handler) {
 	r.mo, _ = h.(MarkerObserver)
 }
 
+// Resume puts r at stream offset pos, which must be an FPDU boundary, as
+// if the octets before it had been consumed: a checker that did not see
+// part of a stream picks it up again at an FPDU it has verified (Marker
+// positions follow from pos). The settings, Handler and counters are kept;
+// an earlier error is cleared.
+func (r *Receiver) Resume(pos uint64) {
+	*r = Receiver{crcOn: r.crcOn, markers: r.markers, h: r.h, mo: r.mo, stats: r.stats, pos: pos}
+}
+
 // Stats returns the counters so far.
 func (r *Receiver) Stats() ReceiverStats {
 	s := r.stats
