@@ -193,6 +193,9 @@ static inline struct sw_context *to_ctx(struct ibv_context *c)
 }
 
 struct sw_device **sw_devices(int *n);
+/* The device's MAC-like address: its GID (iWARP's form) and node GUID
+ * derive from it (device.c). */
+void sw_device_mac(const struct sw_device *d, uint8_t mac[6]);
 struct sw_device *sw_device_by_name(const char *name);
 void sw_async_push(struct sw_context *ctx, enum ibv_event_type type, void *obj);
 

@@ -72,15 +72,24 @@ static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma
 	return ev;
 }
 
+/* The RNIC's IPv4 address: an iWARP device's GID is its MAC (siw's
+ * form), so the test takes the address from SIWTUN_TEST_ADDRS
+ * ("siwtun0=198.18.1.2,siwtun1=198.18.2.2"), which the Go test sets. */
 static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
 {
-	union ibv_gid gid;
-	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
-	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	CHECK(!memcmp(gid.raw, v4mapped, 12), "GID is not an IPv4-mapped address");
+	const char *name = ibv_get_device_name(c->device), *all = getenv("SIWTUN_TEST_ADDRS");
+	CHECK(all, "SIWTUN_TEST_ADDRS not set");
+	size_t nl = strlen(name);
+	const char *p = all;
+	while (p && (strncmp(p, name, nl) || p[nl] != '='))
+		p = (p = strchr(p, ',')) ? p + 1 : NULL;
+	CHECK(p, "no address of %s in SIWTUN_TEST_ADDRS=%s", name, all);
+	char a[64];
+	snprintf(a, sizeof(a), "%s", p + nl + 1);
+	a[strcspn(a, ",")] = 0;
 	memset(sin, 0, sizeof(*sin));
 	sin->sin_family = AF_INET;
-	memcpy(&sin->sin_addr, gid.raw + 12, 4);
+	CHECK(inet_pton(AF_INET, a, &sin->sin_addr) == 1, "address %s of %s", a, name);
 }
 
 static struct ibv_context *open_dev(const char *name)
@@ -117,6 +126,8 @@ static void check_queries(struct ibv_context *c)
 	CHECK(ibv_query_pkey(c, 1, 0, &pkey) == 0 && pkey == htobe16(0xffff), "pkey");
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(c, NULL, &dx) == 0 && dx.orig_attr.vendor_id == 0x736977, "query device ex");
+	CHECK(dx.phys_port_cnt_ex == dx.orig_attr.phys_port_cnt, "phys_port_cnt_ex %u, phys_port_cnt %u", dx.phys_port_cnt_ex,
+	      dx.orig_attr.phys_port_cnt);
 	struct ibv_gid_entry ge;
 	CHECK(ibv_query_gid_ex(c, 1, 0, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_IB, "query gid ex");
 	CHECK(ibv_get_pkey_index(c, 1, htobe16(0xffff)) == 0, "pkey index of the default P_Key");
@@ -126,6 +137,12 @@ static void check_queries(struct ibv_context *c)
 	 * the same name (in this namespace). */
 	union ibv_gid gid;
 	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
+	/* iWARP's GID: a MAC (locally administered, unicast), then zeros;
+	 * the node GUID is the MAC's modified EUI-64, as siw's. */
+	static const uint8_t zeros[10];
+	uint8_t eui[8] = {gid.raw[0] ^ 2, gid.raw[1], gid.raw[2], 0xff, 0xfe, gid.raw[3], gid.raw[4], gid.raw[5]};
+	CHECK((gid.raw[0] & 3) == 2 && !memcmp(gid.raw + 6, zeros, 10), "GID is not a MAC and zeros");
+	CHECK(!memcmp(&da.node_guid, eui, 8), "node GUID is not the EUI-64 of the GID's MAC");
 	struct ibv_gid_entry tab[4];
 	memset(tab, 0x5a, sizeof(tab));
 	ssize_t ng = ibv_query_gid_table(c, tab, 4, 0);
