@@ -7,8 +7,8 @@ type Config struct {
 	Markers bool  // ask the peer to send us Markers
 	// P2P is, for an initiator, the RTR types offered (0 = no
 	// peer-to-peer mode); for a responder, the RTR types it accepts.
-	P2P         RTR
-	IRD, ORD    uint16 // local inbound / outbound RDMA Read depth
+	P2P      RTR
+	IRD, ORD uint16 // local inbound / outbound RDMA Read depth
 	// MaxIRD is the most inbound RDMA Reads this side can serve: a peer
 	// whose ORD exceeds IRD but not MaxIRD raises this side's IRD to its
 	// ORD instead of being refused (relaxed IRD negotiation, as Linux siw
