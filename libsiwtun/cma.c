@@ -1240,8 +1240,9 @@ fail_cq: {
 
 SW_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
-	if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
-		return fail(EOPNOTSUPP);
+	if ((attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
+		return fail(EOPNOTSUPP); /* as ibv_create_qp_ex (verbs.c) */
 	struct ibv_qp_init_attr a = {
 		.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .srq = attr->srq,
 		.cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all,

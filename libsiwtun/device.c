@@ -428,6 +428,7 @@ int sw_ctx_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sw_ctx_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int sw_ctx_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sw_ctx_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+struct ibv_qp *sw_ctx_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a);
 static int sw_query_port_ex(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t len);
 static int sw_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size);
@@ -477,6 +478,7 @@ SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.sz = sizeof(struct verbs_context);
 	ctx->vctx.query_port = sw_query_port_ex;
 	ctx->vctx.query_device_ex = sw_query_device_ex;
+	ctx->vctx.create_qp_ex = sw_ctx_create_qp_ex;
 	ctx->vctx.priv = (struct verbs_ex_private *)ctx->rc_priv;
 	c->device = device;
 	c->cmd_fd = ctx->conn->fd;

@@ -99,7 +99,7 @@ func writeSysView(root string, devs []viewDev) error {
 		dirs = append(dirs, filepath.Join(dev, "device", "net"), filepath.Join(port, "gids"), filepath.Join(port, "pkeys"),
 			filepath.Join(port, "gid_attrs", "types"), filepath.Join(port, "gid_attrs", "ndevs"), filepath.Join(verbs, uv))
 		for k, v := range map[string]string{
-			"node_type": "4: RNIC", "node_guid": d.GUID, "sys_image_guid": d.GUID, "fw_ver": d.FW, "node_desc": d.Name,
+			"node_type": "4: RNIC", "node_guid": d.GUID, "sys_image_guid": d.GUID, "fw_ver": d.FW, "node_desc": "siwtun iWARP RNIC",
 			"ports/1/state": "4: ACTIVE", "ports/1/phys_state": "5: LinkUp", "ports/1/link_layer": "Ethernet",
 			"ports/1/rate": "2.5 Gb/sec (1X SDR)", "ports/1/lid": "0x0", "ports/1/sm_lid": "0x0", "ports/1/lid_mask_count": "0",
 			"ports/1/sm_sl": "0", "ports/1/cap_mask": "0x00000000", "ports/1/gids/0": gidString(mac),

@@ -293,7 +293,9 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
-	CHECK(qp && state_of(qp) == IBV_QPS_RESET, "self-created QP");
+	/* A new iWARP QP queries as INIT (siw's IDLE); its state field says
+	 * RESET until then, as libibverbs sets it. */
+	CHECK(qp && qp->state == IBV_QPS_RESET && state_of(qp) == IBV_QPS_INIT, "self-created QP");
 	struct ibv_qp_attr st = {.qp_state = IBV_QPS_INIT, .port_num = 1};
 	CHECK(ibv_modify_qp(qp, &st, IBV_QP_STATE) == 0 && state_of(qp) == IBV_QPS_INIT, "INIT");
 	struct ibv_sge rs = {(uintptr_t)buf, 256, mr->lkey};
