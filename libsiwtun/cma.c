@@ -994,11 +994,11 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 			atomic_store(&sid->qp->post_ok, 1);
 			sid->qp->qp.state = IBV_QPS_RTS;
 		}
-		int first = !sid->established && !sid->disconnected;
-		sid->established = 1;
+		/* ESTABLISHED comes with the QP's Established event, which
+		 * carries the peer's accept private data (libfabric's verbs
+		 * provider reads its peer's address there); it may come before
+		 * or after this reply. */
 		pthread_mutex_unlock(&cm_mu);
-		if (first)
-			push(sid, NULL, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0, 0, 0);
 		return;
 	}
 	sid->connecting = 0;
