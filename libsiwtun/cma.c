@@ -200,12 +200,21 @@ static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr 
  * "this host" is its own address. Other addresses are copied as they are.
  * Returns 0, or EADDRNOTAVAIL when the device has no address of the
  * family. */
+static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out);
+
 static int on_device(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out)
 {
 	memset(out, 0, sizeof(*out));
 	memcpy(out, sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
 	if (!is_loopback(sa))
 		return 0;
+	return own_addr(d, sa, out);
+}
+
+/* own_addr puts into out the device's own address of sa's family, with
+ * sa's port. */
+static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out)
+{
 	for (int i = 0; i < d->naddrs; i++)
 		if (d->addrs[i].ss_family == sa->sa_family) {
 			in_port_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
@@ -1032,7 +1041,10 @@ SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		return fail(EINVAL);
 	unsigned max = sid->ctx->dev->attr[SW_A_MAX_QP_RD_ATOM];
 	struct sockaddr_storage dst;
-	int derr = on_device(sid->ctx->dev, &id->route.addr.dst_addr, &dst);
+	/* A wildcard destination is this host, as rdma_cm resolves it
+	 * (cma_resolve_loopback): the RNIC's own address. */
+	int derr = is_any(&id->route.addr.dst_addr) ? own_addr(sid->ctx->dev, &id->route.addr.dst_addr, &dst)
+						    : on_device(sid->ctx->dev, &id->route.addr.dst_addr, &dst);
 	if (derr)
 		return fail(derr);
 	if (sid->has_port_res) {
@@ -1454,8 +1466,14 @@ SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const stru
 			h.ai_flags |= AI_NUMERICHOST;
 		h.ai_family = hints->ai_family;
 	}
-	if (getaddrinfo(node, service, &h, &ai))
-		return fail(EADDRNOTAVAIL);
+	int g = getaddrinfo(node, service, &h, &ai);
+	if (g) {
+		/* As librdmacm: getaddrinfo's own code (rdma_xserver prints it
+		 * with gai_strerror), errno saying the address is not one. */
+		if (g != EAI_SYSTEM)
+			errno = EADDRNOTAVAIL;
+		return g;
+	}
 	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
 	struct sockaddr *sa = malloc(ai->ai_addrlen);
 	if (!r || !sa) {
