@@ -53,6 +53,10 @@ struct sw_cm_id {
 	int sync;                        /* created without a channel: calls wait for their events */
 	struct ibv_qp_init_attr *ep_qp;  /* rdma_create_ep's QP attributes, for rdma_get_request */
 	struct ibv_pd *ep_pd;
+	/* Events rdma_get_cm_event handed out for the id, and those acked:
+	 * rdma_destroy_id waits until they are equal, as librdmacm does, so
+	 * no thread still handles an event of an id that is gone. */
+	unsigned reported, acked;
 	uint32_t port_res; /* the daemon's reservation of the bound port (rdma_bind_addr to port 0) */
 	int has_port_res;
 	struct sw_cm_id *next;
@@ -78,6 +82,7 @@ struct orphan {
 /* cm_mu guards the ids' flags and the id list. Lock order: a context's mu,
  * then cm_mu, then a channel's mu. */
 static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ack_cv = PTHREAD_COND_INITIALIZER; /* an event acked (with cm_mu) */
 static void *linger_main(void *arg);
 static void free_own_cqs(struct sw_cm_id *sid);
 static void release_port(struct sw_cm_id *sid);
@@ -331,6 +336,9 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	pthread_mutex_unlock(&ch->mu);
 	if (!e)
 		return fail(EAGAIN);
+	pthread_mutex_lock(&cm_mu);
+	((struct sw_cm_id *)e->ev.id)->reported++;
+	pthread_mutex_unlock(&cm_mu);
 	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED)
 		learn_local_port((struct sw_cm_id *)e->ev.id);
 	*event = &e->ev;
@@ -339,6 +347,10 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 
 SW_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
+	pthread_mutex_lock(&cm_mu);
+	((struct sw_cm_id *)event->id)->acked++;
+	pthread_cond_broadcast(&ack_cv);
+	pthread_mutex_unlock(&cm_mu);
 	free((struct sw_cm_event *)event);
 	return 0;
 }
@@ -518,6 +530,10 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	sid->ep_qp = NULL;
 	purge_events(sid);
 	pthread_mutex_lock(&cm_mu);
+	/* As librdmacm: the events of the id the program took must be acked
+	 * first (another thread may be handling one). */
+	while (sid->acked != sid->reported)
+		pthread_cond_wait(&ack_cv, &cm_mu);
 	sid->destroyed = 1;
 	struct sw_channel *own = sid->sync && !sid->pending ? sid->ch : NULL;
 	if (!sid->pending)
