@@ -650,8 +650,12 @@ SW_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct sockaddr_storage a;
 	memset(&a, 0, sizeof(a));
 	memcpy(&a, addr, sa_len(addr));
-	if (port_of(addr) == 0 && (err = reserve_port(sid, (struct sockaddr *)&a)))
+	if (port_of(addr) == 0 && (err = reserve_port(sid, (struct sockaddr *)&a))) {
+		sid->ctx = NULL; /* still idle: it may bind again */
+		id->verbs = NULL;
+		id->pd = NULL;
 		return fail(err);
+	}
 	memcpy(&id->route.addr.src_storage, &a, sa_len(addr));
 	return 0;
 }

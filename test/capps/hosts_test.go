@@ -22,11 +22,12 @@ import (
 type hosts struct {
 	e    *env
 	a, b string
+	dir  string // the programs' working directory (libfabric writes a backtrace file there when a program crashes)
 }
 
 func newHosts(t *testing.T, e *env) *hosts {
 	t.Helper()
-	h := &hosts{e: e, a: e.ns + "-a", b: e.ns + "-b"}
+	h := &hosts{e: e, a: e.ns + "-a", b: e.ns + "-b", dir: t.TempDir()}
 	for _, ns := range []string{h.a, h.b} {
 		if err := ipnetns.IP("netns", "add", ns); err != nil {
 			t.Fatal(err)
@@ -50,8 +51,10 @@ func newHosts(t *testing.T, e *env) *hosts {
 
 // cmd is the program through siwtun exec on dev, in namespace ns.
 func (h *hosts) cmd(ns, dev string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", ns, h.e.bin, "exec", "--socket-dir", h.e.sockDir, "--dev", dev, "--"},
+	c := exec.Command("ip", append([]string{"netns", "exec", ns, h.e.bin, "exec", "--socket-dir", h.e.sockDir, "--dev", dev, "--"},
 		args...)...)
+	c.Dir = h.dir
+	return c
 }
 
 // run runs the program to its end (at most d) and returns its output.
