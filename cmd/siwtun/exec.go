@@ -46,7 +46,8 @@ a siw device (node_type, node_guid, fw_ver, ports/1/gids and gid_attrs,
 device/net/<interface>, uverbsN/ibdev), which rdma-core's tests and other
 programs read: a mount namespace of the program's own with a tmpfs on
 /sys/class (the host's classes bound into it), never a write to the host's
-/sys. --no-sysfs leaves /sys as it is.`,
+/sys. --no-sysfs leaves /sys as it is; without CAP_SYS_ADMIN (a container with
+CAP_NET_ADMIN only) there is no view, and exec says so on stderr.`,
 		Example: `  siwtun exec --dev siwtun1 -- rping -s -a 198.18.2.2 -v
   siwtun exec --dev siwtun0 -- rping -c -a 198.18.2.2 -v -V -C 10
   siwtun exec -- ibv_devinfo -v
@@ -85,7 +86,11 @@ programs read: a mount namespace of the program's own with a tmpfs on
 				if dir == "" {
 					dir = defaultSocketDir()
 				}
-				if err := enterSysView(viewDevices(dir, dev)); err != nil {
+				err := enterSysView(viewDevices(dir, dev))
+				switch {
+				case errors.Is(err, errNoMountNS):
+					fmt.Fprintf(os.Stderr, "siwtun exec: no /sys/class/infiniband view: %v (--no-sysfs goes without it quietly)\n", err)
+				case err != nil:
 					return fmt.Errorf("the /sys/class/infiniband view (--no-sysfs goes without): %w", err)
 				}
 			}

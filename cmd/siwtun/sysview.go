@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/siwtun/siwtun/ctl"
 )
+
+// errNoMountNS: the process may not have a mount namespace of its own
+// (CAP_SYS_ADMIN): no view, the program runs with the host's /sys.
+var errNoMountNS = errors.New("no mount namespace of its own (needs CAP_SYS_ADMIN)")
 
 // viewDev is one running device as /sys/class/infiniband shows it.
 type viewDev struct {
@@ -137,10 +142,12 @@ func writeSysView(root string, devs []viewDev) error {
 // infiniband_verbs in place of the host's. Nothing is written to the
 // host's /sys, and no mount propagates back (the namespace is private).
 // The caller stays on its OS thread (runtime.LockOSThread) until exec.
+// Without the right to a mount namespace of its own (a container with
+// CAP_NET_ADMIN only) it returns errNoMountNS and changes nothing.
 func enterSysView(devs []viewDev) error {
 	runtime.LockOSThread()
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("unshare the mount namespace: %w", err)
+		return fmt.Errorf("%w: unshare: %w", errNoMountNS, err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mounts private: %w", err)
