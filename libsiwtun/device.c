@@ -111,6 +111,17 @@ static void query_addrs(struct sw_device *d)
 	}
 	close(fd);
 	buf[n] = 0;
+	/* "netdev":"siwtun0": the GID's interface (ibv_query_gid_ex). */
+	d->netdev[0] = 0;
+	char *nd = strstr(buf, "\"netdev\":\"");
+	if (nd) {
+		nd += strlen("\"netdev\":\"");
+		size_t l = strcspn(nd, "\"");
+		if (l < sizeof(d->netdev)) {
+			memcpy(d->netdev, nd, l);
+			d->netdev[l] = 0;
+		}
+	}
 	char *p = strstr(buf, "\"addrs\":[");
 	if (!p)
 		return;
@@ -661,7 +672,7 @@ SW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, 
 	entry->gid_index = 0;
 	entry->port_num = 1;
 	entry->gid_type = IBV_GID_TYPE_IB;
-	entry->ndev_ifindex = if_nametoindex(d->dev.name);
+	entry->ndev_ifindex = if_nametoindex(d->netdev[0] ? d->netdev : d->dev.name);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -153,6 +154,7 @@ struct sw_device {
 	char fw[64];
 	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap, max_mw */
 	int mtu;
+	char netdev[IF_NAMESIZE]; /* the interface the RNIC sits on (ctl link's netdev) */
 	int naddrs;
 	struct sockaddr_storage addrs[SW_MAX_ADDRS];
 	int prefix[SW_MAX_ADDRS];
