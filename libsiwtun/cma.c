@@ -320,6 +320,16 @@ static void learn_local_port(struct sw_cm_id *sid)
 	memcpy(&sid->id.route.addr.src_storage, &local, sizeof(local));
 }
 
+/* counted is the id an event counts against until acked (rdma_destroy_id
+ * waits for it): a connection request's listener, as librdmacm counts it,
+ * else the event's id. */
+static struct sw_cm_id *counted(const struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->listen_id)
+		return (struct sw_cm_id *)ev->listen_id;
+	return (struct sw_cm_id *)ev->id;
+}
+
 SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct sw_channel *ch = (struct sw_channel *)channel;
@@ -337,7 +347,7 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	if (!e)
 		return fail(EAGAIN);
 	pthread_mutex_lock(&cm_mu);
-	((struct sw_cm_id *)e->ev.id)->reported++;
+	counted(&e->ev)->reported++;
 	pthread_mutex_unlock(&cm_mu);
 	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED)
 		learn_local_port((struct sw_cm_id *)e->ev.id);
@@ -348,7 +358,7 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 SW_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
 	pthread_mutex_lock(&cm_mu);
-	((struct sw_cm_id *)event->id)->acked++;
+	counted(event)->acked++;
 	pthread_cond_broadcast(&ack_cv);
 	pthread_mutex_unlock(&cm_mu);
 	free((struct sw_cm_event *)event);
