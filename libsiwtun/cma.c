@@ -200,13 +200,13 @@ static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr 
 	return d;
 }
 
+static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out);
+
 /* on_device gives, for a loopback address, the device's own address of
  * that family with sa's port: the RNIC runs its own TCP/IP stack, where
  * "this host" is its own address. Other addresses are copied as they are.
  * Returns 0, or EADDRNOTAVAIL when the device has no address of the
  * family. */
-static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out);
-
 static int on_device(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -1552,8 +1552,8 @@ SW_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 	}
 }
 
-/* Not offered yet (README): synchronous endpoints, multicast, SRQs,
- * migration, ECE. */
+/* rdma_create_ep makes a synchronous id for res: passive, bound, with the
+ * QP attributes rdma_get_request uses; active, resolved and with its QP. */
 SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 			     struct ibv_qp_init_attr *qp_init_attr)
 {
