@@ -526,6 +526,8 @@ int sw_qp_modify_state(struct sw_qp *q, enum ibv_qp_state s);
 
 SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 {
+	if (!ibpd || !attr)
+		return fail_null(EINVAL); /* (an rdma_cm id's PD before it has a device) */
 	struct sw_context *ctx = to_ctx(ibpd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
 	if (attr->qp_type != IBV_QPT_RC)
