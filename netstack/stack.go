@@ -116,9 +116,10 @@ type Stack struct {
 	tap atomic.Pointer[hookBox]
 
 	mu        sync.Mutex
-	closed    bool                   // guarded by mu
-	conns     map[*Conn]struct{}     // guarded by mu
-	listeners map[*Listener]struct{} // guarded by mu
+	closed    bool                      // guarded by mu
+	conns     map[*Conn]struct{}        // guarded by mu
+	listeners map[*Listener]struct{}    // guarded by mu
+	reserved  map[*Reservation]struct{} // guarded by mu (reserve.go)
 	closeOnce sync.Once
 
 	// rescueDone stops rescueLoop; tailRescues counts the packets it
@@ -180,6 +181,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
 		listeners:   make(map[*Listener]struct{}),
+		reserved:    make(map[*Reservation]struct{}),
 	}
 	st.flows.init()
 	st.s = stack.New(stack.Options{

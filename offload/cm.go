@@ -26,6 +26,9 @@ func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
 		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
+		// What the device advertises (max_qp_rd_atom): a peer asking
+		// for that many Reads gets them, as from Linux siw.
+		MaxIRD: ibv.MaxIRDORD,
 	}
 	if d.cfg.RDMAPExt {
 		c.Ext = mpa.ExtAll

@@ -7,8 +7,14 @@ type Config struct {
 	Markers bool  // ask the peer to send us Markers
 	// P2P is, for an initiator, the RTR types offered (0 = no
 	// peer-to-peer mode); for a responder, the RTR types it accepts.
-	P2P         RTR
-	IRD, ORD    uint16 // local inbound / outbound RDMA Read depth
+	P2P      RTR
+	IRD, ORD uint16 // local inbound / outbound RDMA Read depth
+	// MaxIRD is the most inbound RDMA Reads this side can serve: a peer
+	// whose ORD exceeds IRD but not MaxIRD raises this side's IRD to its
+	// ORD instead of being refused (relaxed IRD negotiation, as Linux siw
+	// and cxgb4 do by default: RFC 6581 §3 has each side size its IRD
+	// for the peer's ORD). Below IRD (0) the IRD is firm.
+	MaxIRD      uint16
 	PrivateData []byte // ULP private data to send
 	// Ext is the RDMAP extensions (RFC 7306) this side supports: an
 	// initiator offers them, a responder accepts those of them the
@@ -146,9 +152,10 @@ const MaxRev = 2
 //     the result. Markers per direction: we insert them if the Request had
 //     M, the Reply's M says whether we want them.
 //   - IRD/ORD ("relaxed", like siw): the Request's IRD/ORD are the peer's.
-//     We refuse (CodeInsufficientIRD) only if the peer's ORD exceeds our
-//     IRD, since then its Read Requests could overrun us; otherwise our
-//     IRD stays c.IRD and our ORD becomes min(c.ORD, peer IRD) so we never
+//     A peer ORD above c.IRD raises our IRD to it when it is within
+//     c.MaxIRD; above both we refuse (CodeInsufficientIRD), since its Read
+//     Requests could overrun us. Otherwise our IRD stays c.IRD. Our ORD
+//     becomes min(c.ORD, peer IRD) so we never
 //     overrun the peer. The Reply carries our resulting IRD and ORD. A peer
 //     value of IRDORDMax means "not negotiated" (irdma) and is not checked.
 //   - P2P: if the Request has P2P, we pick exactly one type from the
@@ -189,7 +196,10 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 	if enhanced {
 		p.PeerIRD, p.PeerORD = req.IRD, req.ORD
 		if req.ORD != IRDORDMax && req.ORD > c.IRD {
-			return c.rejectFrame(req, nil), Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", req.ORD, c.IRD)
+			if req.ORD > c.MaxIRD {
+				return c.rejectFrame(req, nil), Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", req.ORD, max(c.IRD, c.MaxIRD))
+			}
+			p.IRD = req.ORD
 		}
 		if req.IRD != IRDORDMax {
 			p.ORD = min(c.ORD, req.IRD)
@@ -258,7 +268,8 @@ func (c *Config) RejectReply(req Frame, pd []byte) Frame {
 //
 // A Reply with R=1 gives a *RejectedError carrying the peer's private data.
 // Other failures are *Error: not a Reply, or a revision of 0 or above ours
-// (CodeInvalidFrame); the peer's ORD above our IRD (CodeInsufficientIRD —
+// (CodeInvalidFrame); the peer's ORD above our IRD and c.MaxIRD
+// (CodeInsufficientIRD; within c.MaxIRD it raises our IRD, as Respond —
 // our ORD is lowered to the peer's IRD silently, RFC 6581 allows the
 // initiator to reduce its ORD); P2P requested but the Reply does not pick
 // exactly one of the offered RTR types, or picks one we did not ask for
@@ -288,7 +299,10 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 	if enhanced {
 		p.PeerIRD, p.PeerORD = rep.IRD, rep.ORD
 		if rep.ORD != IRDORDMax && rep.ORD > c.IRD {
-			return Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", rep.ORD, c.IRD)
+			if rep.ORD > c.MaxIRD {
+				return Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", rep.ORD, max(c.IRD, c.MaxIRD))
+			}
+			p.IRD = rep.ORD
 		}
 		if rep.IRD != IRDORDMax {
 			p.ORD = min(c.ORD, rep.IRD)

@@ -546,3 +546,50 @@ func TestRequestErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRelaxedIRD: a peer ORD above our IRD but within MaxIRD raises our
+// IRD to it, on both sides (as Linux siw's relaxed IRD negotiation); above
+// MaxIRD it is refused; our ORD never exceeds the peer's IRD.
+func TestRelaxedIRD(t *testing.T) {
+	tests := []struct {
+		name             string
+		ird, ord, maxIRD uint16
+		peerIRD, peerORD uint16
+		wantIRD, wantORD uint16
+		refused          bool
+	}{
+		{name: "peer ord within ird", ird: 16, ord: 16, maxIRD: 128, peerIRD: 128, peerORD: 8, wantIRD: 16, wantORD: 16},
+		{name: "peer ord raises ird", ird: 16, ord: 16, maxIRD: 128, peerIRD: 128, peerORD: 128, wantIRD: 128, wantORD: 16},
+		{name: "peer ird lowers ord", ird: 16, ord: 16, maxIRD: 128, peerIRD: 0, peerORD: 0, wantIRD: 16, wantORD: 0},
+		{name: "peer ord above max", ird: 16, ord: 16, maxIRD: 128, peerIRD: 4, peerORD: 129, refused: true},
+		{name: "firm ird", ird: 16, ord: 16, peerIRD: 4, peerORD: 17, refused: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{Rev: 2, IRD: tt.ird, ORD: tt.ord, MaxIRD: tt.maxIRD}
+			rep, p, err := Respond(&c, Frame{Rev: 2, Enhanced: true, IRD: tt.peerIRD, ORD: tt.peerORD})
+			if tt.refused {
+				if code(err) != int(CodeInsufficientIRD) {
+					t.Fatalf("Respond = %v, want CodeInsufficientIRD", err)
+				}
+			} else if err != nil || p.IRD != tt.wantIRD || p.ORD != tt.wantORD || rep.IRD != p.IRD || rep.ORD != p.ORD {
+				t.Fatalf("Respond: IRD/ORD %d/%d (reply %d/%d), %v; want %d/%d", p.IRD, p.ORD, rep.IRD, rep.ORD, err, tt.wantIRD, tt.wantORD)
+			}
+			// The same values seen by an initiator in the Reply.
+			req, err := c.Request()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip, err := Complete(&c, req, Frame{Reply: true, Rev: 2, Enhanced: true, IRD: tt.peerIRD, ORD: tt.peerORD})
+			if tt.refused {
+				if code(err) != int(CodeInsufficientIRD) {
+					t.Fatalf("Complete = %v, want CodeInsufficientIRD", err)
+				}
+				return
+			}
+			if err != nil || ip.IRD != tt.wantIRD || ip.ORD != tt.wantORD {
+				t.Fatalf("Complete: IRD/ORD %d/%d, %v; want %d/%d", ip.IRD, ip.ORD, err, tt.wantIRD, tt.wantORD)
+			}
+		})
+	}
+}
