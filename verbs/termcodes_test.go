@@ -19,6 +19,7 @@ import (
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs"
+	"github.com/siwtun/siwtun/verbs/ibv"
 )
 
 // tcRow is one row of the Terminate code table: a condition a hostile
@@ -225,7 +226,9 @@ func tcRows() []tcRow {
 		{name: "reply-insufficient-ird", code: rdmap.TermLLPInsufficientIRD, rfc: rfc6581,
 			srv: func(c *offload.Config) { c.IRD = 2 },
 			reply: func(req mpa.Frame) mpa.Frame {
-				return mpa.Frame{Reply: true, Rev: 2, Enhanced: true, IRD: 4, ORD: 8, CRC: req.CRC}
+				// An ORD within the device's 128 would raise our IRD (the
+				// relaxed negotiation Linux siw does); past it, it cannot.
+				return mpa.Frame{Reply: true, Rev: 2, Enhanced: true, IRD: 4, ORD: ibv.MaxIRDORD + 1, CRC: req.CRC}
 			}},
 		{name: "reply-revision-above-request", code: rdmap.TermLLPBadFrame, rfc: rfcLLP,
 			srv: func(c *offload.Config) { c.MPARev = 1 },
