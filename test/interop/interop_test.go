@@ -159,6 +159,7 @@ func TestInterop(t *testing.T) {
 	t.Run("clib", e.runCLib)
 	t.Run("rfc7306", e.runRFC7306)
 	t.Run("gap", e.runGap)
+	t.Run("sendfirst", e.runSendFirst)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
