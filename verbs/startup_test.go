@@ -188,3 +188,67 @@ func wireOrder(t *testing.T, w *offload.Watch) string {
 	}
 	return sb.String()
 }
+
+// BenchmarkConnect sets up one connection per iteration between two RNICs
+// on an in-memory link and tears it down: Connect and Accept, both
+// ESTABLISHED, the server's first Send at the client (posted at Accept),
+// then both QPs destroyed. With peer-to-peer mode (the default) the
+// server's ESTABLISHED and its Send wait for the client's RTR; without it
+// and with the strict rule they would wait for the client's first
+// message, which this client never sends: "no-p2p" is the bounded hold
+// set to 0, the Reply's acknowledgement alone. Compare the two side by
+// side, in one run (go test -run '^$' -bench Connect ./verbs/).
+func BenchmarkConnect(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		cli  func(*offload.Config)
+		srv  func(*offload.Config)
+	}{
+		{"p2p", nil, nil},
+		{"no-p2p", func(c *offload.Config) { c.P2P = 0 }, func(c *offload.Config) { c.StartupHold = 0 }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			la, lb := netstack.Pipe(1500, netstack.Impairments{})
+			cli := newSide(b, on(la, cliAddr, 1500), "siwtun0", bc.cli, 8)
+			srv := newSide(b, on(lb, srvAddr, 1500), "siwtun1", bc.srv, 8)
+			cbuf := cli.region(64, verbs.AccessLocalWrite)
+			ctx := context.Background()
+			l, err := srv.dev.Listen(netipPort(srvPort), 4)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			b.ResetTimer()
+			for range b.N {
+				cq := cli.newQP(verbs.QPInitAttr{MaxSendWR: 4, MaxRecvWR: 4})
+				sq := srv.newQP(verbs.QPInitAttr{MaxSendWR: 4, MaxRecvWR: 4})
+				if err := cq.Modify(verbs.QPInit); err != nil {
+					b.Fatal(err)
+				}
+				cli.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cbuf.mr.SGE(0, 64)}})
+				accepted := make(chan error, 1)
+				go func() {
+					req, err := l.Accept(ctx)
+					if err == nil {
+						err = req.Accept(sq, verbs.ConnParam{})
+					}
+					if err == nil {
+						_, err = sq.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("hello")}})
+					}
+					accepted <- err
+				}()
+				if err := cq.Connect(ctx, netipPort(srvPort), verbs.ConnParam{}); err != nil {
+					b.Fatal(err)
+				}
+				if err := <-accepted; err != nil {
+					b.Fatal(err)
+				}
+				cli.waitEvent(verbs.EventEstablished)
+				srv.waitEvent(verbs.EventEstablished)
+				poll(b, cli.rcq, 1)
+				cq.Destroy()
+				sq.Destroy()
+			}
+		})
+	}
+}
