@@ -252,3 +252,30 @@ func BenchmarkConnect(b *testing.B) {
 		})
 	}
 }
+
+// TestStartupHoldDisconnect: a server that posts a Send and disconnects
+// before the client's first FPDU has arrived (no peer-to-peer mode, the
+// rule kept strictly) puts nothing on the wire after its Reply: the Send
+// completes flushed, and the client, which receives no data, sees the
+// connection end.
+func TestStartupHoldDisconnect(t *testing.T) {
+	la, lb := netstack.Pipe(1500, netstack.Impairments{})
+	cli := newSide(t, on(la, cliAddr, 1500), "siwtun0", func(c *offload.Config) { c.P2P = 0 }, 8)
+	srv := newSide(t, on(lb, srvAddr, 1500), "siwtun1", func(c *offload.Config) { c.StartupHold = -1 }, 8)
+	cbuf := cli.region(64, verbs.AccessLocalWrite)
+	if err := cli.qp.Modify(verbs.QPInit); err != nil {
+		t.Fatal(err)
+	}
+	cli.recv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{cbuf.mr.SGE(0, 64)}})
+	connect(t, cli, srv, verbs.ConnParam{}, verbs.ConnParam{})
+	srv.post(verbs.SendWR{ID: 3, Opcode: verbs.WRSend, Flags: verbs.FlagInline | verbs.FlagSignaled, Inline: []byte("never sent")})
+	time.Sleep(50 * time.Millisecond)
+	noCompletion(t, srv.scq)
+	srv.qp.Disconnect()
+	wantWC(t, poll(t, srv.scq, 1)[0], 3, verbs.WCSend, verbs.WCFlushErr, 0)
+	cli.waitEvent(verbs.EventDisconnected)
+	wantWC(t, poll(t, cli.rcq, 1)[0], 1, verbs.WCRecv, verbs.WCFlushErr, 0)
+	if n := srv.eng.Stats().FPDUsTx.Load(); n != 0 {
+		t.Errorf("the server sent %d FPDUs, want none", n)
+	}
+}
