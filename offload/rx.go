@@ -244,8 +244,10 @@ type rxState struct {
 	writeLen, lastWrite uint64
 
 	// awaitRTR is the RTR type a P2P responder waits for: every FPDU is
-	// checked against it until it arrives (then 0).
-	awaitRTR mpa.RTR
+	// checked against it until it arrives (then 0). awaitFirst: a
+	// responder without P2P holds its sends until the first FPDU.
+	awaitRTR   mpa.RTR
+	awaitFirst bool
 
 	// place is the connection's out-of-order placer (nil when the stream
 	// start is not known): payload copies into tagged memory and remote
@@ -482,6 +484,9 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
+	if r.awaitFirst {
+		r.firstFPDU()
+	}
 	if r.aborted {
 		r.aborted = false
 		return nil

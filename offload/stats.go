@@ -66,9 +66,15 @@ type QPStats struct {
 	BadRequests atomic.Uint64 `stat:"mpaBadRequests"`
 	// FirstFPDUDelays counts connections this RNIC initiated whose first
 	// FPDU (or RTR) waited Config.FirstFPDUDelay after the MPA Reply: the
-	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as
+	// peer's Reply did not say it reads at once (mpa.ExtReady), as
 	// Linux siw's never does.
 	FirstFPDUDelays atomic.Uint64 `stat:"mpaFirstFpduDelays"`
+	// StartupHoldsBounded counts connections accepted here without
+	// peer-to-peer mode whose held sends went out when Config.StartupHold
+	// had passed after the MPA Reply's acknowledgement, the initiator
+	// having sent no FPDU yet (a server that speaks first, towards an
+	// initiator such as Linux siw that does not offer peer-to-peer mode).
+	StartupHoldsBounded atomic.Uint64 `stat:"mpaStartupHoldsBounded"`
 	// FINDelays counts connections whose FIN waited Config.FINDelay after
 	// the application ended the QP, the peer not known to be siwtun.
 	FINDelays atomic.Uint64 `stat:"mpaFinDelays"`

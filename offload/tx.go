@@ -65,7 +65,7 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 		if qp.p2pRTR != 0 && qp.state == ibv.QPRTS {
 			return jobRTR, nil
 		}
-		if qp.state == ibv.QPRTS {
+		if qp.state == ibv.QPRTS && !qp.startupHold {
 			sqReady := false
 			var w *sendWQE
 			if qp.sqNext < qp.sqTail {

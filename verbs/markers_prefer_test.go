@@ -31,8 +31,8 @@ func mustHexBytes(s string) []byte {
 
 // siwLikeResponder answers every connection on l as siw does: a Request
 // with M gets siwMarkersReject and a close; any other is accepted with
-// the Reply of a siwtun responder (rev 2, IRD 16 / ORD 16, CRC if asked)
-// and kept open. The Requests it saw are sent on reqs.
+// the Reply of a siwtun responder (rev 2, IRD 16 / ORD 16, CRC if asked,
+// the Write RTR picked if peer-to-peer mode is offered) and kept open. The Requests it saw are sent on reqs.
 func siwLikeResponder(ctx context.Context, l *netstack.Listener, reqs chan<- mpa.Frame) {
 	for {
 		c, err := l.Accept(ctx)
@@ -57,7 +57,9 @@ func siwLikeResponder(ctx context.Context, l *netstack.Listener, reqs chan<- mpa
 			c.Close()
 			continue
 		}
-		reply, _, err := mpa.Respond(&mpa.Config{Rev: 2, IRD: 16, ORD: 16}, req)
+		// siw takes a peer-to-peer offer whatever its own setting,
+		// preferring the Write RTR (siw_proc_mpareq).
+		reply, _, err := mpa.Respond(&mpa.Config{Rev: 2, IRD: 16, ORD: 16, P2P: mpa.RTRWrite | mpa.RTRRead}, req)
 		if err != nil {
 			c.Close()
 			continue

@@ -59,7 +59,7 @@ func TestLessons(t *testing.T) {
 				return fmt.Errorf("%d queue pairs at rev 1 without CRC, %d at rev 2 with CRC and P2P: want 2 and 2", rev1, rev2)
 			}
 			// What the checker saw each side send.
-			want := [][2]string{{"mpa req rev 1 pd", ""}, {"mpa rep rev 1 ready pd", ""}, {"mpa req rev 2 C enhanced ird 4 ord 4", "p2p rtr=write pd"}, {"mpa rep rev 2 C ready enhanced", "p2p rtr=write pd"}}
+			want := [][2]string{{"mpa req rev 1 pd", ""}, {"mpa rep rev 1 pd", ""}, {"mpa req rev 2 C enhanced ird 4 ord 4", "p2p rtr=write pd"}, {"mpa rep rev 2 C enhanced", "p2p rtr=write pd"}}
 			for _, w := range want {
 				n := 0
 				for _, c := range v.Conns {
@@ -204,7 +204,7 @@ func checkNegotiationPage(t *testing.T, br *browsertest.Browser) {
 		}
 	}
 	neg := browsertest.Eval[string](t, br, `document.getElementById('negbody').textContent`)
-	for _, w := range []string{"mpa req rev 1 pd", "mpa rep rev 1 ready pd", "mpa req rev 2 C enhanced", "mpa rep rev 2 C ready enhanced"} {
+	for _, w := range []string{"mpa req rev 1 pd", "mpa rep rev 1 pd", "mpa req rev 2 C enhanced", "mpa rep rev 2 C enhanced"} {
 		if !strings.Contains(neg, w) {
 			t.Errorf("negotiation: the negotiation table does not show %q: %s", w, neg)
 		}

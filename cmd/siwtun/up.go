@@ -49,6 +49,7 @@ type upOptions struct {
 	ird, ord      uint16
 	peerTimeout   time.Duration
 	firstFPDU     time.Duration
+	startupHold   time.Duration
 	finDelay      time.Duration
 	acceptTimeout time.Duration
 	impair        string
@@ -98,10 +99,11 @@ changes nothing, and 0 is no limit.
 	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
 	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
 		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
-	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
+	f.StringVar(&o.p2p, "p2p", "auto", "RFC 6581 peer-to-peer mode: the RTR types offered as initiator and accepted as responder, write, read, send or a comma list of them (write,read), or off (no offer, every type accepted); auto offers write,read and accepts every type")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
-	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as a siwtun responder does in its extension block (Linux siw leaves an FPDU or RTR that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.startupHold, "startup-hold", offload.DefaultStartupHold, "as responder without peer-to-peer mode, hold the application's sends after the MPA Reply until the initiator's first FPDU (RFC 5044 §7.1.2), or until the Reply has been acknowledged and this long has passed (an initiator such as Linux siw without peer_to_peer sends none before a server that speaks first); negative waits for the first FPDU however long")
 	f.DurationVar(&o.finDelay, "fin-delay", offload.DefaultFINDelay, "hold the FIN of a connection back this long after the application disconnects or destroys its QP, unless the peer said it is siwtun (Linux siw fails a Send it has already sent when the FIN comes before its send call returns: perftest's \"Bad wc status 2\"); 0 closes at once")
 	f.DurationVar(&o.acceptTimeout, "mpa-accept-timeout", offload.DefaultAcceptTimeout, "MPA accept timeout: a connection to a listener whose whole MPA Request has not arrived this long after the TCP handshake (nothing sent, or a Request cut off) is reset unanswered and counted in mpaAcceptTimeouts")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
@@ -157,19 +159,28 @@ func peerTimeoutOption(d time.Duration) time.Duration {
 	return d
 }
 
-// parseP2P maps the --p2p flag to RTR types.
-func parseP2P(s string) (mpa.RTR, error) {
+// parseP2P maps the --p2p flag to the RTR types offered as initiator and
+// accepted as responder (0: every type).
+func parseP2P(s string) (offer, accept mpa.RTR, err error) {
 	switch s {
+	case "auto":
+		return mpa.RTRWrite | mpa.RTRRead, 0, nil
 	case "off", "":
-		return 0, nil
-	case "write":
-		return mpa.RTRWrite, nil
-	case "read":
-		return mpa.RTRRead, nil
-	case "send":
-		return mpa.RTRSend, nil
+		return 0, 0, nil
 	}
-	return 0, fmt.Errorf("--p2p %q: want write, read, send or off", s)
+	for _, t := range strings.Split(s, ",") {
+		switch strings.TrimSpace(t) {
+		case "write":
+			offer |= mpa.RTRWrite
+		case "read":
+			offer |= mpa.RTRRead
+		case "send":
+			offer |= mpa.RTRSend
+		default:
+			return 0, 0, fmt.Errorf("--p2p %q: want auto, off, or write, read, send or a comma list of them", s)
+		}
+	}
+	return offer, offer, nil
 }
 
 // parseMarkers maps the --markers flag to the engine's Markers and
@@ -315,7 +326,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	p2p, err := parseP2P(o.p2p)
+	p2p, p2pAccept, err := parseP2P(o.p2p)
 	if err != nil {
 		return err
 	}
@@ -338,6 +349,8 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
+	cfg.StartupHold = o.startupHold
+	cfg.P2PAccept = p2pAccept
 	cfg.FINDelay = o.finDelay
 	if o.acceptTimeout <= 0 {
 		return fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)

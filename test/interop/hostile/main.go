@@ -151,11 +151,13 @@ func dial(addr string) (*conn, error) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var fr mpa.FrameReader
 	buf := make([]byte, 1)
+	var raw []byte
 	for {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("MPA Reply: %w", err)
 		}
+		raw = append(raw, buf[0])
 		_, done, err := fr.Feed(buf)
 		if err != nil {
 			c.Close()
@@ -176,6 +178,12 @@ func dial(addr string) (*conn, error) {
 	if !rep.Reply || rep.Reject {
 		c.Close()
 		return nil, fmt.Errorf("MPA Reply %v: not an acceptance", rep)
+	}
+	// RFC 5044 §7.1: reserved bits are sent as zero (this Reply is
+	// revision 2 and enhanced, so 0x0f are the reserved ones).
+	if res := raw[16] & 0x0f; res != 0 {
+		c.Close()
+		return nil, fmt.Errorf("MPA Reply %x: reserved flag bits %#02x set", raw, res)
 	}
 	cn := &conn{c: c, rep: rep, h: &collector{}}
 	crc := req.CRC || rep.CRC
