@@ -238,7 +238,7 @@ func tcRows() []tcRow {
 
 		// The DDP layer.
 		{name: "reply-peer-to-peer-not-asked", code: rdmap.TermLLPNoMatchingRTR, rfc: rfc6581,
-			srv: func(*offload.Config) {},
+			srv: func(c *offload.Config) { c.P2P = 0 }, // offered by default
 			reply: func(req mpa.Frame) mpa.Frame {
 				return mpa.Frame{Reply: true, Rev: 2, Enhanced: true, IRD: 4, ORD: 4, P2P: true, RTR: mpa.RTRWrite, CRC: req.CRC}
 			}},
