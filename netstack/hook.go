@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 // hookEndpoint sits between the NIC and the Link's endpoint (as
@@ -64,6 +66,9 @@ func (e *hookEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, p
 
 // WritePackets implements stack.LinkWriter (outbound).
 func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if e.s.hops.On() {
+		stampOut(e.s.hops, anatomy.TCPOut, pkts.AsSlice())
+	}
 	if e.gso {
 		return e.writeGSO(pkts)
 	}

@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 const (
@@ -114,6 +116,8 @@ type Stack struct {
 	runPool sync.Pool
 	// tap is the hook SetTap installed, or nil.
 	tap atomic.Pointer[hookBox]
+	// hops records the hop stamps of round trips (hops.go): the link's.
+	hops *anatomy.Recorder
 
 	mu        sync.Mutex
 	closed    bool                   // guarded by mu
@@ -182,6 +186,10 @@ func New(link *Link, opts Options) (*Stack, error) {
 		listeners:   make(map[*Listener]struct{}),
 	}
 	st.flows.init()
+	if link.hops == nil {
+		link.hops = anatomy.NewRecorder()
+	}
+	st.hops = link.hops
 	st.s = stack.New(stack.Options{
 		NetworkProtocols: []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		// tcp.NewProtocol is Reno; set again below so the choice is

@@ -239,6 +239,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if tx, rx, ok := conn.StreamSeqs(); ok {
 		qp.alignTx.SetStart(tx)
 		qp.alignRx.SetStart(rx)
+		qp.initHops(conn, tx, rx)
 		qp.alignTx.Configure(p.MarkersTx)
 		qp.alignRx.Configure(p.MarkersRx)
 		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
@@ -268,7 +269,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.bufs = &qp.dev.writeBufs
+	qp.tx.bufs, qp.tx.hops = &qp.dev.writeBufs, qp.dev.hops
 	var await mpa.RTR
 	established := true
 	switch {

@@ -405,6 +405,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	defer cs.Close()
 	cs.TCPPerf = tcpperf.OnStack(stack)
+	cs.Anatomy = stack.Anatomy()
 	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
 		return err
 	}

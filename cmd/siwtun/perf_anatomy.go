@@ -1,0 +1,201 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siwtun/siwtun/anatomy"
+	"github.com/siwtun/siwtun/apps/perftest"
+	"github.com/siwtun/siwtun/ctl"
+)
+
+// perfAnatomy is `siwtun perf write --lat --anatomy`: the round trip taken
+// apart hop by hop. Both daemons must run on this host, so that their
+// stamps and the applications' come from one clock. The client starts
+// both daemons' recorders over their control sockets right before its
+// first message; after the run each side hands its application's stamps
+// to its own daemon, and the client collects everything from both and
+// prints the table.
+type perfAnatomy struct {
+	dir, dev string
+	// peerDir is where the client looks for the server's daemon.
+	peerDir string
+	client  bool
+	stamps  perftest.Stamps
+	// peerDev is the daemon holding the server's address (client only).
+	peerDev string
+}
+
+// anatomyPeerWait bounds the client's wait for the server's application
+// stamps, which the server hands over when its own run ends.
+const anatomyPeerWait = 10 * time.Second
+
+func newPerfAnatomy(dir, peerDir, dev string, client bool) *perfAnatomy {
+	if peerDir == "" {
+		peerDir = dir
+	}
+	a := &perfAnatomy{dir: dir, peerDir: peerDir, dev: dev, client: client}
+	a.stamps = perftest.Stamps{Clock: anatomy.Now, Start: a.start}
+	return a
+}
+
+func (a *perfAnatomy) dial(dir, dev string) (*ctl.Client, error) {
+	c, err := ctl.Dial(ctl.SocketPath(dir, dev))
+	if err != nil {
+		return nil, fmt.Errorf("--anatomy: %w", err)
+	}
+	return c, nil
+}
+
+// start runs before the first message: the client finds the server's
+// daemon and starts both recorders.
+func (a *perfAnatomy) start(local, remote netip.AddrPort) error {
+	if !a.client {
+		return nil
+	}
+	peer, err := a.findPeer(remote.Addr())
+	if err != nil {
+		return err
+	}
+	a.peerDev = peer
+	for _, d := range [][2]string{{a.dir, a.dev}, {a.peerDir, peer}} {
+		c, err := a.dial(d[0], d[1])
+		if err != nil {
+			return err
+		}
+		_, err = c.Anatomy(ctl.AnatomyStart)
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("--anatomy: %w", err)
+		}
+	}
+	return nil
+}
+
+// findPeer returns the device of the daemon in the socket directory whose
+// stack holds addr.
+func (a *perfAnatomy) findPeer(addr netip.Addr) (string, error) {
+	paths, _ := filepath.Glob(filepath.Join(a.peerDir, "*"+ctl.SocketSuffix))
+	for _, p := range paths {
+		dev := ctl.DevFromPath(p)
+		if dev == a.dev && a.peerDir == a.dir {
+			continue
+		}
+		c, err := ctl.Dial(p)
+		if err != nil {
+			continue
+		}
+		l, err := c.Link()
+		c.Close()
+		if err != nil {
+			continue
+		}
+		for _, s := range l.Addrs {
+			if pfx, err := netip.ParsePrefix(s); err == nil && pfx.Addr() == addr {
+				return dev, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("--anatomy: no daemon with a control socket in %s holds %v: the server's daemon must run on this host (its stamps must come from the same clock; --peer-socket-dir says where its socket is)", a.peerDir, addr)
+}
+
+// appRecords returns the application's stamps as records of its
+// connection's two flows.
+func (a *perfAnatomy) appRecords() []anatomy.Record {
+	st := &a.stamps
+	out := anatomy.Flow{Src: st.Local.Port(), Dst: st.Remote.Port()}
+	recs := make([]anatomy.Record, 0, len(st.Posts)+len(st.Seen))
+	for _, t := range st.Posts {
+		recs = append(recs, anatomy.Record{Hop: anatomy.Post, SrcPort: out.Src, DstPort: out.Dst, T: t})
+	}
+	for _, t := range st.Seen {
+		recs = append(recs, anatomy.Record{Hop: anatomy.Seen, SrcPort: out.Dst, DstPort: out.Src, T: t})
+	}
+	return recs
+}
+
+// finish runs after the test: each side hands its stamps to its daemon;
+// the client then collects both daemons' and prints the anatomy to w.
+func (a *perfAnatomy) finish(w io.Writer) error {
+	if !a.stamps.Local.IsValid() {
+		return errors.New("--anatomy: the run recorded no stamps")
+	}
+	own, err := a.dial(a.dir, a.dev)
+	if err != nil {
+		return err
+	}
+	defer own.Close()
+	if err := own.AnatomyApp(a.appRecords()); err != nil {
+		if !a.client && strings.Contains(err.Error(), anatomy.ErrNotStarted.Error()) {
+			return fmt.Errorf("--anatomy: %s was not recording: run the client with --anatomy too", a.dev)
+		}
+		return fmt.Errorf("--anatomy: %w", err)
+	}
+	if !a.client {
+		fmt.Fprintf(w, "anatomy: %d stamps handed to %s; the client prints the table\n", len(a.stamps.Posts)+len(a.stamps.Seen), a.dev)
+		return nil
+	}
+	peer, err := a.dial(a.peerDir, a.peerDev)
+	if err != nil {
+		return err
+	}
+	defer peer.Close()
+	for _, c := range []*ctl.Client{own, peer} {
+		if _, err := c.Anatomy(ctl.AnatomyStop); err != nil {
+			return fmt.Errorf("--anatomy: %w", err)
+		}
+	}
+	mine, st, err := own.AnatomyRecords()
+	if err != nil {
+		return fmt.Errorf("--anatomy: %w", err)
+	}
+	lost := st.Lost
+	theirs, peerApp, st, err := a.peerRecords(peer)
+	if err != nil {
+		return err
+	}
+	lost += st.Lost
+	flow := anatomy.Flow{Src: a.stamps.Local.Port(), Dst: a.stamps.Remote.Port()}
+	an := anatomy.Assemble(anatomy.Side{Name: "client", Records: mine}, anatomy.Side{Name: "server", Records: theirs}, flow)
+	fmt.Fprintf(w, "\nanatomy of the round trip: %s (%s) <-> %s (%s), CLOCK_MONOTONIC of one host\n", a.stamps.Local, a.dev, a.stamps.Remote, a.peerDev)
+	fmt.Fprint(w, an.String())
+	if peerApp == 0 {
+		fmt.Fprintln(w, "the server handed over no stamps of its own (run it with --anatomy): its application's hops are missing")
+	}
+	if lost > 0 {
+		fmt.Fprintf(w, "%d stamps were lost (the daemons keep the newest %d each): the oldest messages are incomplete\n", lost, anatomy.RingSize)
+	}
+	return nil
+}
+
+// peerRecords waits until the server's application stamps have come (their
+// count stays the same for a moment) or anatomyPeerWait passed, and returns
+// the peer daemon's records and how many of them are the application's.
+func (a *perfAnatomy) peerRecords(peer *ctl.Client) ([]anatomy.Record, int, ctl.AnatomyState, error) {
+	deadline := time.Now().Add(anatomyPeerWait)
+	last := -1
+	for {
+		recs, st, err := peer.AnatomyRecords()
+		if err != nil {
+			return nil, 0, st, fmt.Errorf("--anatomy: %w", err)
+		}
+		n := countApp(recs)
+		if (n > 0 && n == last) || time.Now().After(deadline) {
+			return recs, n, st, nil
+		}
+		last = n
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func countApp(recs []anatomy.Record) int {
+	return len(slices.DeleteFunc(slices.Clone(recs), func(r anatomy.Record) bool {
+		return r.Hop != anatomy.Post && r.Hop != anatomy.Seen
+	}))
+}
