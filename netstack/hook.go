@@ -24,6 +24,8 @@ type hookEndpoint struct {
 	gso bool // gVisor builds super-segments (the link takes offloaded frames)
 	// lists recycles the one-packet lists of emit (gso.go).
 	lists sync.Pool
+	// acks holds pure ACKs (ackhold.go); nil: Options.NoDelayedACK.
+	acks *ackHolder
 }
 
 var _ stack.LinkEndpoint = (*hookEndpoint)(nil)
@@ -69,6 +71,14 @@ func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 	if e.s.hops.On() {
 		stampOut(e.s.hops, anatomy.TCPOut, pkts.AsSlice())
 	}
+	if e.acks != nil && !e.acks.filter(pkts) {
+		return pkts.Len(), nil // a pure ACK held (ackhold.go)
+	}
+	return e.writeNow(pkts)
+}
+
+// writeNow hands pkts to the hooks and the link.
+func (e *hookEndpoint) writeNow(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	if e.gso {
 		return e.writeGSO(pkts)
 	}

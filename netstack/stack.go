@@ -86,6 +86,9 @@ type Options struct {
 	// device link whose device takes offloaded frames): gVisor then builds
 	// every segment itself, as on any other link.
 	NoGSO bool
+	// DelayedACK holds pure ACKs at the link for an answer to carry them
+	// (ackhold.go).
+	DelayedACK bool
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
@@ -250,6 +253,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 
 	st.gso = link.gso != nil && link.gso() && !opts.NoGSO
 	st.ep = newHookEndpoint(link.ep, st, uint32(mtu), st.gso)
+	if opts.DelayedACK {
+		st.ep.acks = newAckHolder(st.ep)
+	}
 	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
 	if link.batch && !st.gso {
 		// Queue outbound packets so that a burst reaches the device in one
