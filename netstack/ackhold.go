@@ -84,7 +84,9 @@ func (a *ackHolder) filter(pkts stack.PacketBufferList) bool {
 				a.dropLocked(held) // this segment carries the same ACK or a later one
 				a.nCarried.Add(1)
 			}
-			a.last[key] = h.ack
+			if a.e.s.flows.get(key) != nil {
+				a.last[key] = h.ack // a connection of the stack's, not yet released
+			}
 		}
 		a.mu.Unlock()
 	}
@@ -98,8 +100,14 @@ func (a *ackHolder) hold(pkt *stack.PacketBuffer, key flowKey, ack uint32) bool 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	last, seen := a.last[key]
+	if !seen {
+		if a.e.s.flows.get(key) != nil {
+			a.last[key] = ack
+		}
+		return true // the connection's first ACK, or one of a released connection
+	}
 	a.last[key] = ack
-	if !seen || !seqAfter(ack, last) {
+	if !seqAfter(ack, last) {
 		return true // a duplicate ACK or a window update: at once
 	}
 	if h := a.held[key]; h != nil {
@@ -155,6 +163,17 @@ func (h *heldAck) expire() {
 	l.PushBack(pkt)
 	a.e.writeNow(l)
 	pkt.DecRef()
+}
+
+// forget drops what is kept for connection key, which its owner
+// released: a FIN or RST it sends later leaves at once anyway.
+func (a *ackHolder) forget(key flowKey) {
+	a.mu.Lock()
+	if h := a.held[key]; h != nil {
+		a.dropLocked(h)
+	}
+	delete(a.last, key)
+	a.mu.Unlock()
 }
 
 // holdable reports whether pkt is a pure ACK that may be held: TCP, no

@@ -102,3 +102,30 @@ func TestOnlyTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayedACKForgetsClosed: nothing is kept for connections that were
+// closed, whatever their last segments did.
+func TestDelayedACKForgetsClosed(t *testing.T) {
+	a, b := newPair(t, pairOpts{delayedACK: true})
+	for range 5 {
+		ca, cb := connect(t, a, b, addrB4.Addr())
+		if _, err := ca.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(cb, buf); err != nil {
+			t.Fatal(err)
+		}
+		ca.Close()
+		cb.Close()
+	}
+	for name, s := range map[string]*Stack{"a": a, "b": b} {
+		h := s.ep.acks
+		h.mu.Lock()
+		n, m := len(h.last), len(h.held)
+		h.mu.Unlock()
+		if n != 0 || m != 0 {
+			t.Errorf("stack %s keeps %d connections' last ACKs and %d held ACKs after they closed", name, n, m)
+		}
+	}
+}

@@ -237,6 +237,9 @@ func (c *Conn) release(abort bool) {
 		}
 		c.ep.Close()
 		c.s.flows.remove(c.key, c.flow)
+		if a := c.s.ep.acks; a != nil {
+			a.forget(c.key)
+		}
 		c.s.removeConn(c)
 		c.dlMu.Lock()
 		if c.dlTimer != nil {
