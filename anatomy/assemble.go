@@ -8,7 +8,10 @@ import (
 
 // Flow names one direction of a connection: the data's source and
 // destination ports.
-type Flow struct{ Src, Dst uint16 }
+type Flow struct {
+	Src uint16 `json:"src_port"`
+	Dst uint16 `json:"dst_port"`
+}
 
 // Reverse is the flow the other way.
 func (f Flow) Reverse() Flow { return Flow{Src: f.Dst, Dst: f.Src} }
@@ -17,7 +20,8 @@ func (f Flow) has(r *Record) bool { return r.SrcPort == f.Src && r.DstPort == f.
 
 // Leg is one step of the way: from one hop to the next.
 type Leg struct {
-	From, To Hop
+	From Hop `json:"from"`
+	To   Hop `json:"to"`
 }
 
 // Legs are the steps of one direction, in order.
@@ -52,32 +56,33 @@ func (l Leg) Name() string {
 // Stat summarises the durations of one leg over the messages that have
 // both of its stamps.
 type Stat struct {
-	Leg    Leg
-	N      int
-	Median time.Duration
-	P99    time.Duration
+	Leg    Leg           `json:"leg"`
+	N      int           `json:"n"`
+	Median time.Duration `json:"median_ns"`
+	P99    time.Duration `json:"p99_ns"`
 }
 
 // Direction is the anatomy of one direction.
 type Direction struct {
 	// Flow is the data's direction (ports).
-	Flow Flow
+	Flow Flow `json:"flow"`
 	// From and To name the sending and receiving side ("client",
 	// "server").
-	From, To string
+	From string `json:"from"`
+	To   string `json:"to"`
 	// Messages is how many messages the sender's stamps show.
-	Messages int
+	Messages int `json:"messages"`
 	// Legs are the legs of Legs in order, then the whole one-way trip
 	// (Post to Seen).
-	Legs []Stat
+	Legs []Stat `json:"legs"`
 }
 
 // Anatomy is a round trip taken apart: both directions, and the round
 // trip itself as the first side's application saw it (its Post to its
 // Seen of the answer).
 type Anatomy struct {
-	Dirs      [2]Direction
-	RoundTrip Stat
+	Dirs      [2]Direction `json:"directions"`
+	RoundTrip Stat         `json:"round_trip"`
 }
 
 // Side is what one side of a ping-pong contributes: its daemon's records

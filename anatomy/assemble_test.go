@@ -1,6 +1,7 @@
 package anatomy
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,32 @@ func TestRank(t *testing.T) {
 		if got := rank(tc.n, tc.p); got != tc.want {
 			t.Errorf("rank(%d, %d) = %d, want %d", tc.n, tc.p, got, tc.want)
 		}
+	}
+}
+
+// TestAssembleDaemonsOnly: without the applications' stamps the daemons'
+// legs are still there, and the table says the applications' are empty.
+func TestAssembleDaemonsOnly(t *testing.T) {
+	c, s := pingPong(20)
+	daemon := func(recs []Record) []Record {
+		var out []Record
+		for _, r := range recs {
+			if r.Hop != Post && r.Hop != Seen {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	an := Assemble(Side{Name: "siwtun0", Records: daemon(c)}, Side{Name: "siwtun1", Records: daemon(s)}, Flow{Src: clientPort, Dst: serverPort})
+	for d, dir := range an.Dirs {
+		for i, st := range dir.Legs {
+			app := i == 0 || i >= len(Legs)-1
+			if (st.N == 0) != app {
+				t.Errorf("direction %d, %s: over %d messages", d, st.Leg.Name(), st.N)
+			}
+		}
+	}
+	if out := an.String(); an.RoundTrip.N != 0 || !strings.Contains(out, "no stamps of the applications") || !strings.Contains(out, "siwtun0 -> siwtun1") {
+		t.Errorf("table without the applications' stamps:\n%s", out)
 	}
 }

@@ -64,6 +64,9 @@ func (h Hop) String() string {
 	return fmt.Sprintf("hop(%d)", uint8(h))
 }
 
+// MarshalText names the hop (JSON).
+func (h Hop) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
 // Valid reports whether h is one of the hops.
 func (h Hop) Valid() bool { return h > 0 && h < numHops }
 

@@ -28,7 +28,11 @@ func (an Anatomy) String() string {
 		fmt.Fprintf(&b, "%-*s  %10s %8s %6d  %10s %8s %6d\n", w, name, us(s0, s0.Median), us(s0, s0.P99), s0.N, us(s1, s1.Median), us(s1, s1.P99), s1.N)
 	}
 	rt := an.RoundTrip
-	fmt.Fprintf(&b, "%s (the %s's application): median %s us, p99 %s us over %d round trips\n",
+	if rt.N == 0 {
+		fmt.Fprintln(&b, "no stamps of the applications: their legs are empty")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%s (%s's application): median %s us, p99 %s us over %d round trips\n",
 		rt.Leg.Name(), d0.From, us(rt, rt.Median), us(rt, rt.P99), rt.N)
 	return b.String()
 }

@@ -80,7 +80,44 @@ func TestPerfAnatomy(t *testing.T) {
 			t.Errorf("direction %d: the legs' medians add up to %.1f µs, the one-way trip's is %.1f", d, sum[d], oneWay[d])
 		}
 	}
-	if !regexp.MustCompile(`round trip: post -> seen the answer \(the client's application\): median [0-9.]+ us, p99 [0-9.]+ us over \d+ round trips`).MatchString(out) {
+	if !regexp.MustCompile(`round trip: post -> seen the answer \(client's application\): median [0-9.]+ us, p99 [0-9.]+ us over \d+ round trips`).MatchString(out) {
 		t.Errorf("no round trip line:\n%s", out)
+	}
+}
+
+// TestCtlAnatomy: siwtun ctl anatomy around a ping-pong of programs that
+// hand over no stamps of their own (siwtun perf without --anatomy): the
+// daemons' legs of the test connection rest on every message, the
+// applications' are empty.
+func TestCtlAnatomy(t *testing.T) {
+	r := newTwoRNICs(t, 1500)
+	const iters = 200
+	ctlArgs := func(action string) []string {
+		return []string{"ctl", "anatomy", action, "--dev", "siwtun0", "--socket-dir", r.d0.socketDir,
+			"--peer", "siwtun1", "--peer-socket-dir", r.d1.socketDir}
+	}
+	if out, err := exec.Command(r.bin, ctlArgs("show")...).CombinedOutput(); err == nil || !strings.Contains(string(out), "no messages") {
+		t.Errorf("show before start: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(r.bin, ctlArgs("start")...).CombinedOutput(); err != nil {
+		t.Fatalf("start: %v\n%s", err, out)
+	}
+	runPerf(t, r, "18710", "write", "--lat", "-s", "4", "-I", "0", "-n", fmt.Sprint(iters))
+	out, err := exec.Command(r.bin, ctlArgs("show")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	t.Logf("\n%s", out)
+	// perftest's control exchange has a connection of its own; the test
+	// connection carries the iterations.
+	row := regexp.MustCompile(`(?m)^-> the peer's TUN read returned \(kernel\)\s+[0-9.]+\s+[0-9.]+\s+(\d+)\s+[0-9.]+\s+[0-9.]+\s+(\d+)$`)
+	found := false
+	for _, m := range row.FindAllStringSubmatch(string(out), -1) {
+		a, _ := strconv.Atoi(m[1])
+		b, _ := strconv.Atoi(m[2])
+		found = found || (a >= iters && b >= iters-1)
+	}
+	if !found || !strings.Contains(string(out), "no stamps of the applications") {
+		t.Errorf("no connection with the test's %d messages each way, or application legs filled:\n%s", iters, out)
 	}
 }
