@@ -24,7 +24,7 @@ type hookEndpoint struct {
 	gso bool // gVisor builds super-segments (the link takes offloaded frames)
 	// lists recycles the one-packet lists of emit (gso.go).
 	lists sync.Pool
-	// acks holds pure ACKs (ackhold.go); nil: Options.NoDelayedACK.
+	// acks holds pure ACKs (ackhold.go); nil without Options.DelayedACK.
 	acks *ackHolder
 }
 

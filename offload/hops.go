@@ -44,10 +44,12 @@ func (qp *QP) initHops(conn *netstack.Conn, tx, rx uint32) {
 	qp.hops = qpHops{ok: true, txStart: tx, rxStart: rx, lport: conn.LocalAddr().Port(), rport: conn.RemoteAddr().Port()}
 }
 
-// stampSent stamps the first write of a message, which started at MPA
-// stream offset pos and is now with TCP: when the engine took the
-// request, when the TX goroutine took it up, when its FPDUs were built.
-// The TX goroutine calls it; a message's later writes stamp nothing.
+// stampSent stamps the first write of a send request's message (a Write
+// or a Send), which started at MPA stream offset pos and is now with
+// TCP: when the engine took the request, when the TX goroutine took it
+// up, when its FPDUs were built. The TX goroutine calls it; a message's
+// later writes stamp nothing, and neither do Read Responses (the stamps
+// of a Read Request, which sendSQ also takes, stay unused).
 func (qp *QP) stampSent(pos uint64, f *fpduPayload) {
 	t := &qp.tx
 	if qp.hops.ok && qp.dev.hops.On() {

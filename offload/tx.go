@@ -443,7 +443,7 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		if _, err := qp.conn.WriteAlignedPayload(b); err != nil {
 			return fmt.Errorf("write FPDU: %w", err)
 		}
-		if t.hopTX != 0 {
+		if t.hopTX != 0 && !readResponse {
 			qp.stampSent(pos, b)
 		}
 		qp.stats.FPDUsTx.Add(uint64(b.count))
