@@ -222,6 +222,11 @@ func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []stri
 		}
 		anat = newPerfAnatomy(o.dir, o.peerDir, o.dev, server.IsValid())
 		cfg.Stamps = &anat.stamps
+		if server.IsValid() {
+			if err := anat.prepare(server.Addr()); err != nil {
+				return err
+			}
+		}
 		if _, err := cfg.Normalize(perftest.NominalDeviceAttr()); err != nil {
 			return err
 		}

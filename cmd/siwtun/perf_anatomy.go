@@ -53,18 +53,29 @@ func (a *perfAnatomy) dial(dir, dev string) (*ctl.Client, error) {
 	return c, nil
 }
 
-// start runs before the first message: the client finds the server's
-// daemon and starts both recorders.
-func (a *perfAnatomy) start(local, remote netip.AddrPort) error {
-	if !a.client {
-		return nil
-	}
-	peer, err := a.findPeer(remote.Addr())
+// prepare finds, before the client connects, the daemon of the server's
+// address among the control sockets: both must be on this host.
+func (a *perfAnatomy) prepare(server netip.Addr) error {
+	peer, err := a.findPeer(server)
 	if err != nil {
 		return err
 	}
 	a.peerDev = peer
-	for _, d := range [][2]string{{a.dir, a.dev}, {a.peerDir, peer}} {
+	return nil
+}
+
+// start runs before the first message: the client starts both
+// recorders.
+func (a *perfAnatomy) start(local, remote netip.AddrPort) error {
+	if !a.client {
+		return nil
+	}
+	if a.peerDev == "" {
+		if err := a.prepare(remote.Addr()); err != nil {
+			return err
+		}
+	}
+	for _, d := range [][2]string{{a.dir, a.dev}, {a.peerDir, a.peerDev}} {
 		c, err := a.dial(d[0], d[1])
 		if err != nil {
 			return err
