@@ -27,7 +27,7 @@ type Leg struct {
 // Legs are the steps of one direction, in order.
 var Legs = []Leg{
 	{Post, Pickup}, {Pickup, TXStart}, {TXStart, Built}, {Built, TCPOut}, {TCPOut, TUNWrite},
-	{TUNWrite, TUNRead}, {TUNRead, Handover}, {Handover, Placed}, {Placed, Seen},
+	{TUNWrite, TUNRead}, {TUNRead, Queued}, {Queued, Handover}, {Handover, Placed}, {Placed, Seen},
 }
 
 // legNames say what happens in each leg.
@@ -38,7 +38,8 @@ var legNames = map[Leg]string{
 	{Built, TCPOut}:     "-> TCP hands the segment to the link",
 	{TCPOut, TUNWrite}:  "-> into the TUN write (system call)",
 	{TUNWrite, TUNRead}: "-> the peer's TUN read returned (kernel)",
-	{TUNRead, Handover}: "-> TCP hands it to the RX goroutine",
+	{TUNRead, Queued}:   "-> TCP queued it (processor goroutine)",
+	{Queued, Handover}:  "-> the RX goroutine takes it",
 	{Handover, Placed}:  "-> FPDU parsed, checked, placed",
 	{Placed, Seen}:      "-> the application sees it",
 	{Post, Seen}:        "one way: post -> seen",
@@ -107,8 +108,8 @@ func Assemble(a, b Side, flow Flow) Anatomy {
 	var an Anatomy
 	an.Dirs[0] = direction(a, b, flow)
 	an.Dirs[1] = direction(b, a, flow.Reverse())
-	posts := appStamps(a.Records, Post, flow)
-	seen := appStamps(a.Records, Seen, flow.Reverse())
+	posts := timesOf(a.Records, Post, flow)
+	seen := timesOf(a.Records, Seen, flow.Reverse())
 	var rtt []time.Duration
 	for _, p := range posts {
 		if i, ok := firstAfter(seen, p); ok {
@@ -140,8 +141,9 @@ func direction(snd, rcv Side, flow Flow) Direction {
 		TUNRead: byHop(rcv.Records, TUNRead), Handover: byHop(rcv.Records, Handover),
 		Placed: byHop(rcv.Records, Placed),
 	}
-	posts := appStamps(snd.Records, Post, flow)
-	seen := appStamps(rcv.Records, Seen, flow)
+	queued := timesOf(rcv.Records, Queued, flow)
+	posts := timesOf(snd.Records, Post, flow)
+	seen := timesOf(rcv.Records, Seen, flow)
 	durs := make([][]time.Duration, len(Legs)+1)
 	for _, m := range built {
 		var at [numHops]int64
@@ -157,6 +159,13 @@ func direction(snd, rcv Side, flow Flow) Direction {
 		for _, h := range []Hop{TCPOut, TUNWrite, TUNRead, Handover, Placed} {
 			if r, found := covering(where[h], last, m.T); found {
 				at[h], ok[h] = r.T, true
+			}
+		}
+		if ok[TUNRead] && ok[Handover] {
+			// Queued stamps carry no sequence numbers: the first after
+			// the segment came, if the hand-over did not come before.
+			if i, found := firstAfter(queued, at[TUNRead]-1); found && queued[i] <= at[Handover] {
+				at[Queued], ok[Queued] = queued[i], true
 			}
 		}
 		if ok[Pickup] {
@@ -185,9 +194,9 @@ func direction(snd, rcv Side, flow Flow) Direction {
 	return d
 }
 
-// appStamps returns the application stamps of hop h on flow, in time
-// order.
-func appStamps(recs []Record, h Hop, flow Flow) []int64 {
+// timesOf returns the times of the stamps of hop h on flow (the
+// applications', and TCP's Queued), in time order.
+func timesOf(recs []Record, h Hop, flow Flow) []int64 {
 	var ts []int64
 	for i := range recs {
 		if r := &recs[i]; r.Hop == h && flow.has(r) {

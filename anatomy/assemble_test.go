@@ -17,8 +17,9 @@ const (
 // pingPong makes the stamps of n round trips of a synthetic ping-pong
 // (the client writes first), as the client's and the server's daemons
 // would hold them: every leg lasts 1 µs more than the one before, but the
-// kernel's (10 µs) and the receiving application's, which grows with the
-// message's number modulo 100 (so its median and 99th percentile differ).
+// kernel's (10 µs), TCP's two on the receiving side (3 µs each) and the
+// receiving application's, which grows with the message's number modulo
+// 100 (so its median and 99th percentile differ).
 func pingPong(n int) (client, server []Record) {
 	one := func(snd, rcv *[]Record, sport, dport uint16, seq uint32, t0 int64, i int) {
 		at := func(k int64) int64 { return t0 + k*int64(time.Microsecond) }
@@ -28,7 +29,8 @@ func pingPong(n int) (client, server []Record) {
 		}
 		*snd = append(*snd, app(Post, sport, dport, at(0)),
 			seg(Pickup, at(1)), seg(TXStart, at(3)), seg(Built, at(6)), seg(TCPOut, at(10)), seg(TUNWrite, at(15)))
-		*rcv = append(*rcv, seg(TUNRead, at(25)), seg(Handover, at(31)), seg(Placed, at(38)),
+		queued := Record{Hop: Queued, SrcPort: sport, DstPort: dport, T: at(28)}
+		*rcv = append(*rcv, seg(TUNRead, at(25)), queued, seg(Handover, at(31)), seg(Placed, at(38)),
 			app(Seen, sport, dport, at(38)+int64(500+(i%100)*100)))
 	}
 	for i := range n {
@@ -47,7 +49,7 @@ func TestAssemblePingPong(t *testing.T) {
 	c, s := pingPong(pingPongs)
 	an := Assemble(Side{Name: "client", Records: c}, Side{Name: "server", Records: s}, Flow{Src: clientPort, Dst: serverPort})
 	us := time.Microsecond
-	want := []time.Duration{1 * us, 2 * us, 3 * us, 4 * us, 5 * us, 10 * us, 6 * us, 7 * us}
+	want := []time.Duration{1 * us, 2 * us, 3 * us, 4 * us, 5 * us, 10 * us, 3 * us, 3 * us, 7 * us}
 	for d, dir := range an.Dirs {
 		if dir.Messages != pingPongs {
 			t.Errorf("direction %d: %d messages, want %d", d, dir.Messages, pingPongs)

@@ -32,6 +32,9 @@ const (
 	TUNWrite
 	// TUNRead: the peer's read from its TUN device returned the segment.
 	TUNRead
+	// Queued: the peer's TCP, having run its receive path on the segment
+	// (gVisor's processor goroutine), queued the data and woke the reader.
+	Queued
 	// Handover: the peer's TCP hands the payload to the QP's RX goroutine
 	// (the MPA receiver inside the TCP read).
 	Handover
@@ -51,6 +54,7 @@ var hopNames = [numHops]string{
 	TCPOut:   "tcp-out",
 	TUNWrite: "tun-write",
 	TUNRead:  "tun-read",
+	Queued:   "queued",
 	Handover: "handover",
 	Placed:   "placed",
 	Seen:     "seen",

@@ -3,13 +3,15 @@ package netstack
 import (
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/siwtun/siwtun/anatomy"
 )
 
 // The stack's stamps of a round trip's anatomy (package anatomy): TCP's
 // segments on their way out (TCPOut), the device's writes and reads
-// (TUNWrite, TUNRead) and TCP's hand-over of received payload (Handover),
+// (TUNWrite, TUNRead), TCP's queueing of received data (Queued) and its
+// hand-over to the reader (Handover),
 // each keyed by the data's ports and TCP sequence numbers. Only segments
 // that carry data are stamped. Every stamp site first asks the Recorder
 // whether it is on: one atomic load while it is off.
@@ -67,6 +69,17 @@ func stampRead(r *anatomy.Recorder, buf buffer.Buffer, t int64) {
 	dport := uint16(tcp[2])<<8 | uint16(tcp[3])
 	seq := uint32(tcp[4])<<24 | uint32(tcp[5])<<16 | uint32(tcp[6])<<8 | uint32(tcp[7])
 	r.Stamp(anatomy.TUNRead, sport, dport, seq, uint32(size-hlen), t)
+}
+
+// stampQueued stamps gVisor's TCP queueing received data for the reader
+// (Queued): a readable event of the endpoint, on the goroutine that ran
+// TCP's receive path. It carries no sequence numbers (the reader's count
+// is not the notifier's to read); the assembly takes a message's first
+// after its TUN read.
+func (c *Conn) stampQueued(waiter.EventMask) {
+	if c.s.hops.On() {
+		c.s.hops.Stamp(anatomy.Queued, c.remote.Port(), c.local.Port(), 0, 0, anatomy.Now())
+	}
 }
 
 // stampHandover stamps TCP's hand-over of p, the next octets of a

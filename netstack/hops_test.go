@@ -8,9 +8,9 @@ import (
 )
 
 // TestHopsNoAllocs: with both stacks' recorders on, the aligned write and
-// the ReadTo receive path stamp TCP's segments leaving (TCPOut) and its
-// hand-over of received payload (Handover), at the right sequence
-// numbers, without allocating per write.
+// the ReadTo receive path stamp TCP's segments leaving (TCPOut), its
+// queueing of received data (Queued) and its hand-over of it (Handover,
+// at the right sequence numbers), without allocating per write.
 func TestHopsNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("-race: sync.Pool drops items, gVisor's pools allocate")
@@ -55,6 +55,15 @@ func TestHopsNoAllocs(t *testing.T) {
 	// 5001 writes (AllocsPerRun's warm-up call included), each one segment.
 	checkCover(t, out, anatomy.TCPOut, sport, dport, start, 5001*uint32(len(buf)))
 	checkCover(t, in, anatomy.Handover, sport, dport, start, 5001*uint32(len(buf)))
+	queued := 0
+	for _, r := range in {
+		if r.Hop == anatomy.Queued && r.SrcPort == sport && r.DstPort == dport {
+			queued++
+		}
+	}
+	if queued == 0 {
+		t.Error("no stamps of TCP queueing received data")
+	}
 }
 
 // checkCover checks that the stamps of hop h cover the octets [start,

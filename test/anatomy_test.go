@@ -51,8 +51,8 @@ func TestPerfAnatomy(t *testing.T) {
 	t.Logf("client:\n%s", out)
 	row := regexp.MustCompile(`(?m)^(=? ?(?:post|->|one way)[^0-9]*?)\s+(-?[0-9.]+)\s+(-?[0-9.]+)\s+(\d+)\s+(-?[0-9.]+)\s+(-?[0-9.]+)\s+(\d+)$`)
 	rows := row.FindAllStringSubmatch(out, -1)
-	if len(rows) != 10 {
-		t.Fatalf("%d rows of legs, want 9 and the one-way trip:\n%s", len(rows), out)
+	if len(rows) != 11 {
+		t.Fatalf("%d rows of legs, want 10 and the one-way trip:\n%s", len(rows), out)
 	}
 	var sum [2]float64
 	var oneWay [2]float64
@@ -66,7 +66,7 @@ func TestPerfAnatomy(t *testing.T) {
 			if med < 0 {
 				t.Errorf("%q, direction %d: median %v µs", m[1], d, med)
 			}
-			if i < 9 {
+			if i < 10 {
 				sum[d] += med
 			} else {
 				oneWay[d] = med
