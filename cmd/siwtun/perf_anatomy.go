@@ -75,7 +75,7 @@ func (a *perfAnatomy) start(local, remote netip.AddrPort) error {
 			return err
 		}
 	}
-	for _, d := range [][2]string{{a.dir, a.dev}, {a.peerDir, a.peerDev}} {
+	for _, d := range a.daemons() {
 		c, err := a.dial(d[0], d[1])
 		if err != nil {
 			return err
@@ -89,31 +89,58 @@ func (a *perfAnatomy) start(local, remote netip.AddrPort) error {
 	return nil
 }
 
+// samePeer reports whether the server's daemon is the client's own (both
+// applications on one device).
+func (a *perfAnatomy) samePeer() bool { return a.peerDev == a.dev && a.peerDir == a.dir }
+
+// daemons are the client's daemon and the server's, once each: directory
+// and device.
+func (a *perfAnatomy) daemons() [][2]string {
+	if a.samePeer() {
+		return [][2]string{{a.dir, a.dev}}
+	}
+	return [][2]string{{a.dir, a.dev}, {a.peerDir, a.peerDev}}
+}
+
 // findPeer returns the device of the daemon in the socket directory whose
-// stack holds addr.
+// stack holds addr: another daemon's, else the client's own.
 func (a *perfAnatomy) findPeer(addr netip.Addr) (string, error) {
 	paths, _ := filepath.Glob(filepath.Join(a.peerDir, "*"+ctl.SocketSuffix))
+	own := false
 	for _, p := range paths {
 		dev := ctl.DevFromPath(p)
 		if dev == a.dev && a.peerDir == a.dir {
+			own = true // looked at last
 			continue
 		}
-		c, err := ctl.Dial(p)
-		if err != nil {
-			continue
-		}
-		l, err := c.Link()
-		c.Close()
-		if err != nil {
-			continue
-		}
-		for _, s := range l.Addrs {
-			if pfx, err := netip.ParsePrefix(s); err == nil && pfx.Addr() == addr {
-				return dev, nil
-			}
+		if holds(p, addr) {
+			return dev, nil
 		}
 	}
+	if own && holds(ctl.SocketPath(a.dir, a.dev), addr) {
+		return a.dev, nil
+	}
 	return "", fmt.Errorf("--anatomy: no daemon with a control socket in %s holds %v: the server's daemon must run on this host (its stamps must come from the same clock; --peer-socket-dir says where its socket is)", a.peerDir, addr)
+}
+
+// holds reports whether the daemon of the control socket at path has
+// addr on its stack.
+func holds(path string, addr netip.Addr) bool {
+	c, err := ctl.Dial(path)
+	if err != nil {
+		return false
+	}
+	l, err := c.Link()
+	c.Close()
+	if err != nil {
+		return false
+	}
+	for _, s := range l.Addrs {
+		if pfx, err := netip.ParsePrefix(s); err == nil && pfx.Addr() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // appRecords returns the application's stamps as records of its
@@ -142,7 +169,8 @@ func (a *perfAnatomy) finish(w io.Writer) error {
 		return err
 	}
 	defer own.Close()
-	if err := own.AnatomyApp(a.appRecords()); err != nil {
+	app := a.appRecords()
+	if err := own.AnatomyApp(app); err != nil {
 		if !a.client && strings.Contains(err.Error(), anatomy.ErrNotStarted.Error()) {
 			return fmt.Errorf("--anatomy: %s was not recording: run the client with --anatomy too", a.dev)
 		}
@@ -152,26 +180,31 @@ func (a *perfAnatomy) finish(w io.Writer) error {
 		fmt.Fprintf(w, "anatomy: %d stamps handed to %s; the client prints the table\n", len(a.stamps.Posts)+len(a.stamps.Seen), a.dev)
 		return nil
 	}
-	peer, err := a.dial(a.peerDir, a.peerDev)
-	if err != nil {
-		return err
+	peer, ours := own, len(app) // the server's stamps come on top of ours
+	if !a.samePeer() {
+		if peer, err = a.dial(a.peerDir, a.peerDev); err != nil {
+			return err
+		}
+		defer peer.Close()
+		ours = 0
 	}
-	defer peer.Close()
 	for _, c := range []*ctl.Client{own, peer} {
 		if _, err := c.Anatomy(ctl.AnatomyStop); err != nil {
 			return fmt.Errorf("--anatomy: %w", err)
 		}
 	}
-	mine, st, err := own.AnatomyRecords()
-	if err != nil {
-		return fmt.Errorf("--anatomy: %w", err)
-	}
-	lost := st.Lost
-	theirs, peerApp, st, err := a.peerRecords(peer)
+	theirs, peerApp, st, err := a.peerRecords(peer, ours)
 	if err != nil {
 		return err
 	}
-	lost += st.Lost
+	lost := st.Lost
+	mine := theirs
+	if !a.samePeer() {
+		if mine, st, err = own.AnatomyRecords(); err != nil {
+			return fmt.Errorf("--anatomy: %w", err)
+		}
+		lost += st.Lost
+	}
 	flow := anatomy.Flow{Src: a.stamps.Local.Port(), Dst: a.stamps.Remote.Port()}
 	an := anatomy.Assemble(anatomy.Side{Name: "client", Records: mine}, anatomy.Side{Name: "server", Records: theirs}, flow)
 	fmt.Fprintf(w, "\nanatomy of the round trip: %s (%s) <-> %s (%s), CLOCK_MONOTONIC of one host\n", a.stamps.Local, a.dev, a.stamps.Remote, a.peerDev)
@@ -185,10 +218,11 @@ func (a *perfAnatomy) finish(w io.Writer) error {
 	return nil
 }
 
-// peerRecords waits until the server's application stamps have come (their
-// count stays the same for a moment) or anatomyPeerWait passed, and returns
-// the peer daemon's records and how many of them are the application's.
-func (a *perfAnatomy) peerRecords(peer *ctl.Client) ([]anatomy.Record, int, ctl.AnatomyState, error) {
+// peerRecords waits until the server's application stamps have come to
+// its daemon, beyond the ours already there (their count grew and then
+// stays the same for a moment), or anatomyPeerWait passed, and returns the
+// daemon's records and how many are the server application's.
+func (a *perfAnatomy) peerRecords(peer *ctl.Client, ours int) ([]anatomy.Record, int, ctl.AnatomyState, error) {
 	deadline := time.Now().Add(anatomyPeerWait)
 	last := -1
 	for {
@@ -196,9 +230,9 @@ func (a *perfAnatomy) peerRecords(peer *ctl.Client) ([]anatomy.Record, int, ctl.
 		if err != nil {
 			return nil, 0, st, fmt.Errorf("--anatomy: %w", err)
 		}
-		n := countApp(recs)
+		n := countApp(recs) - ours
 		if (n > 0 && n == last) || time.Now().After(deadline) {
-			return recs, n, st, nil
+			return recs, max(n, 0), st, nil
 		}
 		last = n
 		time.Sleep(200 * time.Millisecond)
