@@ -66,6 +66,11 @@ type Conn struct {
 	dlCh    chan struct{} // guarded by dlMu; closed when the read deadline passes
 	dlTimer *time.Timer   // guarded by dlMu
 	dlFired bool          // guarded by dlMu
+
+	// hopEntry stays registered for readable events: it stamps TCP's
+	// queueing of received data while the stack's recorder is on
+	// (hops.go).
+	hopEntry waiter.Entry
 }
 
 func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
@@ -104,6 +109,8 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
 	// do not allocate.
 	c.rEntry, c.rNotify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wNotify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	c.hopEntry = waiter.NewFunctionEntry(waiter.ReadableEvents, c.stampQueued)
+	wq.EventRegister(&c.hopEntry)
 	c.key = flowKey{local: c.local, remote: c.remote}
 	c.flow = s.flows.claim(c.key)
 	if !s.addConn(c) {
@@ -236,7 +243,11 @@ func (c *Conn) release(abort bool) {
 			c.ep.Abort()
 		}
 		c.ep.Close()
+		c.wq.EventUnregister(&c.hopEntry)
 		c.s.flows.remove(c.key, c.flow)
+		if a := c.s.ep.acks; a != nil {
+			a.forget(c.key)
+		}
 		c.s.removeConn(c)
 		c.dlMu.Lock()
 		if c.dlTimer != nil {

@@ -32,6 +32,10 @@ command -v qperf >/dev/null 2>&1 || need+=(qperf)
 # (ethtool) with tcpdump.
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
+# make bench (bench/, test/'s TestMakeBenchTiny) measures kernel TCP with
+# iperf3 and qperf beside siwtun's own tcpperf.
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+command -v qperf >/dev/null 2>&1 || need+=(qperf)
 # web/ and cmd/siwtun test the web view in a headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
