@@ -1,5 +1,5 @@
 /* Compile-time checks of libsiwtun's message handling against the
- * protocol header verbs/internal/uabi generates (CHeader, checked in as
+ * protocol header internal/uabi generates (CHeader, checked in as
  * testdata/siwtun_uabi.h): op numbers, statuses, and the field lists of the
  * messages libsiwtun encodes and decodes by hand (msg.c, device.c,
  * verbs.c, cma.c). A change of the protocol fails the build here. */

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // SocketDir is where Dial looks for a device's verbs socket,

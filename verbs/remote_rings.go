@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 func codeOf(c uint16) rdmap.Code { return rdmap.Code(c) }

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // remoteSRQ posts into the SRQ ring the daemon reads when a Send needs a

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
+	"github.com/siwtun/siwtun/internal/uabi"
 )
 
 // fuzzReplyTimeout bounds the wait for one reply in FuzzSession.

@@ -16,8 +16,8 @@ import (
 	"github.com/siwtun/siwtun/internal/testkit"
 
 	"github.com/siwtun/siwtun/internal/syncbuf"
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // rawClient speaks the protocol by hand.

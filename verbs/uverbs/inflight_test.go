@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
+	"github.com/siwtun/siwtun/internal/uabi"
 )
 
 // TestWaitingRequestsThenGone: a client fills its session with requests

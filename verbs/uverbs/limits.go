@@ -3,7 +3,7 @@ package uverbs
 import (
 	"fmt"
 
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
+	"github.com/siwtun/siwtun/internal/uabi"
 )
 
 // Limits bound what one client session (one connection to the verbs

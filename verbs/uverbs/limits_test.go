@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // wantLimit checks that err is the per-client limit error naming flag.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
+	"github.com/siwtun/siwtun/internal/uabi"
 )
 
 // TestClientNotReading: a client floods requests and never reads the

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"syscall"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // sPort is a port the client reserved (rdma_bind_addr) and has not

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
+	"github.com/siwtun/siwtun/internal/uabi"
 )
 
 // TestReservePort: port 0 gets a port at once (rdma_bind_addr); another

@@ -1,8 +1,8 @@
 package uverbs
 
 import (
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // reregMR changes a region in place (ibv_rereg_mr): the engine's STag

@@ -1,6 +1,6 @@
 // Package uverbs is the daemon side of the verbs socket: it serves a local
 // (in-process) verbs.Device to applications in other processes, which open
-// it with verbs.Dial. See package verbs/internal/uabi for the ABI.
+// it with verbs.Dial. See package internal/uabi for the ABI.
 //
 // Each client connection is a session with its own objects; handles are
 // unique across the server, so a client that names another client's object
@@ -24,11 +24,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // Server serves one device on any number of listeners.

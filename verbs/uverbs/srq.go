@@ -5,9 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // sSRQ is the daemon side of a shared receive queue: the engine's SRQ and

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
+	"github.com/siwtun/siwtun/internal/uabi"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/ibv"
-	"github.com/siwtun/siwtun/verbs/internal/uabi"
 )
 
 // TestClientVanishesMidRequest: a client that dies (its socket closed, as

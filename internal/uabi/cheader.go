@@ -16,7 +16,7 @@ import (
 func CHeader() []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("/* siwtun verbs-socket ABI, generated from verbs/internal/uabi (CHeader). Do not edit. */\n")
+	p("/* siwtun verbs-socket ABI, generated from internal/uabi (CHeader). Do not edit. */\n")
 	p("#ifndef SIWTUN_UABI_H\n#define SIWTUN_UABI_H\n\n")
 	p("/* Messages: a little-endian header (u32 length, u16 op, u16 nfds, u32 seq), then the body.\n")
 	p(" * A reply's body is a status (u32 code; if not OK: bytes msg, then bytes detail if present),\n")

@@ -1,4 +1,4 @@
-/* siwtun verbs-socket ABI, generated from verbs/internal/uabi (CHeader). Do not edit. */
+/* siwtun verbs-socket ABI, generated from internal/uabi (CHeader). Do not edit. */
 #ifndef SIWTUN_UABI_H
 #define SIWTUN_UABI_H
 
