@@ -10,7 +10,7 @@
 //	offload/    the iWARP engine: mpa/, ddp/, rdmap/ codecs and the QP engine
 //	rnic/       the in-process RNIC: stack + engine + verbs device, assembled
 //	verbs/      the application API: PD, MR, CQ, QP, connection management;
-//	            verbs/ibv its vocabulary, verbs/uverbs the daemon's verbs socket
+//	            verbs/ibv its vocabulary, daemon/uverbs the daemon's verbs socket
 //	ctl/        the control plane
 //	cmd/siwtun  the command-line tool
 package siwtun

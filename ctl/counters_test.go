@@ -5,10 +5,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic/rnictest"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // TestQPCountersDocumented checks that every offload.QPStats counter has a

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // The examples run two in-process RNICs joined by an in-memory link. A

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // testTimeout guards against hangs; it is not a performance bound.

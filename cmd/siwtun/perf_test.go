@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // TestPerfBadFlags: what perftest refuses is refused before any device is

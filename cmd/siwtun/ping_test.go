@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/tools/rping"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // pingRun is one `siwtun ping` run through the root command.

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/verbs"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // TestVerbsSocketPermChild is the child of TestVerbsSocketPermissions: it

@@ -23,13 +23,13 @@ import (
 
 	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/internal/sdnotify"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/tun"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // upOptions are the flags of siwtun up.

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
-	"github.com/siwtun/siwtun/verbs/uverbs"
 )
 
 // TestHello runs the program against two RNICs served on verbs sockets in

@@ -1,5 +1,5 @@
 // Package uabi is the verbs socket's ABI, shared by the client transport
-// (package verbs) and the daemon (package verbs/uverbs): the layout of the
+// (package verbs) and the daemon (package daemon/uverbs): the layout of the
 // shared-memory work and completion rings, the helpers that create and map
 // them (memfd, mmap, eventfd), and the messages on the Unix socket.
 //

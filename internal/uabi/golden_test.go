@@ -11,7 +11,7 @@ import (
 
 // The messages of testdata/messages.golden were captured from the
 // field-by-field encoders of the client (verbs/remote.go,
-// verbs/remote_rings.go) and the daemon (verbs/uverbs) before the messages
+// verbs/remote_rings.go) and the daemon (daemon/uverbs) before the messages
 // had one definition here (commit 3f21fd3): the sample values below,
 // written the way those encoders wrote them. The message types must keep
 // producing these bytes.

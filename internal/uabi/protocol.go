@@ -21,7 +21,7 @@ type OpInfo struct {
 
 // Ops is the verbs socket's protocol, every op with its request and reply
 // type: the single source of truth for both ends. The Go client (package
-// verbs) and the daemon (package verbs/uverbs) encode and decode with these
+// verbs) and the daemon (package daemon/uverbs) encode and decode with these
 // types only, and a client in another language (the C library) is checked
 // against this table: Fields lists each message's fields in wire order
 // with their kinds and sizes, so a test or a generator can turn the table
