@@ -9,8 +9,10 @@
 //	netstack/   the RNIC's private TCP/IP stack, with segment-level hooks
 //	offload/    the iWARP engine: mpa/, ddp/, rdmap/ codecs and the QP engine
 //	rnic/       the in-process RNIC: stack + engine + verbs device, assembled
+//	daemon/     the daemon's side, serving the RNIC: uverbs/ the verbs socket,
+//	            ctlsrv/ the control socket
 //	verbs/      the application API: PD, MR, CQ, QP, connection management;
-//	            verbs/ibv its vocabulary, daemon/uverbs the daemon's verbs socket
-//	ctl/        the control plane
+//	            verbs/ibv its vocabulary
+//	ctl/        the control plane's protocol, client and printing
 //	cmd/siwtun  the command-line tool
 package siwtun

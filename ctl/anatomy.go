@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/siwtun/siwtun/anatomy"
@@ -48,7 +47,7 @@ func (r AnatomyRequest) Check() error {
 		}
 	case AnatomyApp:
 		for _, a := range r.App {
-			if _, err := recordOf(a); err != nil {
+			if _, err := a.Record(); err != nil {
 				return err
 			}
 		}
@@ -67,8 +66,8 @@ type AnatomyState struct {
 	Lost uint64 `json:"lost,omitempty"`
 }
 
-// recordOf checks and converts a stamp from the wire.
-func recordOf(a AnatomyRecord) (anatomy.Record, error) {
+// Record checks and converts a stamp from the wire.
+func (a AnatomyRecord) Record() (anatomy.Record, error) {
 	h := anatomy.Hop(a[0])
 	if a[0] < 0 || a[0] > 255 || !h.Valid() {
 		return anatomy.Record{}, fmt.Errorf("anatomy: bad hop %d", a[0])
@@ -86,40 +85,9 @@ func recordOf(a AnatomyRecord) (anatomy.Record, error) {
 	return anatomy.Record{Hop: h, SrcPort: uint16(a[1]), DstPort: uint16(a[2]), Seq: uint32(a[3]), Len: uint32(a[4]), T: a[5]}, nil
 }
 
-// wireRecord converts a stamp for the wire.
-func wireRecord(r anatomy.Record) AnatomyRecord {
+// WireRecord converts a stamp for the wire.
+func WireRecord(r anatomy.Record) AnatomyRecord {
 	return AnatomyRecord{int64(r.Hop), int64(r.SrcPort), int64(r.DstPort), int64(r.Seq), int64(r.Len), r.T}
-}
-
-// anatomyOp answers OpAnatomy.
-func (s *Server) anatomyOp(req AnatomyRequest) Response {
-	rec := s.Anatomy
-	if rec == nil {
-		return errorResponse(errors.New("this daemon does not record hop stamps"))
-	}
-	switch req.Action {
-	case AnatomyStart:
-		rec.Start()
-	case AnatomyStop:
-		rec.Stop()
-	case AnatomyApp:
-		recs := make([]anatomy.Record, 0, len(req.App))
-		for _, a := range req.App {
-			r, _ := recordOf(a) // checked by ParseRequest
-			recs = append(recs, r)
-		}
-		if err := rec.AddApp(recs); err != nil {
-			return errorResponse(err)
-		}
-	case AnatomyGet:
-		snap := rec.Snapshot()
-		st := &AnatomyState{On: snap.On, Lost: snap.Lost, Records: make([]AnatomyRecord, len(snap.Records))}
-		for i, r := range snap.Records {
-			st.Records[i] = wireRecord(r)
-		}
-		return Response{OK: true, Anatomy: st}
-	}
-	return Response{OK: true, Anatomy: &AnatomyState{On: rec.On()}}
 }
 
 // Anatomy sends an anatomy action other than AnatomyApp and returns the
@@ -143,7 +111,7 @@ func (c *Client) AnatomyRecords() ([]anatomy.Record, AnatomyState, error) {
 	}
 	recs := make([]anatomy.Record, 0, len(st.Records))
 	for _, a := range st.Records {
-		r, err := recordOf(a)
+		r, err := a.Record()
 		if err != nil {
 			return nil, st, fmt.Errorf("%s: %w", c.dev, err)
 		}
@@ -160,7 +128,7 @@ func (c *Client) AnatomyApp(recs []anatomy.Record) error {
 		req := AnatomyRequest{Action: AnatomyApp}
 		size := 0
 		for len(recs) > 0 {
-			a := wireRecord(recs[0])
+			a := WireRecord(recs[0])
 			b, _ := json.Marshal(a)
 			if size+len(b)+1 > room {
 				break

@@ -1,5 +1,8 @@
-// Package ctl is siwtun's control plane: what `siwtun ctl` asks a running
-// daemon (`siwtun up`) about its RNIC, and how the answers are printed.
+// Package ctl is siwtun's control plane as its clients see it: what
+// `siwtun ctl`, the live view and the benchmarks ask a running daemon
+// (`siwtun up`) about its RNIC, the protocol they ask in, and how the
+// answers are printed. It imports nothing of the engine: the daemon's end
+// of the socket, which reads the engine, is package daemon/ctlsrv.
 //
 // # Wire protocol
 //
@@ -32,7 +35,7 @@
 // A request is at most MaxRequestSize bytes including its newline; a longer
 // line, malformed JSON, an unknown field or an unknown op gets an error
 // response and the connection stays usable. A connection that does not
-// complete a request within the server's ReadTimeout is closed. The JSON
+// complete a request within the server's read timeout is closed. The JSON
 // field names equal the keys of the text output (ibv_devinfo's and the rdma
 // tool's), so `siwtun ctl ... -j` and the text agree.
 //

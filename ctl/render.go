@@ -154,13 +154,13 @@ func WriteQPs(w io.Writer, qps []QP) error {
 // `rdma statistic qp show` does, one line per layer
 // ("link siwtun0/1 lqpn 1 mpaFpduTx 3 mpaFpduRx 3 ...").
 func WriteQPCounters(w io.Writer, q QP) error {
-	table := qpCounters()
-	layers := []string{layerTCP, layerMPA, layerDDP, layerRDMAP, layerVerbs, layerOther}
+	table := QPCounters()
+	layers := []string{LayerTCP, LayerMPA, LayerDDP, LayerRDMAP, LayerVerbs, LayerOther}
 	byLayer := make(map[string][]Counter, len(layers))
 	for _, c := range q.Counters {
-		l := layerOther
+		l := LayerOther
 		if info, ok := table[c.Name]; ok {
-			l = info.layer
+			l = info.Layer
 		}
 		byLayer[l] = append(byLayer[l], c)
 	}
@@ -209,4 +209,10 @@ func WriteJSON(w io.Writer, v any, pretty bool) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// FormatGUID formats a GUID as ibv_devinfo does: four groups of four hex
+// digits, most significant first ("0123:4567:89ab:cdef").
+func FormatGUID(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }

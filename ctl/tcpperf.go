@@ -80,27 +80,6 @@ func (r TCPPerfRequest) Check() error {
 	return nil
 }
 
-// TCPPerfFunc runs a checked tcpperf request on the daemon's stack and
-// returns what it measured, encoded as JSON in the response. The daemon
-// sets Server.TCPPerf to one (package apps/tcpperf provides it); the
-// control plane itself knows nothing of the workload.
-type TCPPerfFunc func(r TCPPerfRequest) (any, error)
-
-func (s *Server) tcpPerf(r TCPPerfRequest) Response {
-	if s.TCPPerf == nil {
-		return errorResponse(errors.New("tcpperf: this device cannot run TCP workloads"))
-	}
-	res, err := s.TCPPerf(r)
-	if err != nil {
-		return errorResponse(err)
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		return errorResponse(fmt.Errorf("tcpperf: result: %w", err))
-	}
-	return Response{OK: true, TCPPerf: b}
-}
-
 // TCPPerf asks the daemon to run a TCP workload on its own stack, waits
 // for the result (a server's request returns once its client is done) and
 // decodes it into result (a *tcpperf.Result).

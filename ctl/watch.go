@@ -1,27 +1,15 @@
 package ctl
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"time"
 
 	"github.com/siwtun/siwtun/internal/monoclock"
-	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload"
 )
-
-// Watcher is implemented by a Provider that can stream its device's
-// traffic for OpWatch (the engine's Provider does).
-type Watcher interface {
-	// Watch opens a stream of the device's segments, placements and
-	// completions; the caller closes it.
-	Watch() *offload.Watch
-}
 
 // WatchEvent is one line of an OpWatch stream: exactly one of Segment,
 // Place, WC and Gap is set, or none (a heartbeat: the daemon had nothing
@@ -123,35 +111,6 @@ type WatchWC struct {
 	ByteLen uint32 `json:"byte_len"`
 }
 
-// NewWatchEvent converts an engine event.
-func NewWatchEvent(e offload.TapEvent) WatchEvent {
-	out := WatchEvent{Time: e.Time, Mono: monoclock.Nanos(e.Time)}
-	switch {
-	case e.Segment != nil:
-		s := e.Segment
-		dir := "in"
-		if s.Dir == netstack.Outbound {
-			dir = "out"
-		}
-		out.Segment = &WatchSegment{Dir: dir, Src: s.Src, Dst: s.Dst, Seq: s.Seq, Ack: s.Ack, Flags: s.Flags, Window: s.Window, MSS: s.MSS, Payload: s.Payload}
-	case e.Place != nil:
-		p := e.Place
-		out.Place = &WatchPlace{QP: p.QP, Op: p.Op.String(), STag: p.STag, TO: p.TO, Offset: p.Offset, RecvWR: p.RecvWR, MSN: p.MSN, MO: p.MO, Len: p.Len, OutOfOrder: p.OutOfOrder}
-	case e.Completion != nil:
-		c := e.Completion
-		out.WC = &WatchWC{QP: c.QPNum, ID: c.ID, Opcode: c.Opcode.String(), Status: c.Status.String(), ByteLen: c.ByteLen}
-	case e.Gap != nil:
-		g := e.Gap
-		wg := &WatchGap{From: g.From, To: g.To, FromMono: monoclock.Nanos(g.From), ToMono: monoclock.Nanos(g.To),
-			Segments: g.Segments, Places: g.Places, WCs: g.Completions, MoreDirs: g.MoreDirs}
-		for _, d := range g.Dirs {
-			wg.Dirs = append(wg.Dirs, WatchGapDir{Src: d.Src, Dst: d.Dst, Seq: d.Seq, End: d.End, Segments: d.Segments})
-		}
-		out.Gap = wg
-	}
-	return out
-}
-
 // Heartbeat reports whether e carries nothing but its time.
 func (e *WatchEvent) Heartbeat() bool {
 	return e.Segment == nil && e.Place == nil && e.WC == nil && e.Gap == nil
@@ -165,76 +124,6 @@ func (e *WatchEvent) MonoTime() int64 {
 		return e.Mono
 	}
 	return monoclock.Nanos(e.Time)
-}
-
-// heartbeatPeriod is how long a watch stream stays silent before the
-// daemon sends a heartbeat (a reader merging several daemons' streams by
-// time waits for each to pass a time before showing what came before it).
-const heartbeatPeriod = 50 * time.Millisecond
-
-// isWatch reports whether a request line asks for OpWatch.
-func isWatch(line []byte) bool {
-	req, err := ParseRequest(line)
-	return err == nil && req.Op == OpWatch
-}
-
-// watch serves an OpWatch request: an OK response, then one WatchEvent per
-// line until the client closes its side (or sends anything), the client
-// stops reading for writeTimeout, or the server closes.
-func (s *Server) watch(c net.Conn, br *bufio.Reader, line []byte) {
-	req, _ := ParseRequest(line)
-	w, ok := s.p.(Watcher)
-	if !ok {
-		s.reply(c, errorResponse(errors.New("this daemon cannot stream its traffic")))
-		return
-	}
-	if !s.reply(c, Response{OK: true}) {
-		return
-	}
-	ws := w.Watch()
-	defer ws.Close()
-	s.log.Debug("ctl: watch started", "path", s.path)
-	// The client ends the stream by closing (or writing to) its side.
-	gone := make(chan struct{})
-	c.SetReadDeadline(time.Time{})
-	go func() {
-		defer close(gone)
-		br.ReadByte()
-	}()
-	enc := json.NewEncoder(c)
-	var dropped uint64
-	beat := time.NewTicker(heartbeatPeriod)
-	defer beat.Stop()
-	sent := false // something was sent since the last tick
-	for {
-		select {
-		case <-gone:
-			return
-		case <-beat.C:
-			if !sent {
-				ws.Idle()
-			}
-			sent = false
-		case e, ok := <-ws.Events():
-			if !ok {
-				return
-			}
-			ev := NewWatchEvent(e)
-			if req.Headers && ev.Segment != nil {
-				ev.Segment.Len, ev.Segment.Payload = len(ev.Segment.Payload), nil
-			}
-			if d := ws.Dropped(); d != dropped {
-				dropped = d
-				ev.Dropped = d
-			}
-			c.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if err := enc.Encode(ev); err != nil {
-				s.log.Debug("ctl: watch ended", "path", s.path, "err", err)
-				return
-			}
-			sent = true
-		}
-	}
 }
 
 // WatchStream is the client's end of an OpWatch stream.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/internal/monoclock"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
@@ -26,7 +27,7 @@ import (
 type watchedPair struct {
 	cli, srv *testRNIC
 	dir      string
-	server   *ctl.Server
+	server   *ctlsrv.Server
 }
 
 func newWatchedPair(t *testing.T) *watchedPair {
@@ -34,7 +35,7 @@ func newWatchedPair(t *testing.T) *watchedPair {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	markers := func(c *offload.Config) { c.Markers = true }
 	p := &watchedPair{cli: newRNICConfig(t, la, "siwtun0", cliPrefix, markers), srv: newRNICConfig(t, lb, "siwtun1", srvPrefix, markers), dir: t.TempDir()}
-	s, err := ctl.Listen(ctl.SocketPath(p.dir, "siwtun0"), ctl.NewProvider("", p.cli.eng, nil), nil)
+	s, err := ctlsrv.Listen(ctl.SocketPath(p.dir, "siwtun0"), ctlsrv.NewProvider("", p.cli.eng, nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

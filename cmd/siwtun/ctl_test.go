@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic/rnictest"
@@ -174,7 +175,7 @@ func startEngines(t *testing.T) string {
 	dir := t.TempDir()
 	for _, r := range []*testRNIC{cli, srv} {
 		name := r.dev.Name()
-		s, err := ctl.Listen(ctl.SocketPath(dir, name), ctl.NewProvider(name, r.eng, []netip.Prefix{hostPrefix}), nil)
+		s, err := ctlsrv.Listen(ctl.SocketPath(dir, name), ctlsrv.NewProvider(name, r.eng, []netip.Prefix{hostPrefix}), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

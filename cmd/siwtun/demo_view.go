@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/web"
 )
@@ -30,7 +30,7 @@ type demoView struct {
 	names    [2]string
 	mu       sync.Mutex
 	engs     [2]*offload.Device // the engines watched now (for the regions' lookup)
-	provs    [2]ctl.Provider
+	provs    [2]ctlsrv.Provider
 	watches  [2]*offload.Watch
 	merger   *web.Merger   // the two engines' events in time order
 	beat     chan struct{} // closed to stop the heartbeats
@@ -92,13 +92,13 @@ func (v *demoView) attach(engs [2]*offload.Device) {
 	v.mu.Unlock()
 	v.merger = web.NewMerger(v.b, 2, stallAge)
 	for i, e := range engs {
-		v.provs[i] = ctl.NewProvider(v.names[i], e, nil)
+		v.provs[i] = ctlsrv.NewProvider(v.names[i], e, nil)
 		v.watches[i] = e.Watch(1 << 16)
 		v.wg.Add(1)
 		go func(i int, w *offload.Watch) {
 			defer v.wg.Done()
 			for ev := range w.Events() {
-				v.merger.Add(i, ctl.NewWatchEvent(ev))
+				v.merger.Add(i, ctlsrv.NewWatchEvent(ev))
 			}
 			v.merger.End(i)
 		}(i, v.watches[i])

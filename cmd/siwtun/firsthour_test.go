@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/rnic/rnictest"
 )
@@ -55,7 +56,7 @@ func TestCtlQPNone(t *testing.T) {
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
 	eng := rnictest.New(t, la, cliPrefix, 1500, "siwtun0", nil).Engine
 	dir := t.TempDir()
-	s, err := ctl.Listen(ctl.SocketPath(dir, "siwtun0"), ctl.NewProvider("", eng, nil), nil)
+	s, err := ctlsrv.Listen(ctl.SocketPath(dir, "siwtun0"), ctlsrv.NewProvider("", eng, nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,8 @@ func TestSysView(t *testing.T) {
 		"infiniband/siwtun0/ports/1/gid_attrs/types/0": "IB/RoCE v1",
 		"infiniband/siwtun0/ports/1/gid_attrs/ndevs/0": "siwtun0",
 		"infiniband/siwtun1/ports/1/gid_attrs/ndevs/0": "eth1",
-		"infiniband_verbs/uverbs0/ibdev":              "siwtun0",
-		"infiniband_verbs/uverbs1/ibdev":              "siwtun1",
+		"infiniband_verbs/uverbs0/ibdev":               "siwtun0",
+		"infiniband_verbs/uverbs1/ibdev":               "siwtun1",
 		"infiniband_verbs/abi_version":                 "6",
 	}
 	for p, v := range want {

@@ -21,8 +21,9 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/internal/sdnotify"
 	"github.com/siwtun/siwtun/netstack"
@@ -417,12 +418,12 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	vsrv.SetLimits(o.limits)
 	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
-	cs, err := ctl.Listen(ctlPath, ctl.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
+	cs, err := ctlsrv.Listen(ctlPath, ctlsrv.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
 	if err != nil {
 		return err
 	}
 	defer cs.Close()
-	cs.TCPPerf = tcpperf.OnStack(stack)
+	cs.TCPPerf = daemon.TCPPerfOnStack(stack)
 	cs.Anatomy = stack.Anatomy()
 	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
 		return err

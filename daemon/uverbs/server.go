@@ -106,7 +106,7 @@ func (s *Server) Stats() Stats {
 }
 
 // Counters returns the server's counters by their stable names, for the
-// control plane's stats (ctl.NewProvider).
+// control plane's stats (ctlsrv.NewProvider).
 func (s *Server) Counters() []offload.Counter {
 	st := s.Stats()
 	return []offload.Counter{{Name: "verbsRxWatches", Value: st.RxWatches}, {Name: "verbsRxTaken", Value: st.RxTaken},

@@ -1,4 +1,4 @@
-package ctl
+package ctlsrv
 
 import (
 	"bufio"
@@ -16,21 +16,16 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/anatomy"
+	"github.com/siwtun/siwtun/ctl"
 )
 
 // Defaults of the control socket.
 const (
-	// DefaultSocketDir holds the control sockets, one per device.
-	DefaultSocketDir = "/run/siwtun"
-	// SocketSuffix ends a control socket's name: <dev>.ctl.
-	SocketSuffix = ".ctl"
 	// SocketMode is the control socket's file mode: the owner (root) and
 	// its group may query the daemon.
 	SocketMode = 0o660
 	// DirMode is the mode of a socket directory Listen creates.
 	DirMode = 0o755
-	// MaxRequestSize bounds a request line, newline included.
-	MaxRequestSize = 4096
 	// DefaultReadTimeout is how long a connection may take to send a
 	// complete request before the server closes it.
 	DefaultReadTimeout = 10 * time.Second
@@ -43,86 +38,6 @@ const (
 	// probeTimeout bounds the check whether an existing socket is alive.
 	probeTimeout = time.Second
 )
-
-// Operations of a Request.
-const (
-	// OpDevInfo asks for the DevInfo.
-	OpDevInfo = "devinfo"
-	// OpLink asks for the Link.
-	OpLink = "link"
-	// OpQP asks for the queue pairs, or the one Request.QP names.
-	OpQP = "qp"
-	// OpStats asks for the Stats.
-	OpStats = "stats"
-	// OpWatch turns the connection into a stream of WatchEvents (see
-	// watch.go).
-	OpWatch = "watch"
-	// OpTCPPerf runs a TCP workload on the RNIC's own TCP/IP stack (see
-	// tcpperf.go): the benchmarks' raw gVisor TCP baseline.
-	OpTCPPerf = "tcpperf"
-	// OpMR asks for the registered memory regions (see mr.go).
-	OpMR = "mr"
-	// OpProc asks for the daemon process's footprint: goroutines, RSS,
-	// descriptors, mappings (see proc.go).
-	OpProc = "proc"
-	// OpAnatomy drives the recorder of hop stamps (see anatomy.go).
-	OpAnatomy = "anatomy"
-)
-
-// SocketPath is the control socket of device dev in directory dir (empty:
-// DefaultSocketDir).
-func SocketPath(dir, dev string) string {
-	if dir == "" {
-		dir = DefaultSocketDir
-	}
-	return filepath.Join(dir, dev+SocketSuffix)
-}
-
-// Request is one line a client sends.
-type Request struct {
-	// Op is the query: OpDevInfo, OpLink, OpQP or OpStats.
-	Op string `json:"op"`
-	// QP selects one queue pair for OpQP (absent: every queue pair).
-	QP *uint32 `json:"qp,omitempty"`
-	// TCPPerf is the workload of OpTCPPerf.
-	TCPPerf *TCPPerfRequest `json:"tcpperf,omitempty"`
-	// GC, with OpProc, first runs a garbage collection and returns the
-	// freed memory to the operating system (debug.FreeOSMemory), so that
-	// the resident set says what the daemon still holds.
-	GC bool `json:"gc,omitempty"`
-	// Headers, with OpWatch, leaves the segments' payloads out of the
-	// stream (WatchSegment.Len says how long they were): a viewer that
-	// only matches the segments of a second device sends its daemon a
-	// fraction of the data, and falls behind much later.
-	Headers bool `json:"headers,omitempty"`
-	// Anatomy is the action of OpAnatomy.
-	Anatomy *AnatomyRequest `json:"anatomy,omitempty"`
-}
-
-// Response is one line the server answers with: OK and one payload, or
-// !OK and Error.
-type Response struct {
-	// OK says whether the request succeeded.
-	OK bool `json:"ok"`
-	// Error says why it did not.
-	Error string `json:"error,omitempty"`
-	// DevInfo answers OpDevInfo.
-	DevInfo *DevInfo `json:"devinfo,omitempty"`
-	// Link answers OpLink.
-	Link *Link `json:"link,omitempty"`
-	// QPs answers OpQP (absent when there are none).
-	QPs []QP `json:"qps,omitempty"`
-	// Stats answers OpStats.
-	Stats *Stats `json:"stats,omitempty"`
-	// TCPPerf answers OpTCPPerf.
-	TCPPerf json.RawMessage `json:"tcpperf,omitempty"`
-	// MRs answers OpMR (absent when there are none).
-	MRs []MR `json:"mrs,omitempty"`
-	// Proc answers OpProc.
-	Proc *Proc `json:"proc,omitempty"`
-	// Anatomy answers OpAnatomy.
-	Anatomy *AnatomyState `json:"anatomy,omitempty"`
-}
 
 // Server serves a Provider on a control socket.
 type Server struct {
@@ -296,14 +211,14 @@ func (s *Server) serveConn(c net.Conn) {
 	if timeout <= 0 {
 		timeout = DefaultReadTimeout
 	}
-	br := bufio.NewReaderSize(c, MaxRequestSize)
+	br := bufio.NewReaderSize(c, ctl.MaxRequestSize)
 	for {
 		c.SetReadDeadline(time.Now().Add(timeout))
 		line, err := br.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			s.log.Debug("ctl: request too long", "path", s.path)
-			if !s.reply(c, errorResponse(fmt.Errorf("request longer than %d bytes", MaxRequestSize))) {
+			if !s.reply(c, errorResponse(fmt.Errorf("request longer than %d bytes", ctl.MaxRequestSize))) {
 				return
 			}
 			if err := skipLine(br); err != nil {
@@ -344,7 +259,7 @@ func skipLine(br *bufio.Reader) error {
 }
 
 // reply writes one response; it reports whether the connection is usable.
-func (s *Server) reply(c net.Conn, r Response) bool {
+func (s *Server) reply(c net.Conn, r ctl.Response) bool {
 	c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := writeResponse(c, r); err != nil {
 		s.log.Debug("ctl: write response", "path", s.path, "err", err)
@@ -353,7 +268,7 @@ func (s *Server) reply(c net.Conn, r Response) bool {
 	return true
 }
 
-func writeResponse(w io.Writer, r Response) error {
+func writeResponse(w io.Writer, r ctl.Response) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		b, _ = json.Marshal(errorResponse(fmt.Errorf("encode response: %w", err)))
@@ -362,104 +277,50 @@ func writeResponse(w io.Writer, r Response) error {
 	return err
 }
 
-func errorResponse(err error) Response { return Response{Error: err.Error()} }
+func errorResponse(err error) ctl.Response { return ctl.Response{Error: err.Error()} }
 
 // handle answers one request line. A panic in the provider is answered as
 // an internal error rather than taking the daemon down.
-func (s *Server) handle(line []byte) (resp Response) {
+func (s *Server) handle(line []byte) (resp ctl.Response) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("ctl: provider panic", "path", s.path, "panic", v)
 			resp = errorResponse(fmt.Errorf("internal error: %v", v))
 		}
 	}()
-	req, err := ParseRequest(line)
+	req, err := ctl.ParseRequest(line)
 	if err != nil {
 		return errorResponse(err)
 	}
 	switch req.Op {
-	case OpDevInfo:
+	case ctl.OpDevInfo:
 		d := s.p.DevInfo()
-		return Response{OK: true, DevInfo: &d}
-	case OpLink:
+		return ctl.Response{OK: true, DevInfo: &d}
+	case ctl.OpLink:
 		l := s.p.Link()
-		return Response{OK: true, Link: &l}
-	case OpQP:
+		return ctl.Response{OK: true, Link: &l}
+	case ctl.OpQP:
 		qps := s.p.QPs()
 		if req.QP == nil {
-			return Response{OK: true, QPs: qps}
+			return ctl.Response{OK: true, QPs: qps}
 		}
 		for _, q := range qps {
 			if q.LQPN == *req.QP {
-				return Response{OK: true, QPs: []QP{q}}
+				return ctl.Response{OK: true, QPs: []ctl.QP{q}}
 			}
 		}
 		return errorResponse(fmt.Errorf("no queue pair %d", *req.QP))
-	case OpStats:
+	case ctl.OpStats:
 		st := s.p.Stats()
-		return Response{OK: true, Stats: &st}
-	case OpTCPPerf:
+		return ctl.Response{OK: true, Stats: &st}
+	case ctl.OpTCPPerf:
 		return s.tcpPerf(*req.TCPPerf)
-	case OpMR:
+	case ctl.OpMR:
 		return s.mrs()
-	case OpProc:
+	case ctl.OpProc:
 		return s.proc(req.GC)
-	case OpAnatomy:
+	case ctl.OpAnatomy:
 		return s.anatomyOp(*req.Anatomy)
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
-}
-
-// ParseRequest decodes and checks one request line: one JSON object with
-// known fields only, a known op, and qp only with op "qp".
-func ParseRequest(line []byte) (Request, error) {
-	var req Request
-	if len(line) > MaxRequestSize {
-		return req, fmt.Errorf("request longer than %d bytes", MaxRequestSize)
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return Request{}, fmt.Errorf("malformed request: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Request{}, errors.New("malformed request: data after the JSON object")
-	}
-	if req.GC && req.Op != OpProc {
-		return Request{}, fmt.Errorf("field gc is only valid with op %q", OpProc)
-	}
-	if req.TCPPerf != nil && req.Op != OpTCPPerf {
-		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
-	}
-	if req.Anatomy != nil && req.Op != OpAnatomy {
-		return Request{}, fmt.Errorf("field anatomy is only valid with op %q", OpAnatomy)
-	}
-	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR, OpProc, OpAnatomy:
-		if req.QP != nil {
-			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
-		}
-		if req.Op == OpTCPPerf {
-			if req.TCPPerf == nil {
-				return Request{}, fmt.Errorf("op %q needs the field tcpperf", OpTCPPerf)
-			}
-			if err := req.TCPPerf.Check(); err != nil {
-				return Request{}, err
-			}
-		}
-		if req.Op == OpAnatomy {
-			if req.Anatomy == nil {
-				return Request{}, fmt.Errorf("op %q needs the field anatomy", OpAnatomy)
-			}
-			if err := req.Anatomy.Check(); err != nil {
-				return Request{}, err
-			}
-		}
-	case OpQP:
-	case "":
-		return Request{}, errors.New(`malformed request: missing "op"`)
-	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf, mr, proc or anatomy)", req.Op)
-	}
-	return req, nil
 }

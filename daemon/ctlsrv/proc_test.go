@@ -1,4 +1,4 @@
-package ctl
+package ctlsrv
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/siwtun/siwtun/ctl"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -52,7 +54,7 @@ func TestServerProc(t *testing.T) {
 		t.Fatalf("Proc = %+v", p)
 	}
 	var b bytes.Buffer
-	if err := WriteProc(&b, p); err != nil || !strings.Contains(b.String(), "goroutines ") || strings.Count(b.String(), "\n") != 8 {
+	if err := ctl.WriteProc(&b, p); err != nil || !strings.Contains(b.String(), "goroutines ") || strings.Count(b.String(), "\n") != 8 {
 		t.Fatalf("WriteProc: %v\n%s", err, b.String())
 	}
 	// A request with a qp field is refused, as for the other ops.

@@ -1,4 +1,4 @@
-package ctl
+package ctlsrv
 
 import (
 	"bufio"
@@ -12,26 +12,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/ctl"
 )
-
-// fakeProvider answers with the golden fixtures.
-type fakeProvider struct{ panicOn string }
-
-func (f fakeProvider) DevInfo() DevInfo {
-	if f.panicOn == OpDevInfo {
-		panic("provider bug")
-	}
-	return fixtureDevInfo()
-}
-func (fakeProvider) Link() Link   { return fixtureLinks()[0] }
-func (fakeProvider) QPs() []QP    { return fixtureQPs() }
-func (fakeProvider) Stats() Stats { return fixtureStats() }
 
 // startServer serves p on a socket in a fresh directory; configure, if
 // given, runs before Serve.
 func startServer(t *testing.T, p Provider, configure ...func(*Server)) *Server {
 	t.Helper()
-	s, err := Listen(SocketPath(t.TempDir(), "siwtun0"), p, nil)
+	s, err := Listen(ctl.SocketPath(t.TempDir(), "siwtun0"), p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +38,9 @@ func startServer(t *testing.T, p Provider, configure ...func(*Server)) *Server {
 	return s
 }
 
-func dial(t *testing.T, path string) *Client {
+func dial(t *testing.T, path string) *ctl.Client {
 	t.Helper()
-	c, err := Dial(path)
+	c, err := ctl.Dial(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +107,13 @@ func (r *rawConn) send(s string) {
 	}
 }
 
-func (r *rawConn) recv() Response {
+func (r *rawConn) recv() ctl.Response {
 	r.t.Helper()
 	line, err := r.br.ReadBytes('\n')
 	if err != nil {
 		r.t.Fatalf("read response: %v", err)
 	}
-	var resp Response
+	var resp ctl.Response
 	if err := json.Unmarshal(line, &resp); err != nil {
 		r.t.Fatalf("response %q: %v", line, err)
 	}
@@ -252,7 +241,7 @@ func TestServerMaxConns(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := Dial(s.Path())
+		c, err := ctl.Dial(s.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +258,7 @@ func TestServerMaxConns(t *testing.T) {
 }
 
 func TestServerProviderPanic(t *testing.T) {
-	s := startServer(t, fakeProvider{panicOn: OpDevInfo})
+	s := startServer(t, fakeProvider{panicOn: ctl.OpDevInfo})
 	c := dial(t, s.Path())
 	if _, err := c.DevInfo(); err == nil || !strings.Contains(err.Error(), "internal error: provider bug") {
 		t.Errorf("DevInfo error = %v", err)
@@ -281,7 +270,7 @@ func TestServerProviderPanic(t *testing.T) {
 
 func TestListenSocketFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run", "siwtun")
-	path := SocketPath(dir, "siwtun0")
+	path := ctl.SocketPath(dir, "siwtun0")
 	s, err := Listen(path, fakeProvider{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +312,7 @@ func TestListenSocketFile(t *testing.T) {
 }
 
 func TestListenStaleSocket(t *testing.T) {
-	path := SocketPath(t.TempDir(), "siwtun0")
+	path := ctl.SocketPath(t.TempDir(), "siwtun0")
 	// A crashed daemon leaves its socket file behind.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -331,7 +320,7 @@ func TestListenStaleSocket(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	if _, err := Dial(path); !errors.Is(err, ErrNoDaemon) {
+	if _, err := ctl.Dial(path); !errors.Is(err, ctl.ErrNoDaemon) {
 		t.Errorf("Dial of a stale socket: %v, want ErrNoDaemon", err)
 	}
 	s, err := Listen(path, fakeProvider{}, nil)
@@ -346,7 +335,7 @@ func TestListenStaleSocket(t *testing.T) {
 }
 
 func TestListenNotASocket(t *testing.T) {
-	path := SocketPath(t.TempDir(), "siwtun0")
+	path := ctl.SocketPath(t.TempDir(), "siwtun0")
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -356,48 +345,4 @@ func TestListenNotASocket(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || string(b) != "precious" {
 		t.Errorf("file after Listen: %q, %v", b, err)
 	}
-}
-
-func TestDialNoDaemon(t *testing.T) {
-	_, err := Dial(SocketPath(t.TempDir(), "siwtun7"))
-	if !errors.Is(err, ErrNoDaemon) {
-		t.Fatalf("Dial: %v, want ErrNoDaemon", err)
-	}
-	if want := "no siwtun daemon for siwtun7 (is `siwtun up --dev siwtun7` running?)"; err.Error() != want {
-		t.Errorf("error %q, want %q", err, want)
-	}
-}
-
-func TestSocketPath(t *testing.T) {
-	if got := SocketPath("", "siwtun0"); got != "/run/siwtun/siwtun0.ctl" {
-		t.Errorf("SocketPath = %q", got)
-	}
-	if got := DevFromPath("/run/siwtun/siwtun3.ctl"); got != "siwtun3" {
-		t.Errorf("DevFromPath = %q", got)
-	}
-}
-
-func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{`{"op":"devinfo"}`, `{"op":"qp","qp":3}`, `{"op":"qp","qp":-1}`, `{`, `[]`, `{"op":"link"} x`, `{"op":"anatomy","anatomy":{"action":"app","app":[[1,2,3,4,5,6]]}}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := ParseRequest(b)
-		if err != nil {
-			return
-		}
-		switch req.Op {
-		case OpDevInfo, OpLink, OpStats:
-			if req.QP != nil {
-				t.Errorf("accepted qp with op %q", req.Op)
-			}
-		case OpQP:
-		case OpAnatomy:
-			if req.Anatomy == nil || req.Anatomy.Check() != nil {
-				t.Errorf("accepted anatomy request %+v", req.Anatomy)
-			}
-		default:
-			t.Errorf("accepted op %q", req.Op)
-		}
-	})
 }

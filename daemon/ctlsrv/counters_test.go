@@ -1,10 +1,11 @@
-package ctl
+package ctlsrv
 
 import (
 	"net/netip"
 	"reflect"
 	"testing"
 
+	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
@@ -14,7 +15,7 @@ import (
 // TestQPCountersDocumented checks that every offload.QPStats counter has a
 // layer and a doc, and that the table names no counter the engine lacks.
 func TestQPCountersDocumented(t *testing.T) {
-	table := qpCounters()
+	table := ctl.QPCounters()
 	seen := map[string]bool{}
 	for _, c := range new(offload.QPStats).Counters() {
 		if c.Name == "" {
@@ -28,17 +29,17 @@ func TestQPCountersDocumented(t *testing.T) {
 		info, ok := table[c.Name]
 		switch {
 		case !ok:
-			t.Errorf("QPStats counter %s: no entry in qpCounters (layer and doc)", c.Name)
-		case info.doc == "":
+			t.Errorf("QPStats counter %s: no entry in QPCounters (layer and doc)", c.Name)
+		case info.Doc == "":
 			t.Errorf("QPStats counter %s: empty doc", c.Name)
-		case info.layer != layerTCP && info.layer != layerMPA && info.layer != layerDDP &&
-			info.layer != layerRDMAP && info.layer != layerVerbs:
-			t.Errorf("QPStats counter %s: unknown layer %q", c.Name, info.layer)
+		case info.Layer != ctl.LayerTCP && info.Layer != ctl.LayerMPA && info.Layer != ctl.LayerDDP &&
+			info.Layer != ctl.LayerRDMAP && info.Layer != ctl.LayerVerbs:
+			t.Errorf("QPStats counter %s: unknown layer %q", c.Name, info.Layer)
 		}
 	}
 	for name := range table {
 		if !seen[name] {
-			t.Errorf("qpCounters names %s, which QPStats does not have", name)
+			t.Errorf("QPCounters names %s, which QPStats does not have", name)
 		}
 	}
 }
@@ -75,7 +76,7 @@ func TestStatsLayers(t *testing.T) {
 	s := fixtureStats()
 	names := map[string]bool{}
 	for _, l := range s.Layers() {
-		if l.Name == layerOther {
+		if l.Name == ctl.LayerOther {
 			t.Errorf("counters in layer other: %+v", l.Counters)
 		}
 		for _, c := range l.Counters {
@@ -128,7 +129,7 @@ func TestSocketCounters(t *testing.T) {
 	if len(s.Other) != 0 {
 		t.Errorf("counters in layer other: %+v", s.Other)
 	}
-	verbsLayer := map[string]Counter{}
+	verbsLayer := map[string]ctl.Counter{}
 	for _, c := range s.Verbs {
 		verbsLayer[c.Name] = c
 	}
@@ -138,7 +139,7 @@ func TestSocketCounters(t *testing.T) {
 			t.Errorf("%s in the verbs layer: %+v (present %v), want value %d and a doc", want.Name, got, ok, 70+i)
 		}
 	}
-	if len(socketCounters()) != len(srv.Counters()) {
-		t.Errorf("socketCounters documents %d counters, the server has %d", len(socketCounters()), len(srv.Counters()))
+	if len(ctl.SocketCounters()) != len(srv.Counters()) {
+		t.Errorf("SocketCounters documents %d counters, the server has %d", len(ctl.SocketCounters()), len(srv.Counters()))
 	}
 }

@@ -1,23 +1,24 @@
-package ctl
+package ctlsrv
 
 import (
 	"testing"
 
 	"github.com/siwtun/siwtun/anatomy"
+	"github.com/siwtun/siwtun/ctl"
 )
 
 func TestServerAnatomy(t *testing.T) {
 	rec := anatomy.NewRecorder()
 	s := startServer(t, fakeProvider{}, func(s *Server) { s.Anatomy = rec })
 	c := dial(t, s.Path())
-	st, err := c.Anatomy(AnatomyGet)
+	st, err := c.Anatomy(ctl.AnatomyGet)
 	if err != nil || st.On || len(st.Records) != 0 {
 		t.Fatalf("get before start: %+v, %v", st, err)
 	}
 	if err := c.AnatomyApp([]anatomy.Record{{Hop: anatomy.Post, T: 1}}); err == nil {
 		t.Fatal("app stamps taken before start")
 	}
-	if st, err := c.Anatomy(AnatomyStart); err != nil || !st.On || !rec.On() {
+	if st, err := c.Anatomy(ctl.AnatomyStart); err != nil || !st.On || !rec.On() {
 		t.Fatalf("start: %+v, %v", st, err)
 	}
 	rec.Stamp(anatomy.TUNRead, 40000, 18515, 0xfffffff0, 24, 1234)
@@ -29,7 +30,7 @@ func TestServerAnatomy(t *testing.T) {
 	if err := c.AnatomyApp(app); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := c.Anatomy(AnatomyStop); err != nil || st.On || rec.On() {
+	if st, err := c.Anatomy(ctl.AnatomyStop); err != nil || st.On || rec.On() {
 		t.Fatalf("stop: %+v, %v", st, err)
 	}
 	recs, st, err := c.AnatomyRecords()
@@ -50,7 +51,7 @@ func TestServerAnatomy(t *testing.T) {
 func TestServerAnatomyRefused(t *testing.T) {
 	s := startServer(t, fakeProvider{})
 	c := dial(t, s.Path())
-	if _, err := c.Anatomy(AnatomyStart); err == nil {
+	if _, err := c.Anatomy(ctl.AnatomyStart); err == nil {
 		t.Fatal("a server without a recorder started one")
 	}
 	r := dialRaw(t, s.Path())

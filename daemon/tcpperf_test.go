@@ -1,4 +1,4 @@
-package tcpperf
+package daemon
 
 import (
 	"fmt"
@@ -6,21 +6,23 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/rnic/rnictest"
 )
 
 // engineServer is a control socket over an engine on its own stack.
-func engineServer(t *testing.T, link *netstack.Link, addr string) *ctl.Server {
+func engineServer(t *testing.T, link *netstack.Link, addr string) *ctlsrv.Server {
 	t.Helper()
 	r := rnictest.New(t, link, netip.MustParsePrefix(addr), 1500, "siwtun0", nil)
 	st, eng := r.Stack, r.Engine
-	s, err := ctl.Listen(filepath.Join(t.TempDir(), "ctl.sock"), ctl.NewProvider("", eng, nil), nil)
+	s, err := ctlsrv.Listen(filepath.Join(t.TempDir(), "ctl.sock"), ctlsrv.NewProvider("", eng, nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.TCPPerf = OnStack(st)
+	s.TCPPerf = TCPPerfOnStack(st)
 	go s.Serve()
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -40,7 +42,7 @@ func TestTCPPerfEngines(t *testing.T) {
 		// its port (TIME-WAIT), and the server's listen would fail.
 		addr := fmt.Sprintf("198.18.0.2:%d", 5201+i)
 		t.Run(tc.mode, func(t *testing.T) {
-			srv := make(chan Result, 1)
+			srv := make(chan tcpperf.Result, 1)
 			errc := make(chan error, 1)
 			go func() {
 				c, err := ctl.Dial(s1.Path())
@@ -49,7 +51,7 @@ func TestTCPPerfEngines(t *testing.T) {
 					return
 				}
 				defer c.Close()
-				var r Result
+				var r tcpperf.Result
 				if err := c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfServer, Addr: addr}, &r); err != nil {
 					errc <- err
 					return
@@ -61,7 +63,7 @@ func TestTCPPerfEngines(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			var got Result
+			var got tcpperf.Result
 			err = c.TCPPerf(ctl.TCPPerfRequest{Role: ctl.TCPPerfClient, Addr: addr,
 				Mode: tc.mode, Size: tc.size, DurationMS: 200}, &got)
 			if err != nil {
@@ -72,7 +74,7 @@ func TestTCPPerfEngines(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var s Result
+			var s tcpperf.Result
 			select {
 			case s = <-srv:
 			case err := <-errc:

@@ -1,8 +1,10 @@
-package ctl
+package ctlsrv
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/siwtun/siwtun/ctl"
 )
 
 func TestTCPPerfRequestErrors(t *testing.T) {
@@ -26,7 +28,7 @@ func TestTCPPerfRequestErrors(t *testing.T) {
 			r.wantLink()
 		})
 	}
-	if err := (TCPPerfRequest{Role: "client", Addr: "x"}).Check(); err == nil || !strings.Contains(err.Error(), "addr") {
+	if err := (ctl.TCPPerfRequest{Role: "client", Addr: "x"}).Check(); err == nil || !strings.Contains(err.Error(), "addr") {
 		t.Fatalf("Check: %v", err)
 	}
 }

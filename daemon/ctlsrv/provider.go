@@ -1,4 +1,4 @@
-package ctl
+package ctlsrv
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/verbs/ibv"
@@ -16,13 +17,13 @@ import (
 // tests may give a fake one.
 type Provider interface {
 	// DevInfo returns the device's attributes (ibv_devinfo).
-	DevInfo() DevInfo
+	DevInfo() ctl.DevInfo
 	// Link returns the device's link (rdma link show).
-	Link() Link
+	Link() ctl.Link
 	// QPs returns every queue pair, by number (rdma resource show qp).
-	QPs() []QP
+	QPs() []ctl.QP
 	// Stats returns the device's counters (rdma statistic show).
-	Stats() Stats
+	Stats() ctl.Stats
 }
 
 // Constant attributes of a siwtun device as ibv_devinfo prints them.
@@ -79,12 +80,12 @@ func (p *engineProvider) link() string { return LinkName(p.eng.Config().Name) }
 func LinkName(dev string) string { return fmt.Sprintf("%s/%d", dev, portNum) }
 
 // DevInfo implements Provider.DevInfo.
-func (p *engineProvider) DevInfo() DevInfo {
+func (p *engineProvider) DevInfo() ctl.DevInfo {
 	cfg := p.eng.Config()
 	attr := rnic.Query(p.eng)
 	mtu := p.eng.Stack().MTU()
-	guid := FormatGUID(attr.NodeGUID)
-	return DevInfo{
+	guid := ctl.FormatGUID(attr.NodeGUID)
+	return ctl.DevInfo{
 		HCAID: cfg.Name, Transport: transportIWARP, TransportNum: transportIWARPNum,
 		FWVer: attr.FWVersion, NodeGUID: guid, SysImageGUID: guid,
 		VendorID: attr.VendorID, VendorPartID: attr.VendorPartID, HWVer: 0,
@@ -94,7 +95,7 @@ func (p *engineProvider) DevInfo() DevInfo {
 		MaxQPRdAtom: attr.MaxQPRdAtom, MaxQPInitRdAtom: attr.MaxQPInitRdAtom, MaxInline: attr.MaxInline,
 		MaxSRQ: attr.MaxSRQ, MaxSRQWR: attr.MaxSRQWR, MaxSRQSGE: attr.MaxSRQSGE,
 		AtomicCap: atomicCapString(attr.AtomicCap),
-		Port: Port{
+		Port: ctl.Port{
 			Port: portNum, State: portActive, StateNum: portActiveNum,
 			MaxMTU: ibv.MTUEnum(mtu), ActiveMTU: ibv.MTUEnum(mtu), LinkLayer: linkLayerEthernet,
 			NetdevMTU: mtu, EMSS: DefaultEMSS(mtu, hasIPv4(p.eng.Stack().Addrs()), cfg.MaxFPDU),
@@ -105,19 +106,19 @@ func (p *engineProvider) DevInfo() DevInfo {
 }
 
 // Link implements Provider.Link.
-func (p *engineProvider) Link() Link {
-	return Link{
+func (p *engineProvider) Link() ctl.Link {
+	return ctl.Link{
 		Link: p.link(), State: linkActive, PhysicalState: physLinkUp, Netdev: p.netdev,
 		Addrs: prefixStrings(p.eng.Stack().Addrs()), HostAddrs: prefixStrings(p.host),
 	}
 }
 
 // QPs implements Provider.QPs.
-func (p *engineProvider) QPs() []QP {
+func (p *engineProvider) QPs() []ctl.QP {
 	infos := p.eng.QPs()
-	out := make([]QP, 0, len(infos))
+	out := make([]ctl.QP, 0, len(infos))
 	for _, in := range infos {
-		q := QP{
+		q := ctl.QP{
 			Link: p.link(), LQPN: in.Num, Type: qpTypeRC, State: in.State.String(),
 			MPARev: int(in.Params.Rev), CRC: in.Params.CRC,
 			MarkersTx: in.Params.MarkersTx, MarkersRx: in.Params.MarkersRx, P2P: "none",
@@ -145,7 +146,7 @@ func (p *engineProvider) QPs() []QP {
 				q.RxQuietMs = time.Since(last).Milliseconds()
 			}
 			for _, c := range qp.Stats().Counters() {
-				q.Counters = append(q.Counters, Counter{Name: c.Name, Value: c.Value})
+				q.Counters = append(q.Counters, ctl.Counter{Name: c.Name, Value: c.Value})
 				switch c.Name {
 				case "mpaOctetsTx":
 					q.BytesTx = c.Value
@@ -164,7 +165,7 @@ func (p *engineProvider) QPs() []QP {
 }
 
 // Stats implements Provider.Stats.
-func (p *engineProvider) Stats() Stats {
+func (p *engineProvider) Stats() ctl.Stats {
 	counters := p.eng.Stats().Counters()
 	for _, f := range p.extra {
 		counters = append(counters, f()...)
@@ -189,12 +190,6 @@ func DefaultEMSS(mtu int, ipv4 bool, maxFPDU int) int {
 		e = min(e, maxFPDU)
 	}
 	return e
-}
-
-// FormatGUID formats a GUID as ibv_devinfo does: four groups of four hex
-// digits, most significant first ("0123:4567:89ab:cdef").
-func FormatGUID(g uint64) string {
-	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }
 
 func hasIPv4(ps []netip.Prefix) bool {

@@ -1,4 +1,4 @@
-package ctl
+package ctlsrv
 
 import (
 	"net/netip"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs/ibv"
@@ -30,7 +31,7 @@ func TestMRs(t *testing.T) {
 		{2, 8, 0x40000, ibv.AccessLocalWrite | ibv.AccessRemoteWrite, "inval"},
 		{3, 1, 0x50000, 0, ""},
 	}
-	var want []MR
+	var want []ctl.MR
 	for _, r := range regs {
 		reg, err := eng.Regions().Register(r.pd, make([]byte, r.n), r.addr, r.access)
 		if err != nil {
@@ -42,7 +43,7 @@ func TestMRs(t *testing.T) {
 		case "inval":
 			err = eng.Regions().Invalidate(reg.STag(), r.pd)
 		default:
-			want = append(want, MR{STag: reg.STag(), PDN: r.pd, Addr: r.addr, Len: r.n, Access: r.access.String()})
+			want = append(want, ctl.MR{STag: reg.STag(), PDN: r.pd, Addr: r.addr, Len: r.n, Access: r.access.String()})
 		}
 		if err != nil {
 			t.Fatal(err)

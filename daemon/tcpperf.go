@@ -1,4 +1,4 @@
-package tcpperf
+package daemon
 
 import (
 	"context"
@@ -8,15 +8,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/netstack"
 )
 
-// OnStack returns the control plane's tcpperf op on st, the daemon's own
+// TCPPerfOnStack returns the control plane's tcpperf op on st, the daemon's own
 // TCP/IP stack (the one its RNIC runs on): `siwtun bench` measures raw
 // gVisor TCP through the same TUN devices and stacks as the RNIC's
-// traffic, the engine's floor. The daemon sets ctl.Server.TCPPerf to it.
-func OnStack(st *netstack.Stack) ctl.TCPPerfFunc {
+// traffic, the engine's floor. The daemon sets ctlsrv.Server.TCPPerf to it.
+func TCPPerfOnStack(st *netstack.Stack) ctlsrv.TCPPerfFunc {
 	return func(r ctl.TCPPerfRequest) (any, error) {
 		addr, err := netip.ParseAddrPort(r.Addr)
 		if err != nil {
@@ -25,12 +27,12 @@ func OnStack(st *netstack.Stack) ctl.TCPPerfFunc {
 		if r.Role == ctl.TCPPerfServer {
 			return serveStack(st, addr)
 		}
-		mode, err := ParseMode(r.Mode)
+		mode, err := tcpperf.ParseMode(r.Mode)
 		if err != nil {
 			return nil, fmt.Errorf("tcpperf: %w", err)
 		}
-		if r.Size < 1 || r.Size > MaxSize {
-			return nil, fmt.Errorf("tcpperf: size %d: want 1..%d", r.Size, MaxSize)
+		if r.Size < 1 || r.Size > tcpperf.MaxSize {
+			return nil, fmt.Errorf("tcpperf: size %d: want 1..%d", r.Size, tcpperf.MaxSize)
 		}
 		d := time.Duration(r.DurationMS) * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), ctl.TCPPerfConnectTimeout)
@@ -41,25 +43,25 @@ func OnStack(st *netstack.Stack) ctl.TCPPerfFunc {
 		}
 		defer c.Close()
 		c.SetReadDeadline(time.Now().Add(d + ctl.TCPPerfSlack))
-		return Run(c, Header{Mode: mode, Size: r.Size}, d)
+		return tcpperf.Run(c, tcpperf.Header{Mode: mode, Size: r.Size}, d)
 	}
 }
 
-func serveStack(st *netstack.Stack, addr netip.AddrPort) (Result, error) {
+func serveStack(st *netstack.Stack, addr netip.AddrPort) (tcpperf.Result, error) {
 	l, err := st.Listen(addr)
 	if err != nil {
-		return Result{}, fmt.Errorf("tcpperf: listen on %v: %w", addr, err)
+		return tcpperf.Result{}, fmt.Errorf("tcpperf: listen on %v: %w", addr, err)
 	}
 	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), ctl.TCPPerfAcceptTimeout)
 	defer cancel()
 	c, err := l.Accept(ctx)
 	if err != nil {
-		return Result{}, fmt.Errorf("tcpperf: accept on %v: %w", addr, err)
+		return tcpperf.Result{}, fmt.Errorf("tcpperf: accept on %v: %w", addr, err)
 	}
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(ctl.TCPPerfMaxDuration + ctl.TCPPerfSlack))
-	return Serve(c)
+	return tcpperf.Serve(c)
 }
 
 // dialStack connects, trying again while the server is not listening yet
