@@ -84,7 +84,7 @@ uninstall:
 test: setup fmt-check vet build
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test$$ -e /test/capps$$)
 	# The allocation checks skip under -race (its sync.Pool drops items).
-	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./verbs/ ./tun/...
+	$(GO) test -count=1 -run 'NoAllocs|ZeroAlloc' ./netstack/ ./offload/... ./iwarp/... ./verbs/ ./tun/...
 	# The 100,000-segment page skips under -race (building it takes minutes).
 	$(GO) test -count=1 -run 'TestPageLarge' -v ./web/
 	$(GO) test -count=1 -timeout 20m ./test/
@@ -145,7 +145,7 @@ bench: build
 # Go benchmarks: FPDU build/parse (0 allocs), CQ, RDMA WRITE next to raw TCP
 # between two in-process stacks.
 gobench:
-	$(GO) test -run '^$$' -bench . -benchmem ./offload/... ./verbs/... ./netstack/ ./tun/...
+	$(GO) test -run '^$$' -bench . -benchmem ./offload/... ./iwarp/... ./verbs/... ./netstack/ ./tun/...
 
 # The demo: a Send, an RDMA Write and an RDMA Read between two RNICs. As
 # root, two siwtun up daemons on TUN devices in a private network namespace

@@ -7,7 +7,10 @@
 //
 //	tun/        the TUN device (the wire)
 //	netstack/   the RNIC's private TCP/IP stack, with segment-level hooks
-//	offload/    the iWARP engine: mpa/, ddp/, rdmap/ codecs and the QP engine
+//	iwarp/      the iWARP protocols' wire codecs: mpa/, ddp/, rdmap/ (both sides
+//	            use them: the engine, the verbs vocabulary, the inspectors)
+//	offload/    the iWARP engine: queue pairs running MPA, DDP and RDMAP on the
+//	            stack's connections
 //	rnic/       the in-process RNIC: stack + engine + verbs device, assembled
 //	daemon/     the daemon's side, serving the RNIC: uverbs/ the verbs socket,
 //	            ctlsrv/ the control socket

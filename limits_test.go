@@ -42,10 +42,10 @@ func goFiles(t *testing.T, dir string) []string {
 	return files
 }
 
-// TestFileLength: no Go file in offload/ or netstack/ (tests included)
-// is longer than maxFileLines.
+// TestFileLength: no Go file in offload/, iwarp/ (its codecs) or
+// netstack/ (tests included) is longer than maxFileLines.
 func TestFileLength(t *testing.T) {
-	for _, dir := range []string{"offload", "netstack"} {
+	for _, dir := range []string{"offload", "iwarp", "netstack"} {
 		for _, path := range goFiles(t, dir) {
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -58,12 +58,12 @@ func TestFileLength(t *testing.T) {
 	}
 }
 
-// TestFunctionLength: no function of the engine (offload/, tests not
-// included) is longer than maxFuncLines, except a table of names: a
-// function whose every return is a string literal.
+// TestFunctionLength: no function of the engine (offload/ and its codecs
+// in iwarp/, tests not included) is longer than maxFuncLines, except a
+// table of names: a function whose every return is a string literal.
 func TestFunctionLength(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, path := range goFiles(t, "offload") {
+	for _, path := range append(goFiles(t, "offload"), goFiles(t, "iwarp")...) {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
 		}

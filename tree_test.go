@@ -20,11 +20,11 @@ const maxTrackedSize = 1 << 20
 // and golden bytes the codec tests read, and the figures of the docs.
 // Anything else that is not text is build output or belongs elsewhere.
 var nonText = []string{
-	// Linux siw's rping traffic, CRC on and off (offload/mpa, capture/).
-	"offload/mpa/testdata/siw-rping-crc-mtu1500.pcap",
-	"offload/mpa/testdata/siw-rping-nocrc-mtu1500.pcap",
-	// FPDUs with bad CRCs, as siw sent them (offload/mpa).
-	"offload/mpa/testdata/siw-bad-crc-fpdus.bin",
+	// Linux siw's rping traffic, CRC on and off (iwarp/mpa, capture/).
+	"iwarp/mpa/testdata/siw-rping-crc-mtu1500.pcap",
+	"iwarp/mpa/testdata/siw-rping-nocrc-mtu1500.pcap",
+	// FPDUs with bad CRCs, as siw sent them (iwarp/mpa).
+	"iwarp/mpa/testdata/siw-bad-crc-fpdus.bin",
 	// The teaching view's lessons, as doc/teaching shows them
 	// (cmd/siwtun's lesson test writes them from the headless browser).
 	"doc/teaching/lesson-credits.png",
@@ -97,8 +97,8 @@ func TestGitignoreCoversBuildOutput(t *testing.T) {
 	trackedFiles(t) // skips outside a git checkout
 	for _, p := range []string{
 		"bin/siwtun", "bin/libsiwtun.so", "bin/asan/libsiwtun.so", "bin/siwtun-ctest", // make build
-		"siwtun",                             // go build ./cmd/siwtun
-		"verbs.test", "offload/mpa/mpa.test", // go test -c, go test -cpuprofile
+		"siwtun",                           // go build ./cmd/siwtun
+		"verbs.test", "iwarp/mpa/mpa.test", // go test -c, go test -cpuprofile
 		"cpu.out", "offload/cpu.prof", "x.pprof", "cover.out", // profiles and coverage
 		"libsiwtun/verbs.o", // a C object built by hand
 	} {

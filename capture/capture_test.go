@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // siwCaptures are Linux siw's rping traffic (no markers, CRC on and off):
@@ -30,7 +30,7 @@ var siwCaptures = []struct {
 // TestSiwCaptures checks the captures of kernel siw: no markers, every
 // segment aligned (siw sends one FPDU per segment), every CRC good.
 func TestSiwCaptures(t *testing.T) {
-	dirs := []string{filepath.Join("..", "offload", "mpa", "testdata")}
+	dirs := []string{filepath.Join("..", "iwarp", "mpa", "testdata")}
 	// The shared captures beside the checkout (../shared/captures), when
 	// they are there: the originals the testdata copies came from.
 	if d, ok := testkit.SharedDir("captures"); ok {

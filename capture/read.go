@@ -13,7 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // packetSource is what pcapgo's Reader and NgReader have in common.

@@ -11,7 +11,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // Packet is one TCP segment to write: the header fields a capture shows.

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

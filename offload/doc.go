@@ -1,9 +1,10 @@
 // Package offload is the iWARP engine of a siwtun RNIC: what a card's
 // offload does between its TCP stack and its verbs. It runs the MPA, DDP
-// and RDMAP protocols (the codecs are the subpackages mpa, ddp and rdmap)
-// for the queue pairs of one [Device], on the connections of one
-// netstack.Stack, and moves payload straight between TCP and registered
-// memory ([Regions]): one copy on each side, no intermediate buffer.
+// and RDMAP protocols (their wire codecs are iwarp/mpa, iwarp/ddp and
+// iwarp/rdmap) for the queue pairs of one [Device], on the connections of
+// one netstack.Stack, and moves payload straight between TCP and
+// registered memory ([Regions]): one copy on each side, no intermediate
+// buffer.
 //
 // # Files
 //

@@ -3,8 +3,8 @@ package offload
 import (
 	"fmt"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // TestMinMTU: the smallest MTU follows from the headers. The largest

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

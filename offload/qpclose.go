@@ -3,8 +3,8 @@ package offload
 import (
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

@@ -4,9 +4,9 @@ import (
 	"reflect"
 	"sync/atomic"
 
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
 )
 
 // QPStats are the counters of a queue pair (and, summed, of a device), in

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // TestFPDUPayloadShortReads: a write whose FPDUs gVisor takes in pieces

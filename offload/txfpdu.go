@@ -5,8 +5,8 @@ import (
 
 	"github.com/siwtun/siwtun/anatomy"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // fpduPayload is one write's FPDUs of a message as a netstack.Payload:

@@ -16,7 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/siwtun/siwtun/capture"
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/verbs"
 )
 

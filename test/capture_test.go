@@ -13,7 +13,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/internal/syncbuf"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 	"github.com/siwtun/siwtun/verbs"
 )
 

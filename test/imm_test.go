@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/verbs"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/siwtun/siwtun/internal/browsertest"
 	"github.com/siwtun/siwtun/internal/syncbuf"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // liveRow is what the live view tests read of a ladder row in the page.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload/mpa"
 )
 
 // TestMPARequestRevisionTooHigh (RFC 5044 §7.1): a Request of a revision

@@ -3,8 +3,8 @@ package verbs_test
 import (
 	"testing"
 
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 )
 

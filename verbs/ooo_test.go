@@ -10,9 +10,9 @@ import (
 	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/verbs"
 
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/rdmap"
 )
 
 // oooMode is one framing of the client→server direction.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/uabi"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

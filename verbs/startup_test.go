@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/testkit"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/verbs"
 )
 

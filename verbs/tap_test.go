@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 )
 

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )

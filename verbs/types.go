@@ -14,7 +14,7 @@
 package verbs
 
 import (
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

@@ -3,9 +3,9 @@ package web
 import (
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // TestByteMapAtomic: the byte map names the Atomic Request and Atomic

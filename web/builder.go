@@ -13,9 +13,9 @@ import (
 
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/internal/monoclock"
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // RegionLookup returns what the engine of device dev knows about the

@@ -3,9 +3,9 @@ package web
 import (
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // TestByteMapImmediate: the byte map names siwtun's extension block in an

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // watchEvent is segment s as device local (or the peer) saw it, at mono.

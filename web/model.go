@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // View is everything the page shows. It is the JSON document embedded in

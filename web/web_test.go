@@ -12,8 +12,8 @@ import (
 
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/internal/browsertest"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // TestByteMapMatchesChecker checks every segment's byte map against the

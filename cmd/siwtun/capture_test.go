@@ -16,9 +16,9 @@ import (
 	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/internal/monoclock"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/verbs"
 )
 

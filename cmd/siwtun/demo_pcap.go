@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/capture"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 	"github.com/siwtun/siwtun/netstack"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
 )
 
 // demoPcap writes the in-process demo's segments (each once, as its

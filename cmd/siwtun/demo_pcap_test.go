@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/capture"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // TestDemoPcap runs the in-process demo with markers and -w and checks the

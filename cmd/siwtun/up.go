@@ -26,9 +26,9 @@ import (
 	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/internal/sdnotify"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/tun"
 )

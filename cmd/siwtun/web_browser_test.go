@@ -20,7 +20,7 @@ import (
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/internal/browsertest"
 	"github.com/siwtun/siwtun/internal/syncbuf"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // bmRow is one row of the page's byte map table.

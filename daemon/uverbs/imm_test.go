@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/verbs"
 )
 

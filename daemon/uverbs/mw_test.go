@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/verbs"
 )
 

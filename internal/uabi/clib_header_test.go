@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/capture"
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // tsharkVerdict is what Wireshark's dissectors made of a capture

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // runCLib runs the host's unmodified Debian rping and ib_write_bw -R

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/internal/netns"
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/tools/rping"
 )
 
@@ -281,7 +281,7 @@ func (e *env) runMode(t *testing.T, m mode) {
 		// its octets (seen three times in this project's runs of make
 		// interop: ib_send_bw -R, p2p-read, crc-both; the TCP checksum and the rest
 		// of the stream are good, tshark and siwtun check find the same
-		// frame; offload/mpa/testdata/siw-bad-crc-fpdus.bin is one).
+		// frame; iwarp/mpa/testdata/siw-bad-crc-fpdus.bin is one).
 		// siwtun must refuse it, with the MPA CRC Terminate, and the
 		// rping on both sides then fails. Such a direction, and only such
 		// a one (siwtun's own FPDUs all good, siwtun counted the CRC

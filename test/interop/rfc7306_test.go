@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // refusedByPeer is how siwtun perf reports a post refused because the

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/siwtun/siwtun/capture"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/mpa/inspect"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
 // sendFirstRuns is how many connections each direction of the

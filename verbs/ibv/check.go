@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // Device limits (what a device reports in its attributes).

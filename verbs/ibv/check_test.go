@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 func TestCheckSendWR(t *testing.T) {

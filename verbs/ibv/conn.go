@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // ConnParam are the per-connection parameters of connect and accept

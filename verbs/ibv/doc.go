@@ -4,8 +4,8 @@
 // parameters, events and errors, and the one check of a work request that
 // every backend applies (CheckSendWR, CheckRecvWR).
 //
-// It is a leaf: it depends on the iWARP header packages (offload/mpa,
-// offload/rdmap) for a few field types and on nothing of the TCP/IP stack,
+// It is a leaf: it depends on the iWARP header packages (iwarp/mpa,
+// iwarp/rdmap) for a few field types and on nothing of the TCP/IP stack,
 // so a program that only talks to a daemon through the verbs socket does
 // not link the engine. Applications use these names through package verbs,
 // which re-exports them; the offload engine uses them directly.

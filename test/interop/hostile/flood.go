@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // floodKinds are the connection attempts of a flood, in turn: a TCP

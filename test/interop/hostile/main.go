@@ -30,9 +30,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/mpa"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // truncatedWait bounds the wait for the responder to end a connection

@@ -3,7 +3,7 @@ package mpa
 import (
 	"encoding/binary"
 
-	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
+	"github.com/siwtun/siwtun/iwarp/mpa/internal/crc32c"
 )
 
 // Handler receives the ULPDUs a Receiver takes out of the stream. A non-nil

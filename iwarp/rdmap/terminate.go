@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/iwarp/ddp"
 )
 
 // TerminateHeaderLen is the length in octets of the fixed part of the

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/iwarp/ddp"
 )
 
 // TestCanonicalControl checks the first two octets of each message kind

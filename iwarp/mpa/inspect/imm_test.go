@@ -3,8 +3,8 @@ package inspect
 import (
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // TestImmediateDataHeader: the checker names RFC 7306's Immediate Data

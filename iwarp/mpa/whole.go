@@ -3,7 +3,7 @@ package mpa
 import (
 	"encoding/binary"
 
-	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
+	"github.com/siwtun/siwtun/iwarp/mpa/internal/crc32c"
 )
 
 // WholeFPDU is one whole FPDU found inside a TCP segment's payload by

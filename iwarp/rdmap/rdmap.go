@@ -17,7 +17,7 @@ package rdmap
 import (
 	"fmt"
 
-	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/iwarp/ddp"
 )
 
 // Version is the RDMAP version (RV) defined by RFC 5040.

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/offload/ddp"
-	"github.com/siwtun/siwtun/offload/rdmap"
+	"github.com/siwtun/siwtun/iwarp/ddp"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 )
 
 // Golden vectors from `make interop` (test/interop): Linux siw (kernel

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"slices"
 
-	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
+	"github.com/siwtun/siwtun/iwarp/mpa/internal/crc32c"
 )
 
 // FPDU layout constants.

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/siwtun/siwtun/offload/mpa/internal/crc32c"
+	"github.com/siwtun/siwtun/iwarp/mpa/internal/crc32c"
 )
 
 // TestSiwBadCRCGolden: two FPDUs Linux siw (6.12, in the peer VM) sent in

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
-	"github.com/siwtun/siwtun/offload/ddp"
+	"github.com/siwtun/siwtun/iwarp/ddp"
 )
 
 // TestImmediateGolden checks the Immediate Data octets of an Immediate
