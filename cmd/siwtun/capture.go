@@ -9,6 +9,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/ctl/watch"
 )
 
 func newCaptureCmd() *cobra.Command {
@@ -39,7 +40,7 @@ connection. Stop it with Ctrl-C, -c or --duration.`,
 			}()
 			// The file is created once the device's stream is up: a
 			// device that is not there leaves no empty file behind.
-			open := func() (watchSink, error) {
+			open := func() (watch.Sink, error) {
 				var out io.Writer = cmd.OutOrStdout()
 				if file != "-" {
 					var err error
@@ -79,28 +80,28 @@ type captureSink struct {
 	packets int
 }
 
-func (s *captureSink) block(b *segBlock) error {
-	if b.seg == nil {
+func (s *captureSink) Block(b *watch.Block) error {
+	if b.Seg == nil {
 		return nil // completions with no segment to join: not a packet
 	}
-	p := packetOf(b.seg, b)
+	p := packetOf(b.Seg, b)
 	var comments []string
-	for i := range b.reports {
-		if b.reports[i].Len > 0 {
-			comments = append(comments, b.reports[i].Comment())
+	for i := range b.Reports {
+		if b.Reports[i].Len > 0 {
+			comments = append(comments, b.Reports[i].Comment())
 		}
 	}
-	for i := range b.places {
-		comments = append(comments, placeString(&b.places[i]))
+	for i := range b.Places {
+		comments = append(comments, watch.PlaceString(&b.Places[i]))
 	}
-	for i := range b.wcs {
-		comments = append(comments, wcString(&b.wcs[i]))
+	for i := range b.WCs {
+		comments = append(comments, watch.WCString(&b.WCs[i]))
 	}
 	s.packets++
 	return s.w.Write(&p, comments...)
 }
 
-func (s *captureSink) finish(dropped uint64) error {
+func (s *captureSink) Finish(dropped uint64) error {
 	if err := s.w.Flush(); err != nil {
 		return err
 	}
@@ -117,6 +118,6 @@ func (s *captureSink) finish(dropped uint64) error {
 }
 
 // packetOf turns a watched segment into a capture packet.
-func packetOf(s *ctl.WatchSegment, b *segBlock) capture.Packet {
-	return capture.Packet{Time: b.time, Src: s.Src, Dst: s.Dst, Seq: s.Seq, Ack: s.Ack, Flags: s.Flags, Window: s.Window, MSS: s.MSS, Payload: s.Payload}
+func packetOf(s *ctl.WatchSegment, b *watch.Block) capture.Packet {
+	return capture.Packet{Time: b.Time, Src: s.Src, Dst: s.Dst, Seq: s.Seq, Ack: s.Ack, Flags: s.Flags, Window: s.Window, MSS: s.MSS, Payload: s.Payload}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/ctl/watch"
 	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/internal/monoclock"
 	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
@@ -141,8 +142,8 @@ func TestCaptureAndTrace(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	p.traffic(t, 20000)
-	time.Sleep(2 * joinAge) // let the joiners hand on their last segments
-	p.server.Close()        // ends both streams
+	time.Sleep(2 * watch.JoinAge) // let the joiners hand on their last segments
+	p.server.Close()              // ends both streams
 	wg.Wait()
 	if capErr != nil || traceErr != nil {
 		t.Fatalf("capture: %v\n%s\ntrace: %v", capErr, capOut, traceErr)

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/ctl/watch"
 	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
 )
 
@@ -37,9 +38,9 @@ verify (the block says where and how).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.what, o.log = "trace", cmd.ErrOrStderr()
 			if htmlOut != "" {
-				return runWatch(o, func() (watchSink, error) { return newHTMLSink(o, htmlOut, cmd.ErrOrStderr()), nil })
+				return runWatch(o, func() (watch.Sink, error) { return newHTMLSink(o, htmlOut, cmd.ErrOrStderr()), nil })
 			}
-			return runWatch(o, func() (watchSink, error) {
+			return runWatch(o, func() (watch.Sink, error) {
 				return &traceSink{w: cmd.OutOrStdout(), json: jsonOut, enc: json.NewEncoder(cmd.OutOrStdout())}, nil
 			})
 		},
@@ -70,49 +71,49 @@ type traceSink struct {
 	enc  *json.Encoder
 }
 
-func (s *traceSink) block(b *segBlock) error {
-	if b.gap != nil {
+func (s *traceSink) Block(b *watch.Block) error {
+	if b.Gap != nil {
 		if s.json {
-			return s.enc.Encode(traceLine{Type: "gap", Gap: b.gap})
+			return s.enc.Encode(traceLine{Type: "gap", Gap: b.Gap})
 		}
-		_, err := fmt.Fprintf(s.w, "%s --- %s\n", b.time.Format("15:04:05.000000"), gapString(b.gap))
+		_, err := fmt.Fprintf(s.w, "%s --- %s\n", b.Time.Format("15:04:05.000000"), gapString(b.Gap))
 		return err
 	}
 	if s.json {
-		l := traceLine{Type: "segment", Reports: b.reports, Places: b.places, WCs: b.wcs}
+		l := traceLine{Type: "segment", Reports: b.Reports, Places: b.Places, WCs: b.WCs}
 		switch {
-		case b.seg != nil:
-			l.Dir, l.Ack = b.seg.Dir, b.seg.Ack
-		case len(b.places) > 0:
+		case b.Seg != nil:
+			l.Dir, l.Ack = b.Seg.Dir, b.Seg.Ack
+		case len(b.Places) > 0:
 			l.Type = "place"
 		default:
 			l.Type = "wc"
 		}
 		return s.enc.Encode(l)
 	}
-	if b.seg != nil {
-		if len(b.reports) == 0 {
+	if b.Seg != nil {
+		if len(b.Reports) == 0 {
 			return nil
 		}
-		for i := range b.reports {
-			prefix := fmt.Sprintf("%s %-3s ", b.time.Format("15:04:05.000000"), b.seg.Dir)
-			if err := inspect.WriteReport(s.w, &b.reports[i], prefix); err != nil {
+		for i := range b.Reports {
+			prefix := fmt.Sprintf("%s %-3s ", b.Time.Format("15:04:05.000000"), b.Seg.Dir)
+			if err := inspect.WriteReport(s.w, &b.Reports[i], prefix); err != nil {
 				return err
 			}
 		}
 	} else {
-		fmt.Fprintf(s.w, "%s\n", b.time.Format("15:04:05.000000"))
+		fmt.Fprintf(s.w, "%s\n", b.Time.Format("15:04:05.000000"))
 	}
-	for i := range b.places {
-		fmt.Fprintf(s.w, "    %s\n", placeString(&b.places[i]))
+	for i := range b.Places {
+		fmt.Fprintf(s.w, "    %s\n", watch.PlaceString(&b.Places[i]))
 	}
-	for i := range b.wcs {
-		fmt.Fprintf(s.w, "    %s\n", wcString(&b.wcs[i]))
+	for i := range b.WCs {
+		fmt.Fprintf(s.w, "    %s\n", watch.WCString(&b.WCs[i]))
 	}
 	return nil
 }
 
-func (s *traceSink) finish(dropped uint64) error {
+func (s *traceSink) Finish(dropped uint64) error {
 	if dropped > 0 {
 		if s.json {
 			return s.enc.Encode(map[string]any{"type": "dropped", "dropped": dropped})

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/ctl/watch"
 	"github.com/siwtun/siwtun/web"
 )
 
@@ -246,28 +247,28 @@ func newHTMLSink(o *watchOptions, path string, w io.Writer) *htmlSink {
 	return &htmlSink{b: web.NewBuilder("siwtun trace "+o.ctl.dev, o.ctl.dev, "", lookup), o: o, path: path, w: w}
 }
 
-func (s *htmlSink) block(bl *segBlock) error {
-	if bl.gap != nil {
+func (s *htmlSink) Block(bl *watch.Block) error {
+	if bl.Gap != nil {
 		// The blocks' times are wall clock times: the gap's too.
-		g := *bl.gap
+		g := *bl.Gap
 		g.FromMono, g.ToMono = 0, 0
-		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Gap: &g})
+		s.b.Event(true, ctl.WatchEvent{Time: bl.Time, Gap: &g})
 		return nil
 	}
-	if bl.seg != nil {
-		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Segment: bl.seg})
+	if bl.Seg != nil {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.Time, Segment: bl.Seg})
 		s.segs++
 	}
-	for i := range bl.places {
-		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Place: &bl.places[i]})
+	for i := range bl.Places {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.Time, Place: &bl.Places[i]})
 	}
-	for i := range bl.wcs {
-		s.b.Event(true, ctl.WatchEvent{Time: bl.time, WC: &bl.wcs[i]})
+	for i := range bl.WCs {
+		s.b.Event(true, ctl.WatchEvent{Time: bl.Time, WC: &bl.WCs[i]})
 	}
 	return nil
 }
 
-func (s *htmlSink) finish(dropped uint64) error {
+func (s *htmlSink) Finish(dropped uint64) error {
 	if dropped > 0 {
 		s.b.Event(true, ctl.WatchEvent{Time: time.Now(), Dropped: dropped})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/siwtun/siwtun/capture"
+	"github.com/siwtun/siwtun/ctl/watch"
 	"github.com/siwtun/siwtun/internal/browsertest"
 	"github.com/siwtun/siwtun/internal/syncbuf"
 	"github.com/siwtun/siwtun/iwarp/mpa/inspect"
@@ -365,7 +366,7 @@ func TestWebLiveAndTraceHTML(t *testing.T) {
 	// Leave the live page before its server goes away.
 	br.Do(t, 30*time.Second, chromedp.Navigate("about:blank"))
 
-	time.Sleep(2 * joinAge)
+	time.Sleep(2 * watch.JoinAge)
 	p.server.Close() // ends the streams of trace, capture and web
 	wg.Wait()
 	if capErr != nil || traceErr != nil {
