@@ -27,11 +27,20 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 		ss.reply(h.Seq, h.Op, uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s request: %v", in.Name, err)}, nil)
 		return
 	}
+	out, outFDs, err := ss.dispatch(ctx, h.Op, req, fds)
+	if err != nil {
+		ss.reply(h.Seq, h.Op, statusOf(err), nil)
+		return
+	}
+	ss.reply(h.Seq, h.Op, uabi.Status{}, out, outFDs...)
+	uabi.CloseFDs(outFDs) // the client has its copies
+}
+
+// dispatch runs a decoded request of op, with the descriptors it carried,
+// and returns the reply's message and descriptors.
+func (ss *session) dispatch(ctx context.Context, op uint16, req uabi.Msg, fds []int) (out uabi.Msg, outFDs []int, err error) {
 	ref := func() uint32 { return req.(*uabi.Ref).Handle }
-	var out uabi.Msg
-	var outFDs []int
-	var err error
-	switch h.Op {
+	switch op {
 	case uabi.OpHello:
 		out, err = ss.hello(req.(*uabi.Hello))
 	case uabi.OpAllocPD:
@@ -87,12 +96,7 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 	case uabi.OpReleasePort:
 		err = ss.releasePort(ref())
 	}
-	if err != nil {
-		ss.reply(h.Seq, h.Op, statusOf(err), nil)
-		return
-	}
-	ss.reply(h.Seq, h.Op, uabi.Status{}, out, outFDs...)
-	uabi.CloseFDs(outFDs) // the client has its copies
+	return out, outFDs, err
 }
 
 func (ss *session) hello(req *uabi.Hello) (uabi.Msg, error) {
@@ -318,142 +322,166 @@ func (ss *session) destroyCQ(h uint32) error {
 	return nil
 }
 
-func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
-	maxSend, maxRecv := int(req.MaxSendWR), int(req.MaxRecvWR)
-	pd, err := get[*sPD](ss, req.PD, "PD")
-	if err != nil {
-		return nil, nil, err
+// qpParts are what a new QP is made from: its PD, CQs and SRQ (from their
+// handles), its queue depths and what it costs the session.
+type qpParts struct {
+	pd               *sPD
+	scq, rcq         *sCQ
+	srq              *sSRQ // nil: the QP's own RQ ring
+	maxSend, maxRecv int
+	sqCount, rqCount uint32
+	cost             usage
+}
+
+// qpParts looks up and checks a CreateQP request's objects and depths;
+// it takes nothing.
+func (ss *session) qpParts(req *uabi.CreateQP) (qpParts, error) {
+	p := qpParts{maxSend: int(req.MaxSendWR), maxRecv: int(req.MaxRecvWR)}
+	var err error
+	if p.pd, err = get[*sPD](ss, req.PD, "PD"); err != nil {
+		return p, err
 	}
-	scq, err := get[*sCQ](ss, req.SendCQ, "CQ")
-	if err != nil {
-		return nil, nil, err
+	if p.scq, err = get[*sCQ](ss, req.SendCQ, "CQ"); err != nil {
+		return p, err
 	}
-	rcq, err := get[*sCQ](ss, req.RecvCQ, "CQ")
-	if err != nil {
-		return nil, nil, err
+	if p.rcq, err = get[*sCQ](ss, req.RecvCQ, "CQ"); err != nil {
+		return p, err
 	}
-	var srq *sSRQ
 	if req.SRQ != 0 {
-		if srq, err = get[*sSRQ](ss, req.SRQ, "SRQ"); err != nil {
-			return nil, nil, err
+		if p.srq, err = get[*sSRQ](ss, req.SRQ, "SRQ"); err != nil {
+			return p, err
 		}
-		maxRecv = 1 // an RQ ring of one entry, never read: receives come from the SRQ
+		p.maxRecv = 1 // an RQ ring of one entry, never read: receives come from the SRQ
 	}
-	if maxSend <= 0 || maxSend > ibv.MaxQPWR || maxRecv <= 0 || maxRecv > ibv.MaxQPWR {
-		return nil, nil, fail(uabi.StError, "queue depths %d/%d: want 1..%d", maxSend, maxRecv, ibv.MaxQPWR)
+	if p.maxSend <= 0 || p.maxSend > ibv.MaxQPWR || p.maxRecv <= 0 || p.maxRecv > ibv.MaxQPWR {
+		return p, fail(uabi.StError, "queue depths %d/%d: want 1..%d", p.maxSend, p.maxRecv, ibv.MaxQPWR)
 	}
-	sqCount, rqCount := uabi.RingCount(maxSend), uabi.RingCount(maxRecv)
-	cost := usage{qps: 1, wrs: int(sqCount + rqCount)}
-	if err := ss.charge(cost); err != nil {
-		return nil, nil, err
+	p.sqCount, p.rqCount = uabi.RingCount(p.maxSend), uabi.RingCount(p.maxRecv)
+	p.cost = usage{qps: 1, wrs: int(p.sqCount + p.rqCount)}
+	return p, nil
+}
+
+// reserveQP charges the QP's cost to the session and holds its PD, CQs
+// and SRQ (they cannot go while it is being created): both, or neither.
+func (ss *session) reserveQP(req *uabi.CreateQP, p *qpParts) error {
+	if err := ss.charge(p.cost); err != nil {
+		return err
 	}
-	// The QP holds its PD, CQs and SRQ from now on: they cannot go while
-	// it is being created.
-	holds := []any{req.PD, pd, req.SendCQ, scq, req.RecvCQ, rcq}
-	if srq != nil {
-		holds = append(holds, req.SRQ, srq)
+	holds := []any{req.PD, p.pd, req.SendCQ, p.scq, req.RecvCQ, p.rcq}
+	if p.srq != nil {
+		holds = append(holds, req.SRQ, p.srq)
 	}
 	if err := ss.hold(holds...); err != nil {
-		ss.uncharge(cost)
-		return nil, nil, err
+		ss.uncharge(p.cost)
+		return err
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			ss.mu.Lock()
-			ss.unchargeLocked(cost)
-			pd.users--
-			scq.users--
-			rcq.users--
-			if srq != nil {
-				srq.users--
-			}
-			ss.mu.Unlock()
-		}
-	}()
-	sqBytes := uabi.RingSpan(sqCount, uabi.SQESize)
-	total := sqBytes + uabi.RingSpan(rqCount, uabi.RQESize)
-	memfd, mem, err := uabi.NewShared("siwtun-qp", total, true)
+	return nil
+}
+
+// createQP makes a QP whose rings live in memory shared with the client,
+// with a doorbell the client rings and the engine's QP behind them. The
+// QP exists from the start, holding its PD, CQs and SRQ, and takes each
+// part as it is made; if a step fails, the one unwind path gives
+// everything back: the QP its parts (q.destroy), the descriptors meant
+// for the client, and the charge.
+func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
+	p, err := ss.qpParts(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	sq, err1 := uabi.InitRing(mem[:sqBytes], sqCount, uabi.SQESize)
-	rq, err2 := uabi.InitRing(mem[sqBytes:], rqCount, uabi.RQESize)
-	dbfd, err3 := uabi.NewEventfd()
-	if err := firstErr(err1, err2, err3); err != nil {
-		uabi.Close(dbfd)
-		uabi.Close(memfd)
-		uabi.Unmap(mem)
+	if err := ss.reserveQP(req, &p); err != nil {
 		return nil, nil, err
 	}
-	cfd, err := dupFD(dbfd)
-	if err != nil {
-		uabi.Close(dbfd)
-		uabi.Close(memfd)
-		uabi.Unmap(mem)
-		return nil, nil, err
+	q := &sQP{ss: ss, pd: p.pd, scq: p.scq, rcq: p.rcq, srq: p.srq, stop: make(chan struct{}), epoch: time.Now()}
+	q.pd.qpMade()
+	if q.srq != nil && q.srq.pd != q.pd {
+		// The QP copies into regions of the SRQ's PD too (the lkeys of
+		// SRQ receives are the SRQ's PD's): their memory waits for it as
+		// for the PD's own QPs before it is unmapped.
+		q.srq.pd.qpMade()
 	}
-	db, err := ss.srv.doorbell(dbfd)
+	memfd, cfd := -1, -1
+	reply, err := ss.buildQP(q, &p, req.SignalAll, &memfd, &cfd)
 	if err != nil {
+		q.destroy()
 		uabi.Close(cfd)
 		uabi.Close(memfd)
-		uabi.Unmap(mem)
+		ss.uncharge(p.cost)
 		return nil, nil, err
 	}
-	attr := offload.QPAttr{MaxSendWR: maxSend, MaxRecvWR: maxRecv, SignalAll: req.SignalAll}
-	if srq != nil {
-		attr.SRQ = srq.srq
+	// The charge goes back when take removes the QP's handle.
+	return reply, []int{memfd, cfd}, nil
+}
+
+// buildQP gives q its rings, its doorbell and its engine QP, starts its
+// ring goroutine and gives it a handle. The descriptors for the client
+// (the rings' memory, a copy of the doorbell) are left in memfd and cfd,
+// also when a step fails.
+func (ss *session) buildQP(q *sQP, p *qpParts, signalAll bool, memfd, cfd *int) (*uabi.CreateQPReply, error) {
+	sqBytes := uabi.RingSpan(p.sqCount, uabi.SQESize)
+	total := sqBytes + uabi.RingSpan(p.rqCount, uabi.RQESize)
+	var err error
+	if *memfd, q.mem, err = uabi.NewShared("siwtun-qp", total, true); err != nil {
+		return nil, err
 	}
-	eqp, err := ss.srv.eng.CreateQP(pd.pd.Handle(), scq, rcq, attr)
-	if err != nil {
-		db.Close()
-		uabi.Close(cfd)
-		uabi.Close(memfd)
-		uabi.Unmap(mem)
-		return nil, nil, err
+	sq, err1 := uabi.InitRing(q.mem[:sqBytes], p.sqCount, uabi.SQESize)
+	rq, err2 := uabi.InitRing(q.mem[sqBytes:], p.rqCount, uabi.RQESize)
+	if err := firstErr(err1, err2); err != nil {
+		return nil, err
 	}
-	q := &sQP{ss: ss, pd: pd, qp: eqp, scq: scq, rcq: rcq, srq: srq, mem: mem, sq: sq, rq: rq,
-		doorbell: db, stop: make(chan struct{}), epoch: time.Now()}
+	q.sq, q.rq = sq, rq
+	if q.doorbell, *cfd, err = ss.newDoorbell(); err != nil {
+		return nil, err
+	}
+	attr := offload.QPAttr{MaxSendWR: p.maxSend, MaxRecvWR: p.maxRecv, SignalAll: signalAll}
+	if q.srq != nil {
+		attr.SRQ = q.srq.srq
+	}
+	if q.qp, err = ss.srv.eng.CreateQP(q.pd.pd.Handle(), q.scq, q.rcq, attr); err != nil {
+		return nil, err
+	}
 	// A Send that finds no receive takes what the client has published in
 	// the RQ ring: receives are taken when data arrives, so the client's
 	// PostRecv never waits for the daemon. (A QP on an SRQ takes them
 	// from the SRQ's ring: the SRQ's refill.)
-	if srq == nil {
-		eqp.SetRecvRefill(func() {
+	if q.srq == nil {
+		q.qp.SetRecvRefill(func() {
 			q.rqMu.Lock()
 			q.drainRQ()
 			q.rqMu.Unlock()
 		})
 	}
-	eqp.SetRxIdle(q.rxIdle)
-	pd.mu.Lock()
-	pd.qps++
-	pd.mu.Unlock()
-	if srq != nil && srq.pd != pd {
-		// The QP copies into regions of the SRQ's PD too (the lkeys of
-		// SRQ receives are the SRQ's PD's): their memory waits for it as
-		// for the PD's own QPs before it is unmapped.
-		srq.pd.mu.Lock()
-		srq.pd.qps++
-		srq.pd.mu.Unlock()
-	}
-	// From here q.destroy releases the holds; the charge goes back when
-	// take removes the QP's handle (or below, if adding it fails).
-	ok = true
+	q.qp.SetRxIdle(q.rxIdle)
 	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
-	q.h = h
-	eqp.SetEventHandler(func(e ibv.Event) { ss.queueEvent(h, e, eqp) })
 	if err != nil {
-		q.destroy()
-		ss.uncharge(cost)
-		uabi.Close(cfd)
-		uabi.Close(memfd)
-		return nil, nil, err
+		return nil, err
 	}
-	return &uabi.CreateQPReply{Handle: h, Num: eqp.Num(), SQCount: sqCount, RQCount: rqCount,
-		SQBytes: uint32(sqBytes), Total: uint32(total)}, []int{memfd, cfd}, nil
+	q.h = h
+	eqp := q.qp
+	eqp.SetEventHandler(func(e ibv.Event) { ss.queueEvent(h, e, eqp) })
+	return &uabi.CreateQPReply{Handle: h, Num: eqp.Num(), SQCount: p.sqCount, RQCount: p.rqCount,
+		SQBytes: uint32(sqBytes), Total: uint32(total)}, nil
+}
+
+// newDoorbell makes a QP's doorbell: an eventfd the daemon waits on, and
+// a copy of it (cfd) for the client to ring.
+func (ss *session) newDoorbell() (db *uabi.Doorbell, cfd int, err error) {
+	dbfd, err := uabi.NewEventfd()
+	if err != nil {
+		return nil, -1, err
+	}
+	if cfd, err = dupFD(dbfd); err != nil {
+		uabi.Close(dbfd)
+		return nil, -1, err
+	}
+	// The doorbell owns dbfd from here, also when making it fails.
+	if db, err = ss.srv.doorbell(dbfd); err != nil {
+		uabi.Close(cfd)
+		return nil, -1, err
+	}
+	return db, cfd, nil
 }
 
 // hold takes a reference on each of the session's objects given as a

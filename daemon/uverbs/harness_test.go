@@ -40,10 +40,16 @@ func newRig(t testing.TB) *rig { return newRigWith(t, nil) }
 
 // newRigWith is newRig with the peer RNIC's engine configured by peerMod.
 func newRigWith(t testing.TB, peerMod func(*offload.Config)) *rig {
+	return newRigMods(t, nil, peerMod)
+}
+
+// newRigMods is newRig with the daemon's engine configured by daemonMod
+// and the peer's by peerMod.
+func newRigMods(t testing.TB, daemonMod, peerMod func(*offload.Config)) *rig {
 	t.Helper()
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	r := &rig{t: t, serveCh: make(chan error, 1)}
-	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", nil), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", peerMod)
+	daemon, peer := rnictest.New(t, la, daemonAddr, 1500, "siwtun0", daemonMod), rnictest.New(t, lb, peerAddr, 1500, "siwtun1", peerMod)
 	r.daemon, r.local = daemon.Engine, daemon.Device
 	r.peerEng, r.peer = peer.Engine, peer.Device
 	var log *slog.Logger

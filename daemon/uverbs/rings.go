@@ -405,11 +405,19 @@ func (q *sQP) drainRQ() (progress, blocked bool) {
 // the rings.
 func (q *sQP) destroy() {
 	q.once.Do(func() {
-		q.qp.Destroy()
+		// A QP whose creation failed lacks the parts made after the step
+		// that failed (createQP).
+		if q.qp != nil {
+			q.qp.Destroy()
+		}
 		close(q.stop)
-		q.doorbell.Signal() // wakes the ring goroutine to see stop
+		if q.doorbell != nil {
+			q.doorbell.Signal() // wakes the ring goroutine to see stop
+		}
 		q.done.Wait()
-		q.doorbell.Close()
+		if q.doorbell != nil {
+			q.doorbell.Close()
+		}
 		uabi.Unmap(q.mem)
 		q.ss.mu.Lock()
 		q.scq.users--

@@ -411,6 +411,15 @@ type sPD struct {
 	zombies [][]byte // mappings of deregistered regions, unmapped once no QP of the PD runs
 }
 
+// qpMade counts a QP of the session that copies into the PD's regions
+// (one being created included); qpGone counts it out, and unmaps the
+// regions deregistered meanwhile once none is left.
+func (pd *sPD) qpMade() {
+	pd.mu.Lock()
+	pd.qps++
+	pd.mu.Unlock()
+}
+
 func (pd *sPD) qpGone() {
 	pd.mu.Lock()
 	pd.qps--
