@@ -229,34 +229,56 @@ func badf(format string, a ...any) error {
 // (perftest_parameters.c: init_perftest_params, force_dependecies), or an
 // error naming the bad parameter. dev gives the device limits.
 func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
+	for _, step := range []func() error{
+		c.normVerb, c.normSize, c.normLength, c.normQPs, c.normDepths,
+		func() error { return c.normInline(dev) },
+		func() error { return c.normOutReads(dev) },
+		c.normConnect,
+	} {
+		if err := step(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// normVerb checks and defaults the verb and what applies to it alone:
+// the anatomy, atomics, --imm, --spin.
+func (c *Config) normVerb() error {
 	if c.Verb != Send && c.Verb != Write && c.Verb != Read && c.Verb != Atomic {
-		return c, badf("verb %d", int(c.Verb))
+		return badf("verb %d", int(c.Verb))
 	}
 	if c.Stamps != nil && (c.Verb != Write || !c.Latency || c.Imm || c.All) {
-		return c, badf("the anatomy is taken of the RDMA Write latency test of one size (write --lat, no --imm, no --all)")
+		return badf("the anatomy is taken of the RDMA Write latency test of one size (write --lat, no --imm, no --all)")
 	}
 	if c.Verb == Atomic {
 		if c.Latency {
-			return c, badf("atomic tests measure bandwidth only (ib_atomic_bw)")
+			return badf("atomic tests measure bandwidth only (ib_atomic_bw)")
 		}
 		if c.All || c.Size != 0 && c.Size != 8 {
-			return c, badf("atomic tests move 8 bytes (no --size, no --all)")
+			return badf("atomic tests move 8 bytes (no --size, no --all)")
 		}
 		c.Size = 8
 	} else if c.AtomicType != FetchAndAdd {
-		return c, badf("--atomic_type applies to atomic tests only")
+		return badf("--atomic_type applies to atomic tests only")
 	}
 	if c.Imm && c.Verb != Write {
-		return c, badf("--imm applies to RDMA Write tests only")
+		return badf("--imm applies to RDMA Write tests only")
 	}
 	if c.Spin && (c.Verb != Write || c.Imm || !c.Latency) {
-		return c, badf("--spin applies to RDMA Write latency tests only (without --imm)")
+		return badf("--spin applies to RDMA Write latency tests only (without --imm)")
 	}
+	return nil
+}
+
+// normSize checks and defaults the message size (perftest's defaults: 2
+// bytes for latency, 65536 for bandwidth; --all up to the largest).
+func (c *Config) normSize() error {
 	if c.Size < 0 {
-		return c, badf("size %d: must be positive", c.Size)
+		return badf("size %d: must be positive", c.Size)
 	}
 	if c.Size > 0 && c.All {
-		return c, badf("--size and --all exclude each other")
+		return badf("--size and --all exclude each other")
 	}
 	if c.Size == 0 {
 		c.Size = defSizeBW
@@ -265,7 +287,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	}
 	if c.Size > maxSize {
-		return c, badf("size %d: at most %d", c.Size, maxSize)
+		return badf("size %d: at most %d", c.Size, maxSize)
 	}
 	if c.All {
 		c.Size = maxSizeAll
@@ -273,18 +295,24 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 			c.Size = c.allUpTo
 		}
 	}
+	return nil
+}
+
+// normLength checks and defaults how long the test runs: iterations or
+// a duration in whole seconds.
+func (c *Config) normLength() error {
 	if c.Duration < 0 {
-		return c, badf("duration %v: must be positive", c.Duration)
+		return badf("duration %v: must be positive", c.Duration)
 	}
 	if c.Duration > 0 {
 		if c.Duration%time.Second != 0 {
-			return c, badf("duration %v: whole seconds", c.Duration)
+			return badf("duration %v: whole seconds", c.Duration)
 		}
 		if c.All {
-			return c, badf("--duration does not run on all sizes (--all)")
+			return badf("--duration does not run on all sizes (--all)")
 		}
 		if c.Iters != 0 {
-			return c, badf("--iters and --duration exclude each other")
+			return badf("--iters and --duration exclude each other")
 		}
 	}
 	if c.Iters == 0 && c.Duration == 0 {
@@ -294,20 +322,31 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	}
 	if c.Duration == 0 && (c.Iters < minIters || c.Iters > maxIters) {
-		return c, badf("iterations %d: want %d..%d", c.Iters, minIters, maxIters)
+		return badf("iterations %d: want %d..%d", c.Iters, minIters, maxIters)
 	}
+	return nil
+}
+
+// normQPs checks and defaults the queue pairs: one for latency tests.
+func (c *Config) normQPs() error {
 	if c.QPs == 0 {
 		c.QPs = 1
 	}
 	if c.QPs < 1 || c.QPs > maxQPs {
-		return c, badf("queue pairs %d: want 1..%d", c.QPs, maxQPs)
+		return badf("queue pairs %d: want 1..%d", c.QPs, maxQPs)
 	}
 	if c.Latency && c.QPs != 1 {
-		return c, badf("latency tests run on one queue pair (--qp %d)", c.QPs)
+		return badf("latency tests run on one queue pair (--qp %d)", c.QPs)
 	}
 	if c.Latency && c.Bidirectional {
-		return c, badf("--bidirectional is only available in bandwidth tests")
+		return badf("--bidirectional is only available in bandwidth tests")
 	}
+	return nil
+}
+
+// normDepths checks and defaults the send and receive queue depths, at
+// most the iterations.
+func (c *Config) normDepths() error {
 	if c.TxDepth == 0 {
 		c.TxDepth = defTxBW
 		if c.Latency {
@@ -315,10 +354,10 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	}
 	if c.TxDepth < 1 || c.TxDepth > maxTx {
-		return c, badf("tx depth %d: want 1..%d", c.TxDepth, maxTx)
+		return badf("tx depth %d: want 1..%d", c.TxDepth, maxTx)
 	}
 	if c.RxDepth != 0 && !c.recvs() {
-		return c, badf("--rx-depth applies to send and write --imm tests only")
+		return badf("--rx-depth applies to send and write --imm tests only")
 	}
 	if c.RxDepth == 0 {
 		c.RxDepth = defRxRDMA
@@ -327,7 +366,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	}
 	if c.RxDepth < 1 || c.RxDepth > maxRx {
-		return c, badf("rx depth %d: want 1..%d", c.RxDepth, maxRx)
+		return badf("rx depth %d: want 1..%d", c.RxDepth, maxRx)
 	}
 	if c.Duration == 0 {
 		c.TxDepth = min(c.TxDepth, c.Iters)
@@ -336,8 +375,13 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 		}
 	}
 	if c.recvs() && !c.Latency && c.RxDepth < 3 {
-		return c, badf("rx depth %d: send and write --imm bandwidth tests need at least 3 (credits every third)", c.RxDepth)
+		return badf("rx depth %d: send and write --imm bandwidth tests need at least 3 (credits every third)", c.RxDepth)
 	}
+	return nil
+}
+
+// normInline checks and defaults the inline size, within the device's.
+func (c *Config) normInline(dev verbs.DeviceAttr) error {
 	switch {
 	case c.Verb == Read || c.Verb == Atomic:
 		if c.Inline > 0 {
@@ -345,7 +389,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 			if c.Verb == Atomic {
 				what = "atomic tests"
 			}
-			return c, badf("--inline_size does not apply to %s", what)
+			return badf("--inline_size does not apply to %s", what)
 		}
 		c.Inline = 0
 	case c.Inline < 0:
@@ -358,24 +402,36 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 			c.Inline = min(c.Inline, dev.MaxInline)
 		}
 	case c.Inline > dev.MaxInline:
-		return c, badf("inline size %d: the device allows %d", c.Inline, dev.MaxInline)
+		return badf("inline size %d: the device allows %d", c.Inline, dev.MaxInline)
 	}
+	return nil
+}
+
+// normOutReads checks and defaults the outstanding RDMA Reads and
+// atomics, within the device's ORD.
+func (c *Config) normOutReads(dev verbs.DeviceAttr) error {
 	if c.readsOut() {
 		max := dev.MaxQPRdAtom
 		if c.OutReads == 0 {
 			c.OutReads = max
 		}
 		if c.OutReads < 1 || c.OutReads > max {
-			return c, badf("outstanding reads %d: want 1..%d", c.OutReads, max)
+			return badf("outstanding reads %d: want 1..%d", c.OutReads, max)
 		}
 	} else {
 		if c.OutReads != 0 {
-			return c, badf("--outs applies to RDMA Read and atomic tests only")
+			return badf("--outs applies to RDMA Read and atomic tests only")
 		}
 		c.OutReads = 1
 	}
+	return nil
+}
+
+// normConnect checks and defaults the connection's settle delay and
+// retries.
+func (c *Config) normConnect() error {
 	if c.SettleDelay < 0 || c.ConnectRetries < 0 || c.ConnectRetryDelay < 0 {
-		return c, badf("negative settle delay or connect retries")
+		return badf("negative settle delay or connect retries")
 	}
 	if c.ConnectRetries == 0 {
 		c.ConnectRetries = 10
@@ -383,7 +439,7 @@ func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	if c.ConnectRetryDelay == 0 {
 		c.ConnectRetryDelay = 100 * time.Millisecond
 	}
-	return c, nil
+	return nil
 }
 
 // readsOut reports whether the test's requests are answered by the peer
