@@ -493,6 +493,22 @@ func cpu(v float64) string {
 // WriteTable prints the results as one table: every row with its
 // absolute figure and ratios, then the targets.
 func (r *Results) WriteTable(w io.Writer) error {
+	if err := r.writeMainTable(w); err != nil {
+		return err
+	}
+	r.writeAnchors(w)
+	if err := r.writeScaleTable(w); err != nil {
+		return err
+	}
+	if err := r.writeTargets(w); err != nil {
+		return err
+	}
+	return r.writeNotes(w)
+}
+
+// writeMainTable prints the rows of one connection each, with their ratios
+// and CPU costs.
+func (r *Results) writeMainTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if slices.ContainsFunc(r.Rows, func(x Row) bool { return x.QPs == 0 }) {
 		fmt.Fprintln(tw, "MTU\tSTACK\tTEST\tSIZE\tCRC\tVALUE\tMEAN\tUNIT\tVS GVISOR\tVS KERNEL\tAPP CPU s/GB\tRNIC CPU s/GB")
@@ -524,14 +540,12 @@ func (r *Results) WriteTable(w io.Writer) error {
 			FormatSize(row.Size), crc, val, mean, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
 			cpu(row.AppCPUPerGB), cpu(row.RNICCPUPerGB))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	r.writeAnchors(w)
-	if err := r.writeScaleTable(w); err != nil {
-		return err
-	}
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	return tw.Flush()
+}
+
+// writeTargets prints each target with its figure and whether it passed.
+func (r *Results) writeTargets(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(tw, "TARGET\tMTU\tFIGURE\tLIMIT\tRESULT")
@@ -553,9 +567,12 @@ func (r *Results) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s %.2f\t%s\n", t.Name, t.MTU, fig, op, t.Limit, res)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
+
+// writeNotes prints what was skipped, the profiles taken, and how the run
+// was made.
+func (r *Results) writeNotes(w io.Writer) error {
 	if r.CLib != nil && r.CLib.Skipped != "" {
 		fmt.Fprintf(w, "\nperftest through libsiwtun: skipped: %s\n", r.CLib.Skipped)
 	}
