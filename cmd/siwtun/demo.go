@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -250,32 +248,12 @@ func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
 	cliAddr := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(2*i + 1)}), 24)
 	srvAddr := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(2*i + 2)}), 24)
 	log := &wireLog{w: w, markers: o.markers, names: map[netip.Addr]string{cliAddr.Addr(): "siwtun0", srvAddr.Addr(): "siwtun1"}, on: o.wire, an: inspect.New(), pcap: r.pcap}
-	la, lb := netstack.Pipe(o.mtu, imp)
-	if o.gate != nil {
-		var g *netstack.Gate
-		lb, g = netstack.NewGate(lb)
-		g.SetRule(o.gate)
-	}
-	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
-		cfg := offload.DefaultConfig(name)
-		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
-		if o.config != nil {
-			o.config(&cfg) // a lesson's settings (lesson.go)
-		}
-		return rnic.New(link, rnic.Config{Stack: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log}, Engine: cfg})
-	}
-	cli, err := newRNIC(la, cliAddr, "siwtun0")
+	cli, srv, err := newDemoRNICs(o, imp, log, cliAddr, srvAddr)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	srv, err := newRNIC(lb, srvAddr, "siwtun1")
-	if err != nil {
-		return err
-	}
 	defer srv.Close()
-	cdev, sdev := cli.Device, srv.Device
-
 	if p.title != "" {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -302,11 +280,51 @@ func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
 	if p.title != "" {
 		r.view.step(p.title, p.text)
 	}
+	if err := runPartApp(w, r.appW, o, cli.Device, srv.Device, srvAddr.Addr()); err != nil {
+		return err
+	}
+	log.mu.Lock()
+	log.on = false
+	log.mu.Unlock()
+	writeDemoStats(w, o, cli.Engine, srv.Engine)
+	return nil
+}
+
+// newDemoRNICs makes a part's two RNICs, joined by an in-memory link with
+// the impairments imp (and o's gate), their segments logged by log.
+func newDemoRNICs(o demoOptions, imp netstack.Impairments, log *wireLog, cliAddr, srvAddr netip.Prefix) (cli, srv *rnic.RNIC, err error) {
+	la, lb := netstack.Pipe(o.mtu, imp)
+	if o.gate != nil {
+		var g *netstack.Gate
+		lb, g = netstack.NewGate(lb)
+		g.SetRule(o.gate)
+	}
+	newRNIC := func(link *netstack.Link, addr netip.Prefix, name string) (*rnic.RNIC, error) {
+		cfg := offload.DefaultConfig(name)
+		cfg.MPARev, cfg.CRC, cfg.Markers = o.rev, o.crc, o.markers
+		if o.config != nil {
+			o.config(&cfg) // a lesson's settings (lesson.go)
+		}
+		return rnic.New(link, rnic.Config{Stack: netstack.Options{Addrs: []netip.Prefix{addr}, MTU: o.mtu, Hook: log}, Engine: cfg})
+	}
+	if cli, err = newRNIC(la, cliAddr, "siwtun0"); err != nil {
+		return nil, nil, err
+	}
+	if srv, err = newRNIC(lb, srvAddr, "siwtun1"); err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return cli, srv, nil
+}
+
+// runPartApp runs a part's application (the demo's, or a lesson's), its
+// steps told to appW, and disconnects.
+func runPartApp(w, appW io.Writer, o demoOptions, cdev, sdev *verbs.Device, srv netip.Addr) error {
 	app := runApp
 	if o.app != nil {
 		app = o.app // a lesson's application (lesson.go)
 	}
-	c, err := app(r.appW, cdev, sdev, srvAddr.Addr(), o.size)
+	c, err := app(appW, cdev, sdev, srv, o.size)
 	if err != nil {
 		return err
 	}
@@ -316,240 +334,18 @@ func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
 		fmt.Fprintf(w, "then disconnect\n")
 	}
 	c.Disconnect()
-	log.mu.Lock()
-	log.on = false
-	log.mu.Unlock()
-	st := cli.Engine.Stats()
-	ss := srv.Engine.Stats()
+	return nil
+}
+
+// writeDemoStats prints what the two engines counted.
+func writeDemoStats(w io.Writer, o demoOptions, cli, srv *offload.Device) {
+	st := cli.Stats()
+	ss := srv.Stats()
 	fmt.Fprintf(w, "\nsiwtun0: %d FPDUs out (%d bytes), %d in; siwtun1: %d FPDUs out, %d in, %d bytes placed; CRC errors %d\n",
 		st.FPDUsTx.Load(), st.BytesTx.Load(), st.FPDUsRx.Load(), ss.FPDUsTx.Load(), ss.FPDUsRx.Load(), ss.PlacedBytes.Load()+st.PlacedBytes.Load(), st.CRCErrors.Load()+ss.CRCErrors.Load())
 	if o.app == nil {
 		fmt.Fprintln(w, strings.Repeat("-", 8), "all data verified")
 	}
-	return nil
-}
-
-// demoEnd is one side of a demo application's connection: on dev a PD, a
-// send and a receive CQ and a QP in INIT.
-type demoEnd struct {
-	dev      *verbs.Device
-	pd       *verbs.PD
-	scq, rcq *verbs.CQ
-	qp       *verbs.QP
-}
-
-// newDemoEnd creates a demoEnd on d.
-func newDemoEnd(d *verbs.Device) (*demoEnd, error) {
-	pd, err := d.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	scq, err := d.CreateCQ(64)
-	if err != nil {
-		return nil, err
-	}
-	rcq, err := d.CreateCQ(64)
-	if err != nil {
-		return nil, err
-	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: rcq, MaxSendWR: 16, MaxRecvWR: 16})
-	if err != nil {
-		return nil, err
-	}
-	if err := qp.Modify(verbs.QPInit); err != nil {
-		return nil, err
-	}
-	return &demoEnd{d, pd, scq, rcq, qp}, nil
-}
-
-// region allocates n bytes on the end's device and registers them with
-// access.
-func (e *demoEnd) region(n int, access verbs.Access) ([]byte, *verbs.MR, error) {
-	buf, err := e.dev.AllocBuffer(n)
-	if err != nil {
-		return nil, nil, err
-	}
-	buf = buf[:n]
-	mr, err := e.pd.RegMR(buf, access)
-	if err != nil {
-		return nil, nil, err
-	}
-	return buf, mr, nil
-}
-
-// newDemoEnds creates the client's demoEnd on cdev and the server's on
-// sdev.
-func newDemoEnds(cdev, sdev *verbs.Device) (c, s *demoEnd, err error) {
-	if c, err = newDemoEnd(cdev); err != nil {
-		return nil, nil, err
-	}
-	if s, err = newDemoEnd(sdev); err != nil {
-		return nil, nil, err
-	}
-	return c, s, nil
-}
-
-// acceptOne accepts the first connection request on l into qp with p, in
-// a goroutine; the channel gives the result.
-func acceptOne(ctx context.Context, l *verbs.Listener, qp *verbs.QP, p verbs.ConnParam) <-chan error {
-	acc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			acc <- err
-			return
-		}
-		acc <- req.Accept(qp, p)
-	}()
-	return acc
-}
-
-// connectDemo connects c's queue pair with cp to addr, where l listens,
-// and accepts the request there into s's queue pair with sp, telling it
-// as step. It returns how long the connection took from the Connect call.
-func connectDemo(ctx context.Context, w io.Writer, step int, l *verbs.Listener, addr netip.AddrPort, c, s *demoEnd, cp, sp verbs.ConnParam) (time.Duration, error) {
-	acc := acceptOne(ctx, l, s.qp, sp)
-	fmt.Fprintf(w, "%d. connect siwtun0 -> %v:%d (TCP, then MPA Request/Reply)\n", step, addr.Addr(), addr.Port())
-	t0 := time.Now()
-	if err := c.qp.Connect(ctx, addr, cp); err != nil {
-		return 0, err
-	}
-	if err := <-acc; err != nil {
-		return 0, err
-	}
-	return time.Since(t0), nil
-}
-
-// runApp is the demo's verbs application: it connects a QP on cdev to one
-// accepted on sdev at srv:7174 and does a Send, an RDMA Write and an RDMA
-// Read with every byte verified, telling what it does. It returns the
-// client QP, still connected.
-func runApp(w io.Writer, cdev, sdev *verbs.Device, srv netip.Addr, size int) (*verbs.QP, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, s, err := newDemoEnds(cdev, sdev)
-	if err != nil {
-		return nil, err
-	}
-
-	// Server memory: a receive buffer and a region the client may write and read.
-	recvBuf, err := sdev.AllocBuffer(256)
-	if err != nil {
-		return nil, err
-	}
-	recvMR, err := s.pd.RegMR(recvBuf, verbs.AccessLocalWrite)
-	if err != nil {
-		return nil, err
-	}
-	target, targetMR, err := s.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
-		return nil, err
-	}
-	at := netip.AddrPortFrom(srv, 7174)
-	l, err := sdev.Listen(at, 1)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	took, err := connectDemo(ctx, w, 1, l, at, c, s,
-		verbs.ConnParam{PrivateData: []byte("siwtun demo client"), InitiatorDepth: 4, ResponderResources: 4},
-		verbs.ConnParam{PrivateData: []byte("siwtun demo server")})
-	if err != nil {
-		return nil, err
-	}
-	p := c.qp.Info()
-	fmt.Fprintf(w, "   established in %v: MPA rev %d, CRC %v, markers tx/rx %v/%v, IRD %d ORD %d, EMSS %d\n\n",
-		took.Round(time.Microsecond), p.Params.Rev, onOff(p.Params.CRC), onOff(p.Params.MarkersTx), onOff(p.Params.MarkersRx), p.IRD, p.ORD, p.EMSS)
-
-	wcs := make([]verbs.WorkCompletion, 4)
-	wait := func(cq *verbs.CQ, what string) (verbs.WorkCompletion, error) {
-		n, err := cq.Wait(ctx, wcs[:1])
-		if err != nil {
-			return verbs.WorkCompletion{}, fmt.Errorf("%s: %w", what, err)
-		}
-		if n != 1 || wcs[0].Status != verbs.WCSuccess {
-			return wcs[0], fmt.Errorf("%s: completion status %v", what, wcs[0].Status)
-		}
-		return wcs[0], nil
-	}
-
-	// 2. Send: the client tells the server where its buffer is, rping-style.
-	cbuf, cmr, err := c.region(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		return nil, err
-	}
-	for i := range cbuf {
-		cbuf[i] = byte('A' + i%58)
-	}
-	msg := make([]byte, 16)
-	binary.BigEndian.PutUint64(msg, cmr.Addr())
-	binary.BigEndian.PutUint32(msg[8:], cmr.RKey())
-	binary.BigEndian.PutUint32(msg[12:], uint32(size))
-	fmt.Fprintf(w, "2. Send 16 bytes (address 0x%x, rkey 0x%08x, size %d)\n", cmr.Addr(), cmr.RKey(), size)
-	t0 := time.Now()
-	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 10, Opcode: verbs.WRSend, Flags: verbs.FlagSignaled | verbs.FlagInline, Inline: msg}}); err != nil {
-		return nil, err
-	}
-	if _, err := wait(c.scq, "send"); err != nil {
-		return nil, err
-	}
-	rwc, err := wait(s.rcq, "receive")
-	if err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(recvBuf[:rwc.ByteLen], msg) {
-		return nil, fmt.Errorf("send: received bytes differ")
-	}
-	fmt.Fprintf(w, "   received %d bytes in %v, verified\n\n", rwc.ByteLen, time.Since(t0).Round(time.Microsecond))
-
-	// 3. RDMA Write: client -> server's target region.
-	fmt.Fprintf(w, "3. RDMA Write %d bytes to rkey 0x%08x\n", size, targetMR.RKey())
-	t0 = time.Now()
-	if _, err := s.qp.PostRecv([]verbs.RecvWR{{ID: 2, SGL: []verbs.SGE{recvMR.SGE(0, len(recvBuf))}}}); err != nil {
-		return nil, err
-	}
-	if _, err := c.qp.PostSend([]verbs.SendWR{
-		{ID: 11, Opcode: verbs.WRWrite, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{cmr.SGE(0, size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()},
-		{ID: 12, Opcode: verbs.WRSend, Flags: verbs.FlagInline, Inline: []byte("written")},
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := wait(c.scq, "write"); err != nil {
-		return nil, err
-	}
-	if _, err := wait(s.rcq, "write notice"); err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(target, cbuf) {
-		return nil, fmt.Errorf("RDMA Write: target bytes differ")
-	}
-	fmt.Fprintf(w, "   placed and verified in %v (the Send behind it arrived: RDMAP keeps order)\n\n", time.Since(t0).Round(time.Microsecond))
-
-	// 4. RDMA Read: the server's region back into a fresh client buffer.
-	for i := range target {
-		target[i] = byte('z' - i%26)
-	}
-	sink, smr, err := c.region(size, verbs.AccessLocalWrite)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(w, "4. RDMA Read %d bytes from rkey 0x%08x\n", size, targetMR.RKey())
-	t0 = time.Now()
-	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: 13, Opcode: verbs.WRRead, Flags: verbs.FlagSignaled, SGL: []verbs.SGE{smr.SGE(0, size)}, RemoteAddr: targetMR.Addr(), RKey: targetMR.RKey()}}); err != nil {
-		return nil, err
-	}
-	if _, err := wait(c.scq, "read"); err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(sink, target) {
-		return nil, fmt.Errorf("RDMA Read: bytes differ")
-	}
-	fmt.Fprintf(w, "   read and verified in %v\n\n", time.Since(t0).Round(time.Microsecond))
-
-	return c.qp, nil
 }
 
 func onOff(b bool) string {
