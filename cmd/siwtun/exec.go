@@ -16,9 +16,14 @@ import (
 // library (libsiwtun/), built next to the siwtun binary.
 const libName = "libsiwtun.so"
 
+// execOptions are the flags of `siwtun exec`.
+type execOptions struct {
+	dev, socketDir    string
+	rsockets, noSysfs bool
+}
+
 func newExecCmd() *cobra.Command {
-	var dev, socketDir string
-	var rsockets, noSysfs bool
+	o := &execOptions{}
 	cmd := &cobra.Command{
 		Use:   "exec [--dev siwtun0] -- PROGRAM [ARGS...]",
 		Short: "Run an unmodified libibverbs/librdmacm program on a siwtun device",
@@ -55,50 +60,65 @@ CAP_NET_ADMIN only) there is no view, and exec says so on stderr.`,
   siwtun exec --rsockets --dev siwtun1 -- rstream -T s -b 198.18.2.2 -S 65536 -C 1000`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lib, err := findLib()
-			if err != nil {
-				return err
-			}
-			prog, err := exec.LookPath(args[0])
-			if err != nil {
-				return fmt.Errorf("exec %s: %w", args[0], err)
-			}
-			env := os.Environ()
-			pre := lib
-			if rsockets {
-				rsp, err := findRspreload()
-				if err != nil {
-					return err
-				}
-				pre += ":" + rsp
-			}
-			if old := os.Getenv("LD_PRELOAD"); old != "" {
-				pre += ":" + old
-			}
-			env = setEnv(env, "LD_PRELOAD", pre)
-			if dev != "" {
-				env = setEnv(env, "SIWTUN_DEV", dev)
-			}
-			if socketDir != "" {
-				env = setEnv(env, "SIWTUN_SOCKET_DIR", socketDir)
-			}
-			if !noSysfs && os.Geteuid() == 0 {
-				err := enterSysView(viewDevices(socketDir, dev))
-				switch {
-				case errors.Is(err, errNoMountNS):
-					fmt.Fprintf(os.Stderr, "siwtun exec: no /sys/class/infiniband view: %v (--no-sysfs goes without it quietly)\n", err)
-				case err != nil:
-					return fmt.Errorf("the /sys/class/infiniband view (--no-sysfs goes without): %w", err)
-				}
-			}
-			return syscall.Exec(prog, args, env)
+			return runExec(o, args)
 		},
 	}
-	cmd.Flags().StringVar(&dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
-	cmd.Flags().BoolVar(&rsockets, "rsockets", false, "run a TCP socket program over rsockets (preload rdma-core's librspreload.so after libsiwtun)")
-	cmd.Flags().BoolVar(&noSysfs, "no-sysfs", false, "do not give the program the /sys/class/infiniband view of the running devices")
-	socketDirFlag(cmd.Flags(), &socketDir, "verbs sockets, passed to the program as SIWTUN_SOCKET_DIR")
+	cmd.Flags().StringVar(&o.dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
+	cmd.Flags().BoolVar(&o.rsockets, "rsockets", false, "run a TCP socket program over rsockets (preload rdma-core's librspreload.so after libsiwtun)")
+	cmd.Flags().BoolVar(&o.noSysfs, "no-sysfs", false, "do not give the program the /sys/class/infiniband view of the running devices")
+	socketDirFlag(cmd.Flags(), &o.socketDir, "verbs sockets, passed to the program as SIWTUN_SOCKET_DIR")
 	return cmd
+}
+
+// runExec replaces siwtun with the program args name, libsiwtun (and
+// with --rsockets librspreload) preloaded, in the /sys/class/infiniband
+// view of the running devices when run as root.
+func runExec(o *execOptions, args []string) error {
+	env, err := o.env()
+	if err != nil {
+		return err
+	}
+	prog, err := exec.LookPath(args[0])
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", args[0], err)
+	}
+	if !o.noSysfs && os.Geteuid() == 0 {
+		err := enterSysView(viewDevices(o.socketDir, o.dev))
+		switch {
+		case errors.Is(err, errNoMountNS):
+			fmt.Fprintf(os.Stderr, "siwtun exec: no /sys/class/infiniband view: %v (--no-sysfs goes without it quietly)\n", err)
+		case err != nil:
+			return fmt.Errorf("the /sys/class/infiniband view (--no-sysfs goes without): %w", err)
+		}
+	}
+	return syscall.Exec(prog, args, env)
+}
+
+// env is the program's environment: siwtun's, with LD_PRELOAD, SIWTUN_DEV
+// and SIWTUN_SOCKET_DIR set for the flags.
+func (o *execOptions) env() ([]string, error) {
+	pre, err := findLib()
+	if err != nil {
+		return nil, err
+	}
+	if o.rsockets {
+		rsp, err := findRspreload()
+		if err != nil {
+			return nil, err
+		}
+		pre += ":" + rsp
+	}
+	if old := os.Getenv("LD_PRELOAD"); old != "" {
+		pre += ":" + old
+	}
+	env := setEnv(os.Environ(), "LD_PRELOAD", pre)
+	if o.dev != "" {
+		env = setEnv(env, "SIWTUN_DEV", o.dev)
+	}
+	if o.socketDir != "" {
+		env = setEnv(env, "SIWTUN_SOCKET_DIR", o.socketDir)
+	}
+	return env, nil
 }
 
 // findLib returns the absolute path of libsiwtun: SIWTUN_LIB, or the file

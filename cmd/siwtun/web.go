@@ -114,26 +114,11 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string,
 	b.SetLive()
 	b.SetSampling(samplingPolicy)
 	b.SetMaxSegments(maxSegs)
-	streams := make([]*ctl.WatchStream, len(devs))
-	for i := range devs {
-		c, err := opts[i].dial()
-		if err != nil {
-			return err
-		}
-		// The peer's segments are only matched with the local device's:
-		// their payloads stay in its daemon.
-		watch := c.Watch
-		if i > 0 {
-			watch = c.WatchHeaders
-		}
-		s, err := watch()
-		if err != nil {
-			c.Close()
-			return err
-		}
-		defer c.Close()
-		streams[i] = s
+	streams, closeAll, err := openWebStreams(opts)
+	if err != nil {
+		return err
 	}
+	defer closeAll()
 	srv, err := web.Serve(listen, b)
 	if err != nil {
 		return err
@@ -142,10 +127,64 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string,
 	fmt.Fprintf(w, "siwtun web: watching %v; open %s (Ctrl-C to stop)\n", devs, srv.URL())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, len(devs))
 	// The two daemons' events, put in one order by their common clock.
 	m := web.NewMerger(b, len(devs), stallAge)
 	defer m.Flush()
+	errc := mergeWebStreams(m, streams, devs)
+	tick := time.NewTicker(webStatePeriod)
+	defer tick.Stop()
+	for {
+		m.Tick()
+		pollState(b, opts)
+		if peer != "" {
+			b.Sweep(time.Now(), dropAge)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// openWebStreams opens the watch streams of the devices' daemons; closeAll
+// closes their clients.
+func openWebStreams(opts []ctlOptions) (streams []*ctl.WatchStream, closeAll func(), err error) {
+	var clients []*ctl.Client
+	closeAll = func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	for i := range opts {
+		c, err := opts[i].dial()
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		clients = append(clients, c)
+		// The peer's segments are only matched with the local device's:
+		// their payloads stay in its daemon.
+		watch := c.Watch
+		if i > 0 {
+			watch = c.WatchHeaders
+		}
+		s, err := watch()
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		streams = append(streams, s)
+	}
+	return streams, closeAll, nil
+}
+
+// mergeWebStreams reads each stream on a goroutine of its own into m, and
+// reports on the channel returned why a stream ended.
+func mergeWebStreams(m *web.Merger, streams []*ctl.WatchStream, devs []string) <-chan error {
+	errc := make(chan error, len(streams))
 	for i, s := range streams {
 		go func(i int, s *ctl.WatchStream) {
 			for {
@@ -163,22 +202,7 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string,
 			}
 		}(i, s)
 	}
-	tick := time.NewTicker(webStatePeriod)
-	defer tick.Stop()
-	for {
-		m.Tick()
-		pollState(b, opts)
-		if peer != "" {
-			b.Sweep(time.Now(), dropAge)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			return err
-		case <-tick.C:
-		}
-	}
+	return errc
 }
 
 // regionLookup describes the devices' regions as their daemons list them
