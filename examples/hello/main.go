@@ -109,26 +109,42 @@ func run(clientDev, serverDev string, addr netip.AddrPort, out io.Writer) error 
 	served := make(chan error, 1)
 	var got string // what the listener found, once served has its result
 	go func() {
-		req, err := l.Accept(ctx)
-		if err != nil {
-			served <- err
-			return
-		}
-		pdata := binary.BigEndian.AppendUint64(nil, srv.mr.Addr())  // where to write ...
-		pdata = binary.BigEndian.AppendUint32(pdata, srv.mr.RKey()) // ... and with which rkey
-		if err := req.Accept(srv.qp, verbs.ConnParam{PrivateData: pdata}); err != nil {
-			served <- err
-			return
-		}
-		wc, err := srv.wait(ctx)
-		if err == nil {
-			got = fmt.Sprintf("listener: %q written, then %q received\n", srv.buf[:16], srv.buf[2048:2048+wc.ByteLen])
-		}
+		var err error
+		got, err = serve(ctx, l, srv)
 		served <- err
 	}()
+	if err := write(ctx, cli, addr, out); err != nil {
+		return err
+	}
+	if err := <-served; err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, got)
+	return err
+}
 
-	// The client: connect, take the listener's buffer from the private
-	// data of the connection's ESTABLISHED event, Write, then Send.
+// serve accepts one connection on l with srv's QP, offering its buffer's
+// address and rkey as private data, and says what arrived in the buffer.
+func serve(ctx context.Context, l *verbs.Listener, srv *end) (string, error) {
+	req, err := l.Accept(ctx)
+	if err != nil {
+		return "", err
+	}
+	pdata := binary.BigEndian.AppendUint64(nil, srv.mr.Addr())  // where to write ...
+	pdata = binary.BigEndian.AppendUint32(pdata, srv.mr.RKey()) // ... and with which rkey
+	if err := req.Accept(srv.qp, verbs.ConnParam{PrivateData: pdata}); err != nil {
+		return "", err
+	}
+	wc, err := srv.wait(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("listener: %q written, then %q received\n", srv.buf[:16], srv.buf[2048:2048+wc.ByteLen]), nil
+}
+
+// write is the client: it connects, takes the listener's buffer from the
+// private data of the connection's ESTABLISHED event, Writes, then Sends.
+func write(ctx context.Context, cli *end, addr netip.AddrPort, out io.Writer) error {
 	if err := cli.qp.Connect(ctx, addr, verbs.ConnParam{}); err != nil {
 		return err
 	}
@@ -157,9 +173,5 @@ func run(clientDev, serverDev string, addr netip.AddrPort, out io.Writer) error 
 		}
 	}
 	fmt.Fprintf(out, "client: wrote %d bytes to 0x%x (rkey 0x%x) and sent a note\n", n, raddr, rkey)
-	if err := <-served; err != nil {
-		return err
-	}
-	_, err = io.WriteString(out, got)
-	return err
+	return nil
 }
