@@ -116,80 +116,97 @@ func (d *remoteDevice) reader() {
 			}
 			break
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			uabi.CloseFDs(fds)
-			// A reply that came without its descriptors (the kernel
-			// could not pass them: this process is at its open-file
-			// limit) or malformed: the call it answers fails instead of
-			// waiting for ever. (What the daemon made for it stays in the
-			// session until the device is closed.)
-			if h.Op&uabi.ReplyBit != 0 {
-				d.mu.Lock()
-				ch := d.calls[h.Seq]
-				delete(d.calls, h.Seq)
-				d.mu.Unlock()
-				if ch != nil {
-					ch <- rreply{st: uabi.StBadMessage, msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
-				}
-			}
-			continue
-		}
-		if h.Op == uabi.OpEvent {
+			d.badMessage(h, err)
+		case h.Op == uabi.OpEvent:
 			uabi.CloseFDs(fds)
-			_, ev, _ := uabi.DecodeEvent(body)
-			switch ev := ev.(type) {
-			case *uabi.QPEvent:
-				d.mu.Lock()
-				qp := d.qps[ev.QP]
-				d.mu.Unlock()
-				if qp != nil {
-					if ev.Type == uint32(EventEstablished) {
-						qp.ext.Store(uint32(ev.Ext))
-					}
-					e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
-					if len(ev.PrivateData) > 0 {
-						e.PrivateData = ev.PrivateData
-					}
-					if ev.Err != "" {
-						e.Err = errors.New(ev.Err)
-					}
-					qp.emit(e)
-				}
-			case *uabi.SRQEvent:
-				d.mu.Lock()
-				s := d.srqs[ev.SRQ]
-				d.mu.Unlock()
-				if s != nil {
-					s.emit(Event{Type: EventType(ev.Type)})
-				}
-			case *uabi.DeviceRemoved:
-				if ev.Reason != "" {
-					reason = ev.Reason
-				}
-				// The daemon now ends the session: its answers to calls
-				// in flight (canceled, removed) mean the removal.
-				d.mu.Lock()
-				d.removing = reason
-				d.mu.Unlock()
-			}
-			continue
+			d.event(body, &reason)
+		default:
+			d.replyTo(h, body, fds)
 		}
-		d.mu.Lock()
-		ch := d.calls[h.Seq]
-		delete(d.calls, h.Seq)
-		d.mu.Unlock()
-		if ch == nil || h.Op&uabi.ReplyBit == 0 {
-			uabi.CloseFDs(fds)
-			continue
-		}
-		var st uabi.Status
-		dec := &uabi.Dec{B: body}
-		if err := st.Decode(dec); err != nil {
-			st = uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
-		}
-		ch <- rreply{st: st.Code, msg: st.Msg, detail: st.Detail, body: append([]byte(nil), dec.B...), fds: fds}
 	}
 	d.remove(reason)
+}
+
+// badMessage fails the call a reply answers that came without its
+// descriptors (the kernel could not pass them: this process is at its
+// open-file limit) or malformed, instead of letting it wait for ever.
+// (What the daemon made for it stays in the session until the device is
+// closed.)
+func (d *remoteDevice) badMessage(h uabi.Header, err error) {
+	if h.Op&uabi.ReplyBit == 0 {
+		return
+	}
+	d.mu.Lock()
+	ch := d.calls[h.Seq]
+	delete(d.calls, h.Seq)
+	d.mu.Unlock()
+	if ch != nil {
+		ch <- rreply{st: uabi.StBadMessage, msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
+	}
+}
+
+// event delivers an event of the daemon's to its QP or SRQ; a device
+// removal sets the reason the device will be removed for.
+func (d *remoteDevice) event(body []byte, reason *string) {
+	_, ev, _ := uabi.DecodeEvent(body)
+	switch ev := ev.(type) {
+	case *uabi.QPEvent:
+		d.mu.Lock()
+		qp := d.qps[ev.QP]
+		d.mu.Unlock()
+		if qp == nil {
+			return
+		}
+		if ev.Type == uint32(EventEstablished) {
+			qp.ext.Store(uint32(ev.Ext))
+		}
+		e := Event{Type: EventType(ev.Type), Code: codeOf(ev.Code)}
+		if len(ev.PrivateData) > 0 {
+			e.PrivateData = ev.PrivateData
+		}
+		if ev.Err != "" {
+			e.Err = errors.New(ev.Err)
+		}
+		qp.emit(e)
+	case *uabi.SRQEvent:
+		d.mu.Lock()
+		s := d.srqs[ev.SRQ]
+		d.mu.Unlock()
+		if s != nil {
+			s.emit(Event{Type: EventType(ev.Type)})
+		}
+	case *uabi.DeviceRemoved:
+		if ev.Reason != "" {
+			*reason = ev.Reason
+		}
+		// The daemon now ends the session: its answers to calls in
+		// flight (canceled, removed) mean the removal.
+		d.mu.Lock()
+		d.removing = *reason
+		d.mu.Unlock()
+	}
+}
+
+// replyTo hands a reply to the call waiting for it (its descriptors
+// included); a message that answers no call is dropped.
+func (d *remoteDevice) replyTo(h uabi.Header, body []byte, fds []int) {
+	d.mu.Lock()
+	ch := d.calls[h.Seq]
+	delete(d.calls, h.Seq)
+	d.mu.Unlock()
+	if ch == nil || h.Op&uabi.ReplyBit == 0 {
+		uabi.CloseFDs(fds)
+		return
+	}
+	var st uabi.Status
+	dec := &uabi.Dec{B: body}
+	if err := st.Decode(dec); err != nil {
+		st = uabi.Status{Code: uabi.StBadMessage, Msg: fmt.Sprintf("%s reply: %v", uabi.OpName(h.Op), err)}
+	}
+	ch <- rreply{st: st.Code, msg: st.Msg, detail: st.Detail, body: append([]byte(nil), dec.B...), fds: fds}
 }
 
 // remove marks the device removed: pending and later calls fail, QPs get a

@@ -74,55 +74,65 @@ func flood(args []string) error {
 	fmt.Printf("attempts: %d\nconcurrency: %d\nelapsed: %.1fs\n", n, conc, time.Since(start).Seconds())
 	var bad []string
 	for _, k := range floodKinds {
-		var att, connFail, answered, closed, open, other int
-		var held []time.Duration
-		var firstErr error
-		for _, r := range results {
-			if r.kind != k {
-				continue
-			}
-			att++
-			switch {
-			case r.connErr != nil:
-				connFail++
-				if firstErr == nil {
-					firstErr = r.connErr
-				}
-				continue
-			case r.otherFail != nil:
-				other++
-				if firstErr == nil {
-					firstErr = r.otherFail
-				}
-			}
-			if r.answered > 0 {
-				answered++
-			}
-			if r.closed {
-				closed++
-				held = append(held, r.heldFor)
-			}
-			if r.timedOut {
-				open++
-			}
-		}
-		fmt.Printf("%s: attempts %d connect_failed %d answered %d closed_by_responder %d still_open %d other_errors %d", k, att, connFail, answered, closed, open, other)
-		if len(held) > 0 {
-			sort.Slice(held, func(i, j int) bool { return held[i] < held[j] })
-			fmt.Printf(" held_min %.2fs held_median %.2fs held_max %.2fs", held[0].Seconds(), held[len(held)/2].Seconds(), held[len(held)-1].Seconds())
-		}
-		fmt.Println()
-		if firstErr != nil {
-			fmt.Printf("%s: first error: %v\n", k, firstErr)
-		}
-		if floodHeld(k) && (answered > 0 || open > 0 || closed+connFail+other != att) {
-			bad = append(bad, fmt.Sprintf("%s: %d answered, %d still open after %v", k, answered, open, hold))
+		if msg := reportKind(k, results, hold); msg != "" {
+			bad = append(bad, msg)
 		}
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("half-open connections not reaped unanswered: %v", bad)
 	}
 	return nil
+}
+
+// reportKind prints what the attempts of kind k saw, and says what went
+// wrong ("" if nothing): an attempt the responder must end (floodHeld)
+// that it answered, or left open past hold.
+func reportKind(k string, results []floodResult, hold time.Duration) string {
+	var att, connFail, answered, closed, open, other int
+	var held []time.Duration
+	var firstErr error
+	for _, r := range results {
+		if r.kind != k {
+			continue
+		}
+		att++
+		switch {
+		case r.connErr != nil:
+			connFail++
+			if firstErr == nil {
+				firstErr = r.connErr
+			}
+			continue
+		case r.otherFail != nil:
+			other++
+			if firstErr == nil {
+				firstErr = r.otherFail
+			}
+		}
+		if r.answered > 0 {
+			answered++
+		}
+		if r.closed {
+			closed++
+			held = append(held, r.heldFor)
+		}
+		if r.timedOut {
+			open++
+		}
+	}
+	fmt.Printf("%s: attempts %d connect_failed %d answered %d closed_by_responder %d still_open %d other_errors %d", k, att, connFail, answered, closed, open, other)
+	if len(held) > 0 {
+		sort.Slice(held, func(i, j int) bool { return held[i] < held[j] })
+		fmt.Printf(" held_min %.2fs held_median %.2fs held_max %.2fs", held[0].Seconds(), held[len(held)/2].Seconds(), held[len(held)-1].Seconds())
+	}
+	fmt.Println()
+	if firstErr != nil {
+		fmt.Printf("%s: first error: %v\n", k, firstErr)
+	}
+	if floodHeld(k) && (answered > 0 || open > 0 || closed+connFail+other != att) {
+		return fmt.Sprintf("%s: %d answered, %d still open after %v", k, answered, open, hold)
+	}
+	return ""
 }
 
 func floodOne(kind, addr string, req []byte, hold time.Duration) floodResult {
