@@ -84,6 +84,9 @@ type Options struct {
 	// device link whose device takes offloaded frames): gVisor then builds
 	// every segment itself, as on any other link.
 	NoGSO bool
+	// Shared, if set, puts the stack on an address the host shares with
+	// it (see Shared); nil: the stack's addresses are its own.
+	Shared *Shared
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
@@ -98,6 +101,8 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
+	// shared is Options.Shared (nil: no shared address).
+	shared *Shared
 	// gso: gVisor builds super-segments that the link's device cuts
 	// (gso.go); tailsHeld and tailsAlone count the tails held back
 	// (gsohold.go) and those that left without their rest.
@@ -167,6 +172,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 			return nil, fmt.Errorf("netstack: invalid address %v", p)
 		}
 	}
+	if err := checkShared(opts); err != nil {
+		return nil, err
+	}
 	if !link.inUse.CompareAndSwap(false, true) {
 		return nil, ErrLinkInUse
 	}
@@ -176,6 +184,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 		mtu:         mtu,
 		addrs:       slices.Clone(opts.Addrs),
 		hook:        opts.Hook,
+		shared:      opts.Shared,
 		hookPayload: wantsPayload(opts.Hook),
 		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
@@ -292,8 +301,17 @@ func New(link *Link, opts Options) (*Stack, error) {
 // MTU returns the link MTU the stack uses.
 func (s *Stack) MTU() int { return s.mtu }
 
-// Addrs returns a copy of the stack's addresses.
-func (s *Stack) Addrs() []netip.Prefix { return slices.Clone(s.addrs) }
+// Addrs returns a copy of the stack's addresses; with a shared address,
+// the shared one stands in place of the private one.
+func (s *Stack) Addrs() []netip.Prefix {
+	out := slices.Clone(s.addrs)
+	for i, p := range out {
+		if s.shared != nil && p.Addr() == s.shared.Private {
+			out[i] = s.shared.Public
+		}
+	}
+	return out
+}
 
 // Close aborts every connection (RST) and listener of the stack, closes the
 // NIC and its Link and waits for all goroutines of the stack and the link.
@@ -371,13 +389,36 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // Listen listens for TCP connections on addr. Port 0 picks an ephemeral
 // port; an unspecified address (the zero netip.Addr, 0.0.0.0 or ::) listens
 // on every address of the stack (the zero Addr and :: are dual-stack when
-// the stack has IPv6 addresses).
+// the stack has IPv6 addresses). On a stack with a shared address (Shared)
+// the port is reserved in the host's port space first: a port a host
+// socket holds fails with an error wrapping syscall.EADDRINUSE.
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 	at := AddrPortString(addr)
 	if s.isClosed() {
 		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
 	}
-	a := addr.Addr().Unmap()
+	port, err := s.reserve(addr.Port())
+	if err != nil {
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
+	}
+	l, err := s.listen(addr, port)
+	if err != nil {
+		s.release(port, 0)
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
+	}
+	if err := s.publish(port); err != nil {
+		l.ep.Close()
+		s.removeListener(l)
+		s.release(port, 0)
+		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
+	}
+	l.port = port
+	return l, nil
+}
+
+// listen is Listen on port, reserved already.
+func (s *Stack) listen(addr netip.AddrPort, port uint16) (*Listener, error) {
+	a := s.toPrivate(addr.Addr().Unmap())
 	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
 	proto := ipv4.ProtocolNumber
 	if v6 {
@@ -386,7 +427,7 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
 	if terr != nil {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
+		return nil, convertError(terr)
 	}
 	if v6 && (!a.IsValid() || a.IsUnspecified()) {
 		ep.SocketOptions().SetV6Only(false)
@@ -401,33 +442,33 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 	// connections inherit the flag, which is what lets a later listener
 	// share the port with them.
 	ep.SocketOptions().SetReuseAddress(true)
-	full := tcpip.FullAddress{Port: addr.Port()}
+	full := tcpip.FullAddress{Port: port}
 	if a.IsValid() && !a.IsUnspecified() {
 		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
 	}
 	if terr := ep.Bind(full); terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: bind: %w", at, convertError(terr))
+		return nil, fmt.Errorf("bind: %w", convertError(terr))
 	}
 	if terr := ep.Listen(listenBacklog); terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
+		return nil, convertError(terr)
 	}
 	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
 	local, terr := ep.GetLocalAddress()
 	if terr != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: local address: %w", at, convertError(terr))
+		return nil, fmt.Errorf("local address: %w", convertError(terr))
 	}
-	l.addr = fullToAddrPort(local)
+	l.addr = s.toPublic(fullToAddrPort(local))
 	if !a.IsValid() || a.IsUnspecified() {
-		l.addr = netip.AddrPortFrom(a, l.addr.Port())
+		l.addr = netip.AddrPortFrom(addr.Addr().Unmap(), l.addr.Port())
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
+		return nil, net.ErrClosed
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
@@ -436,6 +477,8 @@ func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
 
 // Dial opens a TCP connection to remote. local may be the zero Addr (the
 // stack picks the source address by route). ctx bounds the handshake only.
+// On a stack with a shared address (Shared) the local port is one the
+// host's port space reserves for the connection.
 func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPort) (*Conn, error) {
 	if s.isClosed() {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, net.ErrClosed)
@@ -458,37 +501,38 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
 
-	if la := local.Unmap(); la.IsValid() {
-		if la.Is6() != ra.Is6() {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
-		}
-		if terr := ep.Bind(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(la.AsSlice())}); terr != nil {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, convertError(terr))
-		}
+	la := s.toPrivate(local.Unmap())
+	if la.IsValid() && la.Is6() != ra.Is6() {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
+	}
+	port, err := s.bindLocal(ep, la)
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, err)
+	}
+	fail := func(err error) (*Conn, error) {
+		s.forgetFlow(ep)
+		ep.Close()
+		s.release(port, 0)
+		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
 	if err := ctx.Err(); err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
+		return fail(err)
 	}
 	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: remote.Port()})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():
-			s.forgetFlow(ep)
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: %w", remote, ctx.Err())
+			return fail(ctx.Err())
 		case <-notify:
 		}
 		terr = ep.LastError()
 	}
 	if terr != nil {
-		s.forgetFlow(ep)
-		ep.Close()
-		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
+		return fail(convertError(terr))
 	}
-	c, err := newConn(s, ep, &wq)
+	c, err := newConn(s, ep, &wq, port)
 	if err != nil {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}

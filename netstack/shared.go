@@ -1,0 +1,183 @@
+package netstack
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// Shared puts a stack on an address that the host also has, the way a
+// hardware iWARP RNIC shares its host's address: the stack keeps a private
+// address on its link (Options.Addrs), the host translates between it and
+// Public (NAT), and the stack's TCP ports are held in the host's port space
+// of Public for as long as the stack uses them, so that neither takes the
+// other's ports. The stack then speaks of Public wherever it reports an
+// address: Addrs, Listener.Addr, Conn.LocalAddr.
+type Shared struct {
+	// Public is the shared address and the prefix length it has on the
+	// host's interface.
+	Public netip.Prefix
+	// Private is the stack's own address, one of Options.Addrs.
+	Private netip.Addr
+	// Ports holds the stack's ports in the host's port space.
+	Ports PortMapper
+}
+
+// PortMapper holds a stack's TCP ports in the port space of the host whose
+// address it shares (Shared), as the iWARP port mapper (iwpm) does for a
+// hardware RNIC. Every port the stack binds, a listener's or an active
+// connection's local port, goes through Reserve first and Release after.
+type PortMapper interface {
+	// Reserve holds port of the shared address for the stack and returns
+	// it; port 0 asks for any free port, which the host picks from its
+	// ephemeral range. Reserves of one port are counted: the port stays
+	// held until each has been released. An error wrapping
+	// syscall.EADDRINUSE means a host socket holds the port.
+	Reserve(port uint16) (uint16, error)
+	// Release ends one Reserve of port. It is harmless after the mapper
+	// has been closed.
+	Release(port uint16)
+	// Publish sends new connections to port of the shared address to the
+	// stack (a listener); the host keeps every port not published.
+	Publish(port uint16) error
+	// Unpublish ends Publish of port.
+	Unpublish(port uint16)
+}
+
+// timeWaitHold is how long a closed connection's port stays reserved: a
+// connection that the stack closed first lingers in TIME_WAIT, holding its
+// 4-tuple, for gVisor's TIME_WAIT timeout; the host must not reuse the port
+// for that long either.
+const timeWaitHold = tcp.DefaultTCPTimeWaitTimeout
+
+// checkShared validates opts.Shared against opts.Addrs.
+func checkShared(opts Options) error {
+	sh := opts.Shared
+	if sh == nil {
+		return nil
+	}
+	if sh.Ports == nil {
+		return fmt.Errorf("netstack: shared address %v: no port mapper", sh.Public)
+	}
+	if !sh.Public.IsValid() || !sh.Private.IsValid() || sh.Public.Addr().Is6() != sh.Private.Is6() {
+		return fmt.Errorf("netstack: shared address %v: private address %v: want two addresses of one family", sh.Public, sh.Private)
+	}
+	for _, p := range opts.Addrs {
+		if p.Addr() == sh.Private {
+			return nil
+		}
+	}
+	return fmt.Errorf("netstack: shared address %v: private address %v is not one of the stack's addresses", sh.Public, sh.Private)
+}
+
+// toPrivate maps the shared address to the stack's own; any other address
+// is returned as it is.
+func (s *Stack) toPrivate(a netip.Addr) netip.Addr {
+	if s.shared != nil && a == s.shared.Public.Addr() {
+		return s.shared.Private
+	}
+	return a
+}
+
+// toPublic maps an address of the stack's to the shared address.
+func (s *Stack) toPublic(ap netip.AddrPort) netip.AddrPort {
+	if s.shared != nil && ap.Addr() == s.shared.Private {
+		return netip.AddrPortFrom(s.shared.Public.Addr(), ap.Port())
+	}
+	return ap
+}
+
+// reserve holds port for the stack in the host's port space (a no-op
+// returning port on a stack that shares no address).
+func (s *Stack) reserve(port uint16) (uint16, error) {
+	if s.shared == nil {
+		return port, nil
+	}
+	// The mapper's errors name the port and the shared address.
+	return s.shared.Ports.Reserve(port)
+}
+
+// release ends a reserve of port, after a delay for a closed connection.
+func (s *Stack) release(port uint16, after time.Duration) {
+	if s.shared == nil || port == 0 {
+		return
+	}
+	if after <= 0 {
+		s.shared.Ports.Release(port)
+		return
+	}
+	time.AfterFunc(after, func() { s.shared.Ports.Release(port) })
+}
+
+// publish and unpublish send new connections to a listener's port to the
+// stack, or no longer.
+func (s *Stack) publish(port uint16) error {
+	if s.shared == nil {
+		return nil
+	}
+	if err := s.shared.Ports.Publish(port); err != nil {
+		return fmt.Errorf("publish port %d of the shared address %v: %w", port, s.shared.Public.Addr(), err)
+	}
+	return nil
+}
+
+func (s *Stack) unpublish(port uint16) {
+	if s.shared != nil {
+		s.shared.Ports.Unpublish(port)
+	}
+}
+
+// maxBindTries bounds how often Dial asks the host for another port when
+// the one it reserved is still bound in the stack (a connection of the
+// stack's lingering past the hold).
+const maxBindTries = 8
+
+// errPortsExhausted says that Dial found no port both spaces had free.
+var errPortsExhausted = fmt.Errorf("no local port free in both the host's and the stack's port space: %w", syscall.EADDRINUSE)
+
+// bindLocal binds a connecting endpoint to la (if valid) and, on a stack
+// with a shared address, to a port reserved in the host's port space,
+// which it returns (0: none reserved).
+func (s *Stack) bindLocal(ep tcpip.Endpoint, la netip.Addr) (uint16, error) {
+	full := tcpip.FullAddress{}
+	if la.IsValid() {
+		full.Addr = tcpip.AddrFromSlice(la.AsSlice())
+	}
+	if s.shared == nil {
+		if !la.IsValid() {
+			return 0, nil
+		}
+		return 0, convertError(ep.Bind(full))
+	}
+	// The host picks a port free in its space; the stack may still hold
+	// it (a connection of its own past the reservation's hold): ask again,
+	// keeping the refused ones reserved until a port fits so the host does
+	// not hand the same one back.
+	var refused []uint16
+	defer func() {
+		for _, p := range refused {
+			s.release(p, 0)
+		}
+	}()
+	for range maxBindTries {
+		p, err := s.reserve(0)
+		if err != nil {
+			return 0, err
+		}
+		full.Port = p
+		terr := ep.Bind(full)
+		if terr == nil {
+			return p, nil
+		}
+		if _, inUse := terr.(*tcpip.ErrPortInUse); !inUse {
+			s.release(p, 0)
+			return 0, convertError(terr)
+		}
+		refused = append(refused, p)
+	}
+	return 0, errPortsExhausted
+}
