@@ -22,8 +22,10 @@ type Conn struct {
 	flow   *flow
 	key    flowKey
 	// port is the local port reserved in the host's port space (Shared),
-	// 0 if none.
+	// 0 if none; hold: keep it reserved for a while after the connection
+	// (an active one's ephemeral port; see timeWaitHold).
 	port uint16
+	hold bool
 
 	closed      chan struct{}
 	closeOnce   sync.Once // closes closed
@@ -250,9 +252,9 @@ func (c *Conn) release(abort bool) {
 		c.s.removeConn(c)
 		// A reset connection leaves no TIME_WAIT behind; a closed one
 		// may.
-		hold := timeWaitHold
-		if abort {
-			hold = 0
+		hold := time.Duration(0)
+		if c.hold && !abort {
+			hold = timeWaitHold
 		}
 		c.s.release(c.port, hold)
 		c.dlMu.Lock()

@@ -48,11 +48,15 @@ type PortMapper interface {
 	Unpublish(port uint16)
 }
 
-// timeWaitHold is how long a closed connection's port stays reserved: a
-// connection that the stack closed first lingers in TIME_WAIT, holding its
-// 4-tuple, for gVisor's TIME_WAIT timeout; the host must not reuse the port
-// for that long either.
-const timeWaitHold = tcp.DefaultTCPTimeWaitTimeout
+// timeWaitHold is how long the local port of an active connection stays
+// reserved after the connection: the stack lingers in TIME_WAIT for
+// gVisor's timeout (60 s), and the host's conntrack keeps the
+// connection's entry, which maps the port, for its TIME_WAIT timeout
+// (net.netfilter.nf_conntrack_tcp_timeout_time_wait, 120 s): a host
+// connection on the same port to the same peer within that time would
+// meet the old entry. A listener's port needs no hold: its connections
+// share it, and a new listener may take it at once (SO_REUSEADDR).
+const timeWaitHold = 2 * tcp.DefaultTCPTimeWaitTimeout
 
 // checkShared validates opts.Shared against opts.Addrs.
 func checkShared(opts Options) error {

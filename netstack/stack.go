@@ -536,6 +536,7 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 	if err != nil {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
+	c.hold = true
 	return c, nil
 }
 
