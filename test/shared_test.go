@@ -464,3 +464,81 @@ func TestSharedBadInput(t *testing.T) {
 		t.Error("a refused up left a table")
 	}
 }
+
+// TestSharedContainers: the RNIC in a container, set up the way a
+// container runtime sets one up (docker run --cap-add NET_ADMIN --device
+// /dev/net/tun): each container a network namespace with a veth (eth0) to
+// a bridge in the host's namespace and a default route through it, and a
+// daemon that has CAP_NET_ADMIN and no other capability, with /proc/sys
+// read-only as a runtime mounts it. Each RNIC shares its container's
+// address: siwtun ping between them, while a kernel TCP server in the
+// second container keeps serving on the same address.
+func TestSharedContainers(t *testing.T) {
+	requireNft(t)
+	for _, p := range []string{"setpriv", "mount"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s not installed (util-linux)", p)
+		}
+	}
+	bin := siwtunBin(t)
+	host := newHost(t, "dockerhost")
+	host.run("ip", "link", "add", "br0", "type", "bridge")
+	host.run("ip", "addr", "add", "198.18.28.1/24", "dev", "br0")
+	host.run("ip", "link", "set", "br0", "up")
+	host.run("sysctl", "-qw", "net.ipv4.ip_forward=1") // as Docker sets it
+	cs := []*netns{newHost(t, "c1"), newHost(t, "c2")}
+	addrs := []string{"198.18.28.2", "198.18.28.3"}
+	ds := make([]*daemon, len(cs))
+	// What a runtime gives the container's process: CAP_NET_ADMIN only,
+	// /proc/sys read-only.
+	wrapper := []string{"sh", "-c", `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec setpriv --bounding-set=-all,+net_admin --inh-caps=-all "$@"`, "container"}
+	for i, c := range cs {
+		veth := fmt.Sprintf("veth%d", i)
+		if err := ipnetns.IP("link", "add", veth, "netns", host.name, "type", "veth", "peer", "name", "eth0", "netns", c.name); err != nil {
+			t.Fatal(err)
+		}
+		host.run("ip", "link", "set", veth, "master", "br0")
+		host.run("ip", "link", "set", veth, "up")
+		c.run("ip", "addr", "add", addrs[i]+"/24", "dev", "eth0")
+		c.run("ip", "link", "set", "eth0", "up")
+		c.run("ip", "route", "add", "default", "via", "198.18.28.1")
+		ds[i] = startUpWith(t, c, wrapper, bin, "siwtun0", "--shared", addrs[i], "--mtu", "1500")
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", ds[i].pid()))
+		if err != nil || !strings.Contains(string(status), "CapEff:\t0000000000001000") {
+			t.Errorf("daemon in container %d: want CAP_NET_ADMIN alone (CapEff 0000000000001000): %v\n%s", i+1, err, status)
+		}
+		if mi, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", ds[i].pid())); !readOnlyMount(string(mi), "/proc/sys") {
+			t.Errorf("daemon in container %d: /proc/sys is not read-only for it:\n%s", i+1, mi)
+		}
+	}
+	iperfS := procIn(t, cs[1], "iperf3", "-s", "-1", "-B", addrs[1], "-p", "5201")
+	waitPort(t, cs[1], addrs[1]+":5201")
+	iperfC := procIn(t, cs[0], "iperf3", "-c", addrs[1], "-p", "5201", "-t", "4", "-b", "100M")
+	pingAcross(t, bin, cs[1], ds[1], cs[0], ds[0], addrs[1], 5)
+	pingAcross(t, bin, cs[0], ds[0], cs[1], ds[1], addrs[0], 5)
+	iperfC.mustExit(t, "iperf3 -c between the containers")
+	iperfS.mustExit(t, "iperf3 -s")
+	for i, d := range ds {
+		d.stop()
+		if d.err != nil {
+			t.Errorf("container %d's daemon: %v", i+1, d.err)
+		}
+		if nftTable(cs[i], "siwtun-siwtun0") {
+			t.Errorf("container %d: table left after the daemon stopped", i+1)
+		}
+		if got := sysctlIn(t, cs[i], "net.ipv4.conf.eth0.forwarding"); got != "0" {
+			t.Errorf("container %d: eth0 forwarding %s after the daemon stopped, want 0 again", i+1, got)
+		}
+	}
+}
+
+// readOnlyMount reports whether mountinfo has mount point at, read-only.
+func readOnlyMount(mountinfo, at string) bool {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == at && strings.HasPrefix(f[5], "ro") {
+			return true
+		}
+	}
+	return false
+}
