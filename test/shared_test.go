@@ -162,9 +162,15 @@ func TestSharedTwoHosts(t *testing.T) {
 	requireNft(t)
 	bin := siwtunBin(t)
 	a, b := newHost(t, "a"), newHost(t, "b")
+	// Strict reverse-path filtering everywhere, as hardened hosts have it.
+	for _, h := range []*netns{a, b} {
+		h.run("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1")
+	}
 	lanLink(t, a, b, "198.18.20.1/24", "198.18.20.2/24")
 	da := startUp(t, a, bin, "siwtun0", "--shared", "198.18.20.1", "--mtu", "1500")
-	db := startUp(t, b, bin, "siwtun0", "--shared", "198.18.20.2", "--mtu", "1500")
+	// b's RNIC gets its private address from --addr (a's has the default,
+	// which would be the same in both namespaces).
+	db := startUp(t, b, bin, "siwtun0", "--shared", "198.18.20.2", "--mtu", "1500", "--addr", "169.254.77.7/32")
 
 	la := linkOf(t, a, da, bin)
 	if fmt.Sprint(la["addrs"]) != "[198.18.20.1/24]" || la["netdev"] != "lan0" {
@@ -178,6 +184,23 @@ func TestSharedTwoHosts(t *testing.T) {
 
 	pingAcross(t, bin, b, db, a, da, "198.18.20.2", 5)
 	pingAcross(t, bin, a, da, b, db, "198.18.20.1", 5)
+
+	// b's lan0 forwarded nothing before its RNIC came; now it forwards the
+	// RNIC's NATed traffic and nothing else: a connection from a straight
+	// to b's RNIC's private address, through b as a router, gets no
+	// answer, though the RNIC listens on that port.
+	l := toolIn(t, b, db, bin, "ping", "-s", "-a", "198.18.20.2", "-p", "7600", "-d")
+	l.waitListening(t)
+	private := linkOf(t, b, db, bin)["shared"].(map[string]any)["private"].(string)
+	if private != "169.254.77.7" {
+		t.Errorf("b's private address %s, want --addr's 169.254.77.7", private)
+	}
+	a.run("ip", "route", "add", private+"/32", "via", "198.18.20.2")
+	probe := fmt.Sprintf("import socket; s=socket.create_connection(('%s', 7600), timeout=2)", private)
+	if out, err := a.command("python3", "-c", probe).CombinedOutput(); err == nil {
+		t.Errorf("a reached b's RNIC at its private address %s through b's forwarding: the host forwards what it did not before\n%s", private, out)
+	}
+	l.cmd.Process.Kill()
 
 	// A connection held open: perf write for 3 s, its QPs looked at.
 	srv := toolIn(t, b, db, bin, "perf", "write", "-D", "3")
