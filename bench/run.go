@@ -108,24 +108,24 @@ const (
 
 // runner holds what one run created, to remove it all at the end.
 type runner struct {
-	cfg     Config
-	ctx     context.Context
-	log     io.Writer
-	id      string
-	nsRNIC  string
-	nsK0    string
-	nsK1    string
-	dir     string
-	nsMade  []string
-	procs   []*proc
-	d0, d1  *proc
-	port    int
-	round   int
+	cfg    Config
+	ctx    context.Context
+	log    io.Writer
+	id     string
+	nsRNIC string
+	nsK0   string
+	nsK1   string
+	dir    string
+	nsMade []string
+	procs  []*proc
+	d0, d1 *proc
+	port   int
+	round  int
 	// sharedMode: startDaemons starts them sharing addresses of the host's
 	// (SuiteShared).
 	sharedMode bool
-	res     *Results
-	rowErrs []string
+	res        *Results
+	rowErrs    []string
 }
 
 // Run builds the topology, measures everything cfg asks for and removes

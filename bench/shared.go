@@ -15,16 +15,19 @@ import "fmt"
 const (
 	// SuiteShared measures shared-address mode next to routed mode.
 	SuiteShared = "shared"
-	// StackRouted and StackShared are the daemons of SuiteShared: routed
-	// (their own addresses) and sharing addresses of the host's.
+	// StackRouted is SuiteShared's daemons routed: their own addresses.
 	StackRouted = "siwtun-routed"
+	// StackShared is SuiteShared's daemons sharing addresses of the host's.
 	StackShared = "siwtun-shared"
 )
 
 // The targets of SuiteShared: shared over routed.
 const (
-	TargetSharedBW   = 0.95
-	TargetSharedLat  = 1.05
+	// TargetSharedBW is the least RDMA WRITE 1 MiB bandwidth.
+	TargetSharedBW = 0.95
+	// TargetSharedLat is the most 4 B RDMA WRITE round trip.
+	TargetSharedLat = 1.05
+	// TargetSharedRate is the fewest connections per second.
 	TargetSharedRate = 0.9
 )
 

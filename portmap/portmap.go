@@ -194,6 +194,9 @@ func (m *Mapper) Reserve(port uint16) (uint16, error) {
 	sa := &unix.SockaddrInet4{Port: int(port), Addr: m.cfg.Shared.Addr().As4()}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)
+		if errors.Is(err, syscall.EADDRINUSE) && port == 0 {
+			return 0, fmt.Errorf("no TCP port of %v is free in the host's ephemeral range (sysctl net.ipv4.ip_local_port_range): %w", m.cfg.Shared.Addr(), err)
+		}
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return 0, fmt.Errorf("a socket of the host holds TCP port %d of %v (ss -tanp 'sport = :%d' shows it): %w", port, m.cfg.Shared.Addr(), port, err)
 		}
