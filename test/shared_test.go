@@ -146,7 +146,7 @@ func sysctlIn(t testing.TB, n *netns, key string) string {
 func requireNft(t testing.TB) {
 	t.Helper()
 	requireRoot(t)
-	for _, p := range []string{"nft", "iperf3"} {
+	for _, p := range []string{"nft", "iperf3", "python3"} {
 		if _, err := exec.LookPath(p); err != nil {
 			t.Skipf("%s not installed (tools/setup/debian.sh installs it)", p)
 		}
@@ -256,7 +256,8 @@ func connectedQPs(t testing.TB, n *netns, d *daemon, bin string) []map[string]an
 }
 
 // TestSharedThreeHostsBridge: three hosts on a bridge, each RNIC on its
-// host's address; each pings the next.
+// host's address with its LAN interface's MTU (no --mtu); each pings the
+// next.
 func TestSharedThreeHostsBridge(t *testing.T) {
 	requireNft(t)
 	bin := siwtunBin(t)
@@ -265,7 +266,10 @@ func TestSharedThreeHostsBridge(t *testing.T) {
 	bridgeLAN(t, hosts, []string{addrs[0] + "/24", addrs[1] + "/24", addrs[2] + "/24"})
 	ds := make([]*daemon, len(hosts))
 	for i, h := range hosts {
-		ds[i] = startUp(t, h, bin, "siwtun0", "--shared", addrs[i], "--mtu", "1500")
+		ds[i] = startUp(t, h, bin, "siwtun0", "--shared", addrs[i]) // the MTU: lan0's
+		if !ds[i].grepLog(" mtu=1500 ") {
+			t.Errorf("without --mtu the RNIC does not take lan0's MTU (1500):\n%s", ds[i].log)
+		}
 	}
 	for i := range hosts {
 		j := (i + 1) % len(hosts)

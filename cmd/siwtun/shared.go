@@ -123,6 +123,28 @@ func networkOf(a netip.Addr, dev string) (string, int, bool) {
 	return "", 0, false
 }
 
+// sharedMTU is the RNIC's MTU in shared mode: the RNIC's segments cross
+// the shared address's interface as they are, so without --mtu it takes
+// that interface's MTU (capped at mtu, the default), and a larger --mtu
+// is warned about.
+func sharedMTU(plan sharedPlan, mtu int, given bool, log *slog.Logger) (int, error) {
+	if plan.onTUN {
+		return mtu, nil
+	}
+	ifc, err := net.InterfaceByName(plan.dev)
+	if err != nil {
+		return 0, fmt.Errorf("--shared: %s: %w", plan.dev, err)
+	}
+	switch {
+	case !given:
+		return min(mtu, ifc.MTU), nil
+	case mtu > ifc.MTU:
+		log.Warn("--mtu is larger than the MTU of the shared address's interface: the RNIC's larger segments cannot cross it",
+			"mtu", mtu, "dev", plan.dev, "dev_mtu", ifc.MTU)
+	}
+	return mtu, nil
+}
+
 // privateAddr is the RNIC's private address in shared mode: --addr if
 // given (one IPv4 address), else portmap.PrivateAddr of the TUN device.
 func privateAddr(addrs []netip.Prefix, tun string) (netip.Addr, error) {

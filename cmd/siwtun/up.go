@@ -43,6 +43,7 @@ type upOptions struct {
 	shared        string
 	sharedDev     string
 	mtu           int
+	mtuSet        bool // --mtu was given
 	mpaRev        uint8
 	crc           bool
 	rdmapExt      bool
@@ -95,9 +96,10 @@ IPv4 forwarding is turned on for the two interfaces (and off again on
 exit); where it was off, the table forwards only the RNIC's traffic.
 
   siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000
-  siwtun up --shared 198.18.0.1 --mtu 1500      # the address of eth0, say`,
+  siwtun up --shared 198.18.0.1      # the address of eth0, say; eth0's MTU`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.mtuSet = cmd.Flags().Changed("mtu")
 			return runUp(cmd.ErrOrStderr(), o)
 		},
 	}
@@ -107,7 +109,7 @@ exit); where it was off, the table forwards only the RNIC's traffic.
 	f.StringSliceVar(&o.hostAddrs, "host-addr", nil, "the host side's address(es) on the TUN device, CIDR")
 	f.StringVar(&o.shared, "shared", "", "shared-address mode: the RNIC answers on this IPv4 address of the host's (an interface has it, or --shared-dev names the TUN device), for the ports it uses; the host keeps the others")
 	f.StringVar(&o.sharedDev, "shared-dev", "", "with --shared: the interface that has the address (default: the one that has it); the TUN device's own name (--dev) puts the address on it")
-	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
+	f.IntVar(&o.mtu, "mtu", 9000, "link MTU (with --shared on another interface: that interface's MTU unless given)")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
 	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
@@ -327,6 +329,9 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	switch {
 	case o.shared != "":
 		if plan, err = planShared(o.shared, o.sharedDev, o.dev); err != nil {
+			return err
+		}
+		if o.mtu, err = sharedMTU(plan, o.mtu, o.mtuSet, log); err != nil {
 			return err
 		}
 	case o.sharedDev != "":

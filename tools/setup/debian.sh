@@ -26,6 +26,13 @@ command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
 # (ethtool) with tcpdump.
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
+# test/'s shared-address tests (siwtun up --shared) look at the daemon's
+# nftables table with nft, run a kernel TCP transfer beside the RNIC with
+# iperf3, bind sockets with python3 and drop capabilities with setpriv.
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 # web/ and cmd/siwtun test the web view in a headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
