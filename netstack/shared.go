@@ -143,19 +143,26 @@ const maxBindTries = 8
 // errPortsExhausted says that Dial found no port both spaces had free.
 var errPortsExhausted = fmt.Errorf("no local port free in both the host's and the stack's port space: %w", syscall.EADDRINUSE)
 
-// bindLocal binds a connecting endpoint to la (if valid) and, on a stack
-// with a shared address, to a port reserved in the host's port space,
-// which it returns (0: none reserved).
-func (s *Stack) bindLocal(ep tcpip.Endpoint, la netip.Addr) (uint16, error) {
-	full := tcpip.FullAddress{}
-	if la.IsValid() {
-		full.Addr = tcpip.AddrFromSlice(la.AsSlice())
-	}
+// bindPort binds ep to full's address and port (0: any free one). On a
+// stack with a shared address the port is first reserved in the host's
+// port space and returned (0: none reserved); the host picks a free one
+// for port 0. It is the one place where the stack binds a local port.
+func (s *Stack) bindPort(ep tcpip.Endpoint, full tcpip.FullAddress, port uint16) (uint16, error) {
 	if s.shared == nil {
-		if !la.IsValid() {
-			return 0, nil
-		}
+		full.Port = port
 		return 0, convertError(ep.Bind(full))
+	}
+	if port != 0 {
+		p, err := s.reserve(port)
+		if err != nil {
+			return 0, err
+		}
+		full.Port = p
+		if terr := ep.Bind(full); terr != nil {
+			s.release(p, 0)
+			return 0, convertError(terr)
+		}
+		return p, nil
 	}
 	// The host picks a port free in its space; the stack may still hold
 	// it (a connection of its own past the reservation's hold): ask again,

@@ -391,88 +391,14 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // on every address of the stack (the zero Addr and :: are dual-stack when
 // the stack has IPv6 addresses). On a stack with a shared address (Shared)
 // the port is reserved in the host's port space first: a port a host
-// socket holds fails with an error wrapping syscall.EADDRINUSE.
+// socket holds fails with an error wrapping syscall.EADDRINUSE. It is
+// Bind, then Bound.Listen.
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
-	at := AddrPortString(addr)
-	if s.isClosed() {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
-	}
-	port, err := s.reserve(addr.Port())
+	b, err := s.bind(addr)
 	if err != nil {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
+		return nil, fmt.Errorf("netstack: listen on %s: %w", AddrPortString(addr), err)
 	}
-	l, err := s.listen(addr, port)
-	if err != nil {
-		s.release(port, 0)
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
-	}
-	if err := s.publish(port); err != nil {
-		l.ep.Close()
-		s.removeListener(l)
-		s.release(port, 0)
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, err)
-	}
-	l.port = port
-	return l, nil
-}
-
-// listen is Listen on port, reserved already.
-func (s *Stack) listen(addr netip.AddrPort, port uint16) (*Listener, error) {
-	a := s.toPrivate(addr.Addr().Unmap())
-	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
-	proto := ipv4.ProtocolNumber
-	if v6 {
-		proto = ipv6.ProtocolNumber
-	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
-	if terr != nil {
-		return nil, convertError(terr)
-	}
-	if v6 && (!a.IsValid() || a.IsUnspecified()) {
-		ep.SocketOptions().SetV6Only(false)
-	}
-	ep.SocketOptions().SetDelayOption(false)
-	// SO_REUSEADDR, as Linux servers and siw's listening socket (siw_cm.c)
-	// set it: the port can be bound again while connections accepted on it
-	// earlier still drain (FIN_WAIT, TIME_WAIT for a minute), and perftest
-	// -R listens twice on its port, the second time with its control
-	// connection up. Two listeners on one port are still refused (the
-	// demuxer keeps one listening endpoint per address). Accepted
-	// connections inherit the flag, which is what lets a later listener
-	// share the port with them.
-	ep.SocketOptions().SetReuseAddress(true)
-	full := tcpip.FullAddress{Port: port}
-	if a.IsValid() && !a.IsUnspecified() {
-		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
-	}
-	if terr := ep.Bind(full); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("bind: %w", convertError(terr))
-	}
-	if terr := ep.Listen(listenBacklog); terr != nil {
-		ep.Close()
-		return nil, convertError(terr)
-	}
-	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
-	local, terr := ep.GetLocalAddress()
-	if terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("local address: %w", convertError(terr))
-	}
-	l.addr = s.toPublic(fullToAddrPort(local))
-	if !a.IsValid() || a.IsUnspecified() {
-		l.addr = netip.AddrPortFrom(addr.Addr().Unmap(), l.addr.Port())
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ep.Close()
-		return nil, net.ErrClosed
-	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	return l, nil
+	return b.Listen()
 }
 
 // Dial opens a TCP connection to remote. local may be the zero Addr (the
@@ -497,20 +423,35 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
 	}
 	ep.SocketOptions().SetDelayOption(false)
-	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-	wq.EventRegister(&entry)
-	defer wq.EventUnregister(&entry)
-
 	la := s.toPrivate(local.Unmap())
 	if la.IsValid() && la.Is6() != ra.Is6() {
 		ep.Close()
 		return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
 	}
-	port, err := s.bindLocal(ep, la)
-	if err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, err)
+	full := tcpip.FullAddress{}
+	if la.IsValid() {
+		full.Addr = tcpip.AddrFromSlice(la.AsSlice())
 	}
+	var port uint16
+	var err error
+	if la.IsValid() || s.shared != nil {
+		if port, err = s.bindPort(ep, full, 0); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, err)
+		}
+	}
+	return s.connect(ctx, ep, &wq, ra, remote.Port(), port)
+}
+
+// connect connects ep (bound already, or not: then the stack picks its
+// local address and port) to ra:rport and wraps the connection; port is
+// the local port reserved in the host's port space (0: none), given back
+// if the connection fails.
+func (s *Stack) connect(ctx context.Context, ep tcpip.Endpoint, wq *waiter.Queue, ra netip.Addr, rport, port uint16) (*Conn, error) {
+	remote := netip.AddrPortFrom(ra.Unmap(), rport)
+	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
 	fail := func(err error) (*Conn, error) {
 		s.forgetFlow(ep)
 		ep.Close()
@@ -520,7 +461,7 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: remote.Port()})
+	terr := ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: rport})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():
@@ -532,7 +473,7 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 	if terr != nil {
 		return fail(convertError(terr))
 	}
-	c, err := newConn(s, ep, &wq, port)
+	c, err := newConn(s, ep, wq, port)
 	if err != nil {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
