@@ -60,7 +60,14 @@ func (qp *QP) unclaim() {
 // Connect connects the queue pair to a listening RNIC at remote: TCP, then
 // the MPA Request/Reply exchange, then (peer-to-peer mode) the RTR. On
 // return the QP is in RTS.
-func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnParam) (err error) {
+func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnParam) error {
+	return qp.ConnectFrom(ctx, nil, remote, p)
+}
+
+// ConnectFrom is Connect from the address and port of from (nil: any,
+// as Connect), a Binding that the connection uses up; from is left
+// unused if the QP cannot connect (it is not in RESET or INIT).
+func (qp *QP) ConnectFrom(ctx context.Context, from *Binding, remote netip.AddrPort, p ibv.ConnParam) (err error) {
 	d := qp.dev
 	if err := qp.claim(); err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
@@ -71,23 +78,34 @@ func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnPara
 		}
 	}()
 	cfg := d.mpaConfig(p)
-	err = qp.connect(ctx, remote, cfg)
+	dial := func(ctx context.Context) (*netstack.Conn, error) { return d.stack.Dial(ctx, netip.Addr{}, remote) }
+	if from != nil {
+		dial = func(ctx context.Context) (*netstack.Conn, error) { return from.nb.Dial(ctx, remote) }
+	}
+	err = qp.connect(ctx, remote, cfg, dial)
 	if errors.Is(err, ibv.ErrMarkersRejected) && cfg.Markers && d.cfg.MarkersPrefer {
 		d.log.Info("peer rejected markers; connecting again without them", "dev", d.cfg.Name, "qp", qp.num, "remote", remote)
 		cfg.Markers = false
-		err = qp.connect(ctx, remote, cfg)
+		// The bound port went with the first connection: this one has a
+		// port of its own, from the same address.
+		local := netip.Addr{}
+		if from != nil && !from.Addr().Addr().IsUnspecified() {
+			local = from.Addr().Addr()
+		}
+		err = qp.connect(ctx, remote, cfg, func(ctx context.Context) (*netstack.Conn, error) { return d.stack.Dial(ctx, local, remote) })
 	}
 	return err
 }
 
-// connect is one connection attempt of Connect with MPA configuration cfg.
-func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config) error {
-	d := qp.dev
+// connect is one connection attempt of Connect with MPA configuration cfg;
+// dial opens the TCP connection.
+func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config, dial func(context.Context) (*netstack.Conn, error)) error {
 	req, err := cfg.Request()
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
 	}
-	conn, err := d.stack.Dial(ctx, netip.Addr{}, remote)
+	d := qp.dev
+	conn, err := dial(ctx)
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
 	}
@@ -330,12 +348,18 @@ type Listener struct {
 
 // Listen starts accepting connections on addr (port 0: ephemeral).
 func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
-	if backlog <= 0 {
-		backlog = 16
-	}
 	nl, err := d.stack.Listen(addr)
 	if err != nil {
 		return nil, err // netstack's error names the address
+	}
+	return d.serve(nl, backlog)
+}
+
+// serve accepts iWARP connections on nl, holding up to backlog requests
+// (0 or less: 16).
+func (d *Device) serve(nl *netstack.Listener, backlog int) (*Listener, error) {
+	if backlog <= 0 {
+		backlog = 16
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Listener{dev: d, nl: nl, reqs: make(chan *ConnRequest, backlog), ctx: ctx, stop: stop}
