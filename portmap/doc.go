@@ -12,8 +12,9 @@
 //   - prerouting and output: new TCP connections to a published port of
 //     the shared address (set "ports", the RNIC's listeners) are sent to
 //     the private address, port unchanged (DNAT);
-//   - postrouting: the RNIC's own connections leave from the shared
-//     address, port unchanged (SNAT);
+//   - postrouting and input: the RNIC's own connections leave from the
+//     shared address, port unchanged (SNAT), to other hosts and to this
+//     host's own sockets alike;
 //   - forward: on an interface whose IPv4 forwarding was off until the
 //     RNIC needed it (set "fwdoff"), only NATed traffic is forwarded, so
 //     the host forwards nothing else it did not before.

@@ -75,15 +75,23 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 
 	// The RNIC's own connections leave from the shared address; the port
 	// stays (it is reserved in the host's port space, so no flow of the
-	// host's can clash with it).
-	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: []expr.Any{
+	// host's can clash with it): those that leave the host (postrouting)
+	// and those to the host's own sockets (input), which then see the
+	// shared address too.
+	snat := []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: private},
 		&expr.Immediate{Register: 1, Data: shared},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
-	}})
+	}
+	for _, hook := range []struct {
+		name string
+		hook *nftables.ChainHook
+	}{{"postrouting", nftables.ChainHookPostrouting}, {"input", nftables.ChainHookInput}} {
+		ch := c.AddChain(&nftables.Chain{Name: hook.name, Table: t, Type: nftables.ChainTypeNAT,
+			Hooknum: hook.hook, Priority: nftables.ChainPriorityNATSource})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: snat})
+	}
 
 	// An interface whose forwarding was off forwards NATed traffic only:
 	// the RNIC's (a DNATed connection to it, or a reply to one of its

@@ -445,8 +445,9 @@ func waitPort(t testing.TB, n *netns, addr string) {
 // TestSharedSingleHost: the address put on the RNIC's own device
 // (--shared-dev siwtun0), the way a single machine uses siwtun: a second
 // RNIC (siwtun1, its own address on its own device) pings it, the RNIC
-// pings itself, and a kernel TCP server on the same address answers a
-// kernel client of the same host.
+// pings itself, a kernel TCP server on the same address answers a kernel
+// client of the same host, and a kernel socket that the RNIC connects to
+// sees the RNIC's shared address.
 func TestSharedSingleHost(t *testing.T) {
 	requireNft(t)
 	bin := siwtunBin(t)
@@ -464,6 +465,17 @@ func TestSharedSingleHost(t *testing.T) {
 	waitPort(t, h, "198.18.24.2:5201")
 	procIn(t, h, "iperf3", "-c", "198.18.24.2", "-p", "5201", "-t", "1").mustExit(t, "iperf3 -c on the RNIC's address")
 	iperfS.mustExit(t, "iperf3 -s")
+
+	// The RNIC connecting to a kernel socket of its own host: the socket
+	// sees the shared address, not the RNIC's private one.
+	srv := procIn(t, h, "python3", "-c", `import socket
+s = socket.socket(); s.bind(("198.18.24.2", 7700)); s.listen()
+c, peer = s.accept(); print(peer[0], flush=True)`)
+	waitPort(t, h, "198.18.24.2:7700")
+	toolIn(t, h, d1, bin, "ping", "--dev", d1.dev, "-c", "-a", "198.18.24.2", "-p", "7700", "-C", "1").wait(t, "ping -c to a kernel socket")
+	if out := strings.TrimSpace(srv.mustExit(t, "python3 server")); out != "198.18.25.2" {
+		t.Errorf("a kernel socket sees the RNIC's connection from %q, want its shared address 198.18.25.2", out)
+	}
 }
 
 // TestSharedBadInput: an address no interface has is refused with the
