@@ -278,7 +278,8 @@ func TestSharedThreeHostsBridge(t *testing.T) {
 }
 
 // TestSharedRping: Debian's rping, unmodified, through siwtun exec from
-// one host to the other's LAN address.
+// one host to the other's LAN address; its listener on a port a kernel
+// socket holds fails with EADDRINUSE.
 func TestSharedRping(t *testing.T) {
 	requireNft(t)
 	if _, err := exec.LookPath("rping"); err != nil {
@@ -305,6 +306,17 @@ func TestSharedRping(t *testing.T) {
 		t.Errorf("rping -c printed %d pings, want 10:\n%s", got, out)
 	}
 	s.mustExit(t, "rping -s")
+
+	// A kernel socket holds port 7300 of b's address: rping's listener
+	// there fails with EADDRINUSE (at rdma_listen, or at rdma_bind_addr
+	// where the bind takes the port).
+	procIn(t, b, "python3", "-c", `import socket, time
+s = socket.socket(); s.bind(("198.18.22.2", 7300)); s.listen(); time.sleep(60)`)
+	waitPort(t, b, "198.18.22.2:7300")
+	busy := procIn(t, b, bin, "exec", "--socket-dir", db.socketDir, "--", "rping", "-s", "-a", "198.18.22.2", "-p", "7300")
+	if code := busy.wait(t, "rping -s on a port a kernel socket holds"); code == 0 || !strings.Contains(busy.stdout.String()+busy.stderr.String(), "Address already in use") {
+		t.Errorf("rping -s on a port a kernel socket holds: exit %d\n%s%s", code, busy.stdout, busy.stderr)
+	}
 }
 
 // TestSharedKernelSockets: the host's own sockets on the shared address
