@@ -15,6 +15,10 @@
 //   - postrouting and input: the RNIC's own connections leave from the
 //     shared address, port unchanged (SNAT), to other hosts and to this
 //     host's own sockets alike;
+//   - prerouting ("invalid"): a segment to the shared address that
+//     conntrack finds out of its connection's window escapes NAT; unless
+//     a socket of the host's own is its, it is dropped, so that the host
+//     does not answer a segment of the RNIC's with a reset;
 //   - forward: on an interface whose IPv4 forwarding was off until the
 //     RNIC needed it (set "fwdoff"), only NATed traffic is forwarded, so
 //     the host forwards nothing else it did not before.

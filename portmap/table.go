@@ -3,6 +3,7 @@ package portmap
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -92,6 +93,35 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 			Hooknum: hook.hook, Priority: nftables.ChainPriorityNATSource})
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: snat})
 	}
+
+	// A packet of one of the RNIC's connections that conntrack finds out
+	// of its window is INVALID: no NAT translates it, the host would take
+	// it for its own and answer with a reset, which the peer takes as the
+	// RNIC's (the reset's sequence number is the packet's ACK, in the
+	// peer's window) and ends the connection. Such packets to the shared
+	// address are dropped, unless a socket of the host's own (a listener,
+	// or one of its connections, the kernel's lookup finds it) is theirs:
+	// the RNIC's TCP recovers as from a lost segment.
+	inv := c.AddChain(&nftables.Chain{Name: "invalid", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	invalidTCP := []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: shared},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitINVALID), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: inv, Exprs: append(slices.Clone(invalidTCP),
+		// A socket of the host's: the lookup breaks the rule if none.
+		&expr.Socket{Key: expr.SocketKeyWildcard, Register: 1},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: inv, Exprs: append(slices.Clone(invalidTCP),
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	)})
 
 	// An interface whose forwarding was off forwards NATed traffic only:
 	// the RNIC's (a DNATed connection to it, or a reply to one of its

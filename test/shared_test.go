@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -592,4 +594,51 @@ func readOnlyMount(mountinfo, at string) bool {
 		}
 	}
 	return false
+}
+
+// TestSharedStaleSegment: a segment of one of the RNIC's connections that
+// conntrack finds out of its window (as a stale retransmission looks) is
+// INVALID, so no NAT translates it; without the table's "invalid" chain
+// the host took it for its own and answered with a reset in the peer's
+// window, which ended the connection ("Work Request Flushed Error"). Here
+// the segment is sent during an RDMA WRITE run, below the sending host's
+// netfilter (testdata/stale_segment.py, on its Ethernet interface), with
+// the ACK the peer last sent and a sequence number half the sequence
+// space away: the run ends well and the host sends no reset.
+func TestSharedStaleSegment(t *testing.T) {
+	requireNft(t)
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Skip("tcpdump not installed (tools/setup/debian.sh installs it)")
+	}
+	bin := siwtunBin(t)
+	a, b := newHost(t, "a"), newHost(t, "b")
+	lanLink(t, a, b, "198.18.29.1/24", "198.18.29.2/24")
+	da := startUp(t, a, bin, "siwtun0", "--shared", "198.18.29.1")
+	db := startUp(t, b, bin, "siwtun0", "--shared", "198.18.29.2")
+	srv := toolIn(t, b, db, bin, "perf", "write", "-D", "5", "-p", "18600")
+	waitPublished(t, b, db, bin, 18600)
+	cli := toolIn(t, a, da, bin, "perf", "write", "-D", "5", "-p", "18600", "198.18.29.2")
+
+	// One of a's data segments, as b's LAN interface sees it.
+	seen, err := b.command("timeout", "20", "tcpdump", "-ni", "lan0", "-S", "-c", "1",
+		"tcp and src host 198.18.29.1 and dst port 18600 and tcp[tcpflags] & tcp-ack != 0 and greater 200").Output()
+	if err != nil {
+		t.Fatalf("tcpdump: %v\n%s", err, seen)
+	}
+	m := regexp.MustCompile(`IP 198\.18\.29\.1\.(\d+) > .* seq (\d+)[:,].* ack (\d+),`).FindStringSubmatch(string(seen))
+	if m == nil {
+		t.Fatalf("no data segment of a's in %q", seen)
+	}
+	seq, _ := strconv.ParseUint(m[2], 10, 32)
+	resets := procIn(t, b, "timeout", "4", "tcpdump", "-ni", "lan0", "-l", "tcp[tcpflags] & tcp-rst != 0 and src host 198.18.29.2")
+	time.Sleep(500 * time.Millisecond) // tcpdump listening
+	mac := strings.Fields(b.run("ip", "-br", "link", "show", "lan0"))[2]
+	a.run("python3", "testdata/stale_segment.py", "lan0", mac, "198.18.29.1", m[1], "198.18.29.2", "18600",
+		fmt.Sprint((seq+1<<31)%(1<<32)), m[3])
+	resets.wait(t, "tcpdump of resets")
+	if out := strings.TrimSpace(resets.stdout.String()); out != "" {
+		t.Errorf("b sent resets after the stale segment:\n%s", out)
+	}
+	cli.mustExit(t, "siwtun perf write (client)")
+	srv.mustExit(t, "siwtun perf write (server)")
 }
