@@ -115,8 +115,10 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: inv, Exprs: append(slices.Clone(invalidTCP),
-		// A socket of the host's: the lookup breaks the rule if none.
-		&expr.Socket{Key: expr.SocketKeyWildcard, Register: 1},
+		// A socket of the host's, in any state (the transparent key is
+		// read of TIME_WAIT and request sockets too; the lookup breaks
+		// the rule if there is none).
+		&expr.Socket{Key: expr.SocketKeyTransparent, Register: 1},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	)})
 	c.AddRule(&nftables.Rule{Table: t, Chain: inv, Exprs: append(slices.Clone(invalidTCP),
