@@ -49,13 +49,14 @@ type PortMapper interface {
 }
 
 // timeWaitHold is how long the local port of an active connection stays
-// reserved after the connection: the stack lingers in TIME_WAIT for
+// reserved after the connection: the stack lingers in TIME_WAIT on it for
 // gVisor's timeout (60 s), and the host's conntrack keeps the
 // connection's entry, which maps the port, for its TIME_WAIT timeout
-// (net.netfilter.nf_conntrack_tcp_timeout_time_wait, 120 s): a host
-// connection on the same port to the same peer within that time would
-// meet the old entry. A listener's port needs no hold: its connections
-// share it, and a new listener may take it at once (SO_REUSEADDR).
+// (net.netfilter.nf_conntrack_tcp_timeout_time_wait, 120 s by default):
+// a host connection from the same port to the same peer meanwhile clashes
+// with that entry and its SYNs are dropped (seen: the connect timed out).
+// A listener's port needs no hold: its connections share it, and a new
+// listener may take it at once (SO_REUSEADDR).
 const timeWaitHold = 2 * tcp.DefaultTCPTimeWaitTimeout
 
 // checkShared validates opts.Shared against opts.Addrs.
