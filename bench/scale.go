@@ -22,7 +22,7 @@ const (
 	SuiteMemory = "memory"
 	// SuiteCLib is Debian's perftest (ib_write_lat, ib_write_bw -R)
 	// through libsiwtun, each figure next to siwtun perf's with the same
-	// arguments (issue 13).
+	// arguments: what C programs pay for the library, measured side by side.
 	SuiteCLib = "clib"
 )
 
@@ -35,7 +35,8 @@ func (r *Results) ran(suite string) bool {
 	return len(r.Suites) == 0 || slices.Contains(r.Suites, suite)
 }
 
-// The targets of the set-up, scale and memory rows (issue 14).
+// The targets of the set-up, scale and memory rows: what an application
+// that opens many connections may expect of a daemon.
 const (
 	// TargetConnectMS is the most a connect between the daemons may take
 	// (the median), in milliseconds.

@@ -86,6 +86,11 @@ type Request struct {
 	// freed memory to the operating system (debug.FreeOSMemory), so that
 	// the resident set says what the daemon still holds.
 	GC bool `json:"gc,omitempty"`
+	// Headers, with OpWatch, leaves the segments' payloads out of the
+	// stream (WatchSegment.Len says how long they were): a viewer that
+	// only matches the segments of a second device sends its daemon a
+	// fraction of the data, and falls behind much later.
+	Headers bool `json:"headers,omitempty"`
 }
 
 // Response is one line the server answers with: OK and one payload, or

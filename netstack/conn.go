@@ -91,13 +91,13 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue, port uint16) (*Conn,
 	la, terr := ep.GetLocalAddress()
 	if terr != nil {
 		ep.Close()
-		s.release(port, 0)
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("local address: %w", convertError(terr))
 	}
 	ra, terr := ep.GetRemoteAddress()
 	if terr != nil {
 		ep.Close()
-		s.release(port, 0)
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("remote address: %w", convertError(terr))
 	}
 	c := &Conn{
@@ -120,7 +120,7 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue, port uint16) (*Conn,
 		ep.Abort()
 		ep.Close()
 		s.flows.remove(c.key, c.flow)
-		s.release(port, 0)
+		s.hostRelease(port, 0)
 		return nil, net.ErrClosed
 	}
 	return c, nil
@@ -256,7 +256,7 @@ func (c *Conn) release(abort bool) {
 		if c.hold && !abort {
 			hold = timeWaitHold
 		}
-		c.s.release(c.port, hold)
+		c.s.hostRelease(c.port, hold)
 		c.dlMu.Lock()
 		if c.dlTimer != nil {
 			c.dlTimer.Stop()

@@ -185,7 +185,7 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 		if start < sentEnd {
 			// A retransmission (a slow machine's spurious ones too):
 			// gVisor cuts those itself, at one MSS from the start of
-			// what it sent before (README: the one case left split).
+			// what it sent before (doc/known-problems.md: the one case left split).
 			retrans++
 			continue
 		}

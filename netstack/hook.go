@@ -262,7 +262,9 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		payload = p
 	}
 	vl, voff := pkt.AsViewList()
-	if mss, _, ok := tcpGSO(pkt); ok {
+	// A packet built for offload with no more than one segment's payload
+	// (a pure ACK, a FIN) is one wire segment as it is.
+	if mss, _, ok := tcpGSO(pkt); ok && h.plen > mss {
 		s.callHooksWire(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen, mss)
 		return
 	}

@@ -48,7 +48,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 			// using it after the listener closes.
 			port := l.port
 			if port != 0 {
-				if _, err := l.s.reserve(port); err != nil {
+				if _, err := l.s.hostReserve(port); err != nil {
 					port = 0 // the mapper has closed with the stack
 				}
 			}
@@ -88,7 +88,7 @@ func (l *Listener) Close() error {
 		l.s.unpublish(l.port)
 		l.ep.Close()
 		l.s.removeListener(l)
-		l.s.release(l.port, 0)
+		l.s.hostRelease(l.port, 0)
 	})
 	return nil
 }

@@ -96,9 +96,9 @@ func (s *Stack) toPublic(ap netip.AddrPort) netip.AddrPort {
 	return ap
 }
 
-// reserve holds port for the stack in the host's port space (a no-op
+// hostReserve holds port for the stack in the host's port space (a no-op
 // returning port on a stack that shares no address).
-func (s *Stack) reserve(port uint16) (uint16, error) {
+func (s *Stack) hostReserve(port uint16) (uint16, error) {
 	if s.shared == nil {
 		return port, nil
 	}
@@ -106,8 +106,8 @@ func (s *Stack) reserve(port uint16) (uint16, error) {
 	return s.shared.Ports.Reserve(port)
 }
 
-// release ends a reserve of port, after a delay for a closed connection.
-func (s *Stack) release(port uint16, after time.Duration) {
+// hostRelease ends a hostReserve of port, after a delay for a closed connection.
+func (s *Stack) hostRelease(port uint16, after time.Duration) {
 	if s.shared == nil || port == 0 {
 		return
 	}
@@ -154,13 +154,13 @@ func (s *Stack) bindPort(ep tcpip.Endpoint, full tcpip.FullAddress, port uint16)
 		return 0, convertError(ep.Bind(full))
 	}
 	if port != 0 {
-		p, err := s.reserve(port)
+		p, err := s.hostReserve(port)
 		if err != nil {
 			return 0, err
 		}
 		full.Port = p
 		if terr := ep.Bind(full); terr != nil {
-			s.release(p, 0)
+			s.hostRelease(p, 0)
 			return 0, convertError(terr)
 		}
 		return p, nil
@@ -172,11 +172,11 @@ func (s *Stack) bindPort(ep tcpip.Endpoint, full tcpip.FullAddress, port uint16)
 	var refused []uint16
 	defer func() {
 		for _, p := range refused {
-			s.release(p, 0)
+			s.hostRelease(p, 0)
 		}
 	}()
 	for range maxBindTries {
-		p, err := s.reserve(0)
+		p, err := s.hostReserve(0)
 		if err != nil {
 			return 0, err
 		}
@@ -186,7 +186,7 @@ func (s *Stack) bindPort(ep tcpip.Endpoint, full tcpip.FullAddress, port uint16)
 			return p, nil
 		}
 		if _, inUse := terr.(*tcpip.ErrPortInUse); !inUse {
-			s.release(p, 0)
+			s.hostRelease(p, 0)
 			return 0, convertError(terr)
 		}
 		refused = append(refused, p)

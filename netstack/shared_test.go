@@ -3,7 +3,6 @@ package netstack
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -183,92 +182,46 @@ func TestSharedChecks(t *testing.T) {
 	}
 }
 
-// TestBound: a port bound before it is used (rdma_bind_addr): Bind picks
-// it and Addr says it at once; Listen and Dial use exactly it; a Bound is
-// used once; on a stack with a shared address the bind reserves the port
-// in the host's space and reports the shared address, and Close gives it
-// back.
-func TestBound(t *testing.T) {
+// TestReserveShared: rdma_bind_addr's reservation on a stack with a
+// shared address holds the port in the host's port space too and reports
+// the shared address; the listener that follows takes the port, and the
+// port goes back when both are closed. A port a host socket holds cannot
+// be reserved.
+func TestReserveShared(t *testing.T) {
 	public := netip.MustParsePrefix("10.9.9.1/24")
-	m := newFakeMapper()
-	la, lb := Pipe(1500, Impairments{})
+	m := newFakeMapper(7000)
+	la, _ := Pipe(1500, Impairments{})
 	a, err := New(la, Options{Addrs: []netip.Prefix{addrA4}, Shared: &Shared{Public: public, Private: addrA4.Addr(), Ports: m}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := New(lb, Options{Addrs: []netip.Prefix{addrB4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 
-	// The plain stack: bind, then listen; the other dials the bound port.
-	bb, err := b.Bind(netip.AddrPortFrom(netip.IPv4Unspecified(), 0))
+	if _, err := a.Reserve(netip.AddrPortFrom(public.Addr(), 7000)); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Reserve of a port a host socket holds: %v, want EADDRINUSE", err)
+	}
+	r, err := a.Reserve(netip.AddrPortFrom(public.Addr(), 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := bb.Addr().Port()
-	if port == 0 || bb.Addr().Addr() != netip.IPv4Unspecified() {
-		t.Fatalf("Bind(0.0.0.0:0).Addr() = %v, want 0.0.0.0 and a port", bb.Addr())
-	}
-	lb2, err := bb.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lb2.Close()
-	if lb2.Addr().Port() != port {
-		t.Errorf("listener on port %d, bound %d", lb2.Addr().Port(), port)
-	}
-	if _, err := bb.Listen(); !errors.Is(err, net.ErrClosed) {
-		t.Errorf("second use of a Bound: %v, want net.ErrClosed", err)
-	}
-
-	// The shared stack: a bound port is reserved and public at once.
-	ba, err := a.Bind(netip.AddrPortFrom(public.Addr(), 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := ba.Addr().Port()
-	if ba.Addr().Addr() != public.Addr() {
-		t.Errorf("shared Bind Addr %v, want the shared address", ba.Addr())
+	p := r.Addr().Port()
+	if r.Addr().Addr() != public.Addr() || p == 0 {
+		t.Errorf("Reserve(shared:0).Addr() = %v, want the shared address and a port", r.Addr())
 	}
 	if held, pub := m.state(p); held != 1 || pub {
-		t.Errorf("bound port %d: reserved %d, published %v; want 1, false", p, held, pub)
+		t.Errorf("reserved port %d: held %d, published %v; want 1, false", p, held, pub)
 	}
-	c, err := ba.Dial(ctx, netip.AddrPortFrom(addrB4.Addr(), port))
+	l, err := a.Listen(r.Addr())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Listen on the reserved port: %v", err)
 	}
-	peer, err := lb2.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if held, pub := m.state(p); held != 2 || !pub {
+		t.Errorf("reserved port %d with its listener: held %d, published %v; want 2, true", p, held, pub)
 	}
-	if c.LocalAddr() != ba.Addr() || peer.RemoteAddr().Port() != p {
-		t.Errorf("connection from %v (peer sees port %d), bound %v", c.LocalAddr(), peer.RemoteAddr().Port(), ba.Addr())
-	}
-	c.Abort()
-	peer.Close()
-	if held, _ := m.state(p); held != 0 {
-		t.Errorf("port %d reserved %d times after the reset, want 0", p, held)
-	}
-
-	// Bound, then closed unused: the reservation goes.
-	bc, err := a.Bind(netip.AddrPortFrom(public.Addr(), 7100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if held, _ := m.state(7100); held != 1 {
-		t.Errorf("port 7100 reserved %d times after Bind, want 1", held)
-	}
-	bc.Close()
-	bc.Close()
-	if held, _ := m.state(7100); held != 0 {
-		t.Errorf("port 7100 reserved %d times after Close, want 0", held)
-	}
-	if _, err := bc.Dial(ctx, netip.AddrPortFrom(addrB4.Addr(), port)); !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Dial from a closed Bound: %v, want net.ErrClosed", err)
+	r.Close()
+	r.Close()
+	l.Close()
+	if held, pub := m.state(p); held != 0 || pub {
+		t.Errorf("port %d after both closed: held %d, published %v; want 0, false", p, held, pub)
 	}
 }

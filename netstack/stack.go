@@ -78,7 +78,7 @@ type Options struct {
 	// busy host, where the ACKs of a 100 µs path lag by more, probes fire
 	// for segments that were not lost, and each counts as a loss and
 	// halves the window. Many connections on few cores then share far less
-	// than one (README: Set-up, scale and memory).
+	// than one (doc/performance.md: many queue pairs).
 	NoRACK bool
 	// NoGSO turns segmentation offload off on a link that has it (a
 	// device link whose device takes offloaded frames): gVisor then builds
@@ -121,9 +121,10 @@ type Stack struct {
 	tap atomic.Pointer[hookBox]
 
 	mu        sync.Mutex
-	closed    bool                   // guarded by mu
-	conns     map[*Conn]struct{}     // guarded by mu
-	listeners map[*Listener]struct{} // guarded by mu
+	closed    bool                      // guarded by mu
+	conns     map[*Conn]struct{}        // guarded by mu
+	listeners map[*Listener]struct{}    // guarded by mu
+	reserved  map[*Reservation]struct{} // guarded by mu (reserve.go)
 	closeOnce sync.Once
 
 	// rescueDone stops rescueLoop; tailRescues counts the packets it
@@ -189,6 +190,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
 		listeners:   make(map[*Listener]struct{}),
+		reserved:    make(map[*Reservation]struct{}),
 	}
 	st.flows.init()
 	st.s = stack.New(stack.Options{
@@ -391,14 +393,13 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // on every address of the stack (the zero Addr and :: are dual-stack when
 // the stack has IPv6 addresses). On a stack with a shared address (Shared)
 // the port is reserved in the host's port space first: a port a host
-// socket holds fails with an error wrapping syscall.EADDRINUSE. It is
-// Bind, then Bound.Listen.
+// socket holds fails with an error wrapping syscall.EADDRINUSE.
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
-	b, err := s.bind(addr)
+	l, err := s.listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("netstack: listen on %s: %w", AddrPortString(addr), err)
 	}
-	return b.Listen()
+	return l, nil
 }
 
 // Dial opens a TCP connection to remote. local may be the zero Addr (the
@@ -455,7 +456,7 @@ func (s *Stack) connect(ctx context.Context, ep tcpip.Endpoint, wq *waiter.Queue
 	fail := func(err error) (*Conn, error) {
 		s.forgetFlow(ep)
 		ep.Close()
-		s.release(port, 0)
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
 	if err := ctx.Err(); err != nil {

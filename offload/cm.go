@@ -20,12 +20,19 @@ import (
 
 // mpaConfig merges the device defaults with one connection's parameters.
 func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
-	// Ready: a responder's QP owns the connection before its Reply
-	// leaves (Accept writes the Reply, then starts the QP; FPDUs arriving
-	// in between wait in TCP's receive queue for the receive loop).
+	// Ready (mpa.ExtReady, to siwtun initiators): a responder's QP owns
+	// the connection before its Reply leaves (Accept writes the Reply,
+	// then starts the QP; FPDUs arriving in between wait in TCP's receive
+	// queue for the receive loop).
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
 		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
+		// What the device advertises (max_qp_rd_atom): a peer asking
+		// for that many Reads gets them, as from Linux siw.
+		MaxIRD: ibv.MaxIRDORD,
+	}
+	if c.Rev < 2 {
+		c.P2P = 0 // RFC 6581's block, which offers it, is revision 2's
 	}
 	if d.cfg.RDMAPExt {
 		c.Ext = mpa.ExtAll
@@ -60,14 +67,7 @@ func (qp *QP) unclaim() {
 // Connect connects the queue pair to a listening RNIC at remote: TCP, then
 // the MPA Request/Reply exchange, then (peer-to-peer mode) the RTR. On
 // return the QP is in RTS.
-func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnParam) error {
-	return qp.ConnectFrom(ctx, nil, remote, p)
-}
-
-// ConnectFrom is Connect from the address and port of from (nil: any,
-// as Connect), a Binding that the connection uses up; from is left
-// unused if the QP cannot connect (it is not in RESET or INIT).
-func (qp *QP) ConnectFrom(ctx context.Context, from *Binding, remote netip.AddrPort, p ibv.ConnParam) (err error) {
+func (qp *QP) Connect(ctx context.Context, remote netip.AddrPort, p ibv.ConnParam) (err error) {
 	d := qp.dev
 	if err := qp.claim(); err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
@@ -78,34 +78,23 @@ func (qp *QP) ConnectFrom(ctx context.Context, from *Binding, remote netip.AddrP
 		}
 	}()
 	cfg := d.mpaConfig(p)
-	dial := func(ctx context.Context) (*netstack.Conn, error) { return d.stack.Dial(ctx, netip.Addr{}, remote) }
-	if from != nil {
-		dial = func(ctx context.Context) (*netstack.Conn, error) { return from.nb.Dial(ctx, remote) }
-	}
-	err = qp.connect(ctx, remote, cfg, dial)
+	err = qp.connect(ctx, remote, cfg)
 	if errors.Is(err, ibv.ErrMarkersRejected) && cfg.Markers && d.cfg.MarkersPrefer {
 		d.log.Info("peer rejected markers; connecting again without them", "dev", d.cfg.Name, "qp", qp.num, "remote", remote)
 		cfg.Markers = false
-		// The bound port went with the first connection: this one has a
-		// port of its own, from the same address.
-		local := netip.Addr{}
-		if from != nil && !from.Addr().Addr().IsUnspecified() {
-			local = from.Addr().Addr()
-		}
-		err = qp.connect(ctx, remote, cfg, func(ctx context.Context) (*netstack.Conn, error) { return d.stack.Dial(ctx, local, remote) })
+		err = qp.connect(ctx, remote, cfg)
 	}
 	return err
 }
 
-// connect is one connection attempt of Connect with MPA configuration cfg;
-// dial opens the TCP connection.
-func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config, dial func(context.Context) (*netstack.Conn, error)) error {
+// connect is one connection attempt of Connect with MPA configuration cfg.
+func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config) error {
+	d := qp.dev
 	req, err := cfg.Request()
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
 	}
-	d := qp.dev
-	conn, err := dial(ctx)
+	conn, err := d.stack.Dial(ctx, netip.Addr{}, remote)
 	if err != nil {
 		return fmt.Errorf("connect to %v: %w", remote, err)
 	}
@@ -152,7 +141,8 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 	}
 	if d.cfg.FirstFPDUDelay > 0 && !params.PeerReady {
 		// Give the peer time to hand its socket to its receive path
-		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP
+		// meanwhile. A siwtun responder says it needs none (ExtReady).
 		qp.stats.FirstFPDUDelays.Add(1)
 		t := time.NewTimer(d.cfg.FirstFPDUDelay)
 		select {
@@ -239,7 +229,27 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 // disconnected or moved to ERR while its connection was set up.
 var errClosedWhileConnecting = fmt.Errorf("%w: QP closed while connecting", ibv.ErrQPState)
 
-// start puts a negotiated connection under the QP and starts its engine.
+// observeLocked puts the QP's segment observer on conn, whose FPDU
+// streams start after ahead more octets sent (a responder's Reply, not
+// written yet) and at the next octet received. A responder does so
+// before its Reply leaves, so that the segments of an initiator that
+// answers at once (its RTR) are counted and classified too.
+func (qp *QP) observeLocked(conn *netstack.Conn, p *mpa.Params, ahead int) {
+	var pl *oooPlacer
+	if tx, rx, ok := conn.StreamSeqs(); ok {
+		qp.alignTx.SetStart(tx + uint32(ahead))
+		qp.alignRx.SetStart(rx)
+		qp.alignTx.Configure(p.MarkersTx)
+		qp.alignRx.Configure(p.MarkersRx)
+		// It places nothing before the QP is in RTS.
+		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
+	}
+	qp.placer = pl
+	conn.SetSegmentHook(&segmentObserver{qp: qp, pl: pl})
+}
+
+// start puts a negotiated connection under the QP and starts its engine;
+// a responder has put the observer on it already (observeLocked).
 // replyPD is the MPA Reply's private data (the initiator's), given with
 // EventEstablished. It fails, closing conn, if the QP was closed
 // (Disconnect, Destroy, Modify to ERR) while the connection was set up:
@@ -253,16 +263,12 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 		return errClosedWhileConnecting
 	}
 	qp.conn = conn
-	var pl *oooPlacer
-	if tx, rx, ok := conn.StreamSeqs(); ok {
-		qp.alignTx.SetStart(tx)
-		qp.alignRx.SetStart(rx)
-		qp.alignTx.Configure(p.MarkersTx)
-		qp.alignRx.Configure(p.MarkersRx)
-		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
+	if initiator {
+		qp.observeLocked(conn, &p, 0)
 	}
+	pl := qp.placer
+	qp.placer = nil
 	qp.rx.place = pl
-	conn.SetSegmentHook(&segmentObserver{qp: qp, pl: pl})
 	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
 	// only so).
 	conn.SetOneWritePerSegment(p.MarkersTx)
@@ -287,24 +293,12 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 		qp.tx.perWrite = 1
 	}
 	qp.tx.bufs = &qp.dev.writeBufs
-	var await mpa.RTR
-	established := true
-	switch {
-	case p.P2P && initiator:
-		qp.p2pRTR = p.RTR
-		if p.RTR == mpa.RTRRead {
-			qp.orq = append(qp.orq, orqEntry{sq: rtrSlot, sinkSTag: rtrSTag})
-		}
-		qp.state = ibv.QPRTS
-	case p.P2P:
-		await = p.RTR
-		qp.state = ibv.QPRTR
-		established = false
-	default:
-		qp.state = ibv.QPRTS
-	}
+	await, established := qp.peerToPeer(&p, initiator)
 	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})
+	if !initiator && !p.P2P {
+		qp.beginStartupHold(conn)
+	}
 	qp.live.Store(2)
 	qp.mu.Unlock()
 	if established {
@@ -348,18 +342,12 @@ type Listener struct {
 
 // Listen starts accepting connections on addr (port 0: ephemeral).
 func (d *Device) Listen(addr netip.AddrPort, backlog int) (*Listener, error) {
+	if backlog <= 0 {
+		backlog = 16
+	}
 	nl, err := d.stack.Listen(addr)
 	if err != nil {
 		return nil, err // netstack's error names the address
-	}
-	return d.serve(nl, backlog)
-}
-
-// serve accepts iWARP connections on nl, holding up to backlog requests
-// (0 or less: 16).
-func (d *Device) serve(nl *netstack.Listener, backlog int) (*Listener, error) {
-	if backlog <= 0 {
-		backlog = 16
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	l := &Listener{dev: d, nl: nl, reqs: make(chan *ConnRequest, backlog), ctx: ctx, stop: stop}
@@ -514,16 +502,25 @@ func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 	if d.cfg.MarkersPrefer && !r.req.Markers {
 		cfg.Markers = false
 	}
+	cfg.P2P = d.cfg.P2PAccept
 	if cfg.P2P == 0 {
 		// A responder takes whichever RTR the initiator offers.
 		cfg.P2P = mpa.RTRWrite | mpa.RTRRead | mpa.RTRSend
 	}
 	rep, params, nerr := mpa.Respond(&cfg, r.req)
 	b, err := rep.Append(nil)
+	if err == nil && nerr == nil {
+		qp.mu.Lock()
+		qp.observeLocked(r.conn, &params, len(b))
+		qp.mu.Unlock()
+	}
 	if err == nil {
 		_, err = r.conn.WriteAligned(b)
 	}
 	if nerr != nil || err != nil {
+		qp.mu.Lock()
+		qp.placer = nil
+		qp.mu.Unlock()
 		qp.unclaim()
 		r.conn.Close()
 		if nerr != nil {

@@ -113,6 +113,11 @@ func startUp(t testing.TB, n *netns, bin, dev string, flags ...string) *daemon {
 func startUpWith(t testing.TB, n *netns, wrapper []string, bin, dev string, flags ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
+	for i, a := range flags {
+		if a == "--socket-dir" && i+1 < len(flags) {
+			dir = flags[i+1] // daemons sharing one directory (the last flag wins)
+		}
+	}
 	args := append(append([]string{}, wrapper...), bin, "up", "--dev", dev, "--socket-dir", dir, "--log-level", "debug")
 	for _, a := range flags {
 		// {dev} names this daemon's device, so one flag list can give each

@@ -78,13 +78,9 @@ queue.`,
 		},
 	}
 	d := &perfDevice{}
-	dir := verbs.SocketDir
-	if e := os.Getenv("SIWTUN_SOCKET_DIR"); e != "" {
-		dir = e
-	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&d.dev, "dev", defaultDev, "siwtun device (its daemon's verbs socket)")
-	pf.StringVar(&d.dir, "socket-dir", dir, "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR)")
+	socketDirFlag(pf, &d.dir, "verbs sockets")
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return verbsSocketDevs(d.dir), cobra.ShellCompDirectiveNoFileComp
 	})

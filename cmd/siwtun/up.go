@@ -23,6 +23,7 @@ import (
 
 	"github.com/siwtun/siwtun/apps/tcpperf"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/sdnotify"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa"
@@ -52,6 +53,7 @@ type upOptions struct {
 	ird, ord      uint16
 	peerTimeout   time.Duration
 	firstFPDU     time.Duration
+	startupHold   time.Duration
 	finDelay      time.Duration
 	acceptTimeout time.Duration
 	impair        string
@@ -76,6 +78,8 @@ func newUpCmd() *cobra.Command {
 serves verbs applications on the verbs socket and ctl on the control
 socket, until SIGINT or SIGTERM. Then every connection is closed in order,
 clients are told, the sockets are removed and the TUN device deleted.
+Started by systemd (siwtun@.service, Type=notify), it tells the service
+manager once the device and both sockets are up (READY=1 on $NOTIFY_SOCKET).
 
 The verbs socket, <socket-dir>/<dev>.sock, has mode 0660: root and the
 members of --socket-group (default: root's group) can connect, no one else.
@@ -115,15 +119,16 @@ exit); where it was off, the table forwards only the RNIC's traffic.
 	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
 	choiceVar(f, &o.markers, "markers", "off", "on", []string{"on", "off", "prefer", "true", "false"}, 3,
 		"ask peers to send MPA markers: on, off, or prefer (ask, and connect again without them when the peer rejects markers; as responder ask only initiators that asked); --markers alone is on")
-	f.StringVar(&o.p2p, "p2p", "off", "peer-to-peer RTR offered as initiator: write, read, send or off")
+	f.StringVar(&o.p2p, "p2p", "auto", "RFC 6581 peer-to-peer mode: the RTR types offered as initiator and accepted as responder, write, read, send or a comma list of them (write,read), or off (no offer, every type accepted); auto offers write,read and accepts every type")
 	f.Uint16Var(&o.ird, "ird", 16, "default inbound RDMA Read depth (IRD)")
 	f.Uint16Var(&o.ord, "ord", 16, "default outbound RDMA Read depth (ORD)")
-	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as siwtun's do (Linux siw leaves an FPDU that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.firstFPDU, "first-fpdu-delay", offload.DefaultFirstFPDUDelay, "as initiator, wait this long after the MPA Reply before the first FPDU or RTR, unless the Reply says its sender reads at once, as a siwtun responder does in its extension block (Linux siw leaves an FPDU or RTR that arrives right after its Reply unread); 0 sends at once to every peer")
+	f.DurationVar(&o.startupHold, "startup-hold", offload.DefaultStartupHold, "as responder without peer-to-peer mode, hold the application's sends after the MPA Reply until the initiator's first FPDU (RFC 5044 §7.1.2), or until the Reply has been acknowledged and this long has passed (an initiator such as Linux siw without peer_to_peer sends none before a server that speaks first); negative waits for the first FPDU however long")
 	f.DurationVar(&o.finDelay, "fin-delay", offload.DefaultFINDelay, "hold the FIN of a connection back this long after the application disconnects or destroys its QP, unless the peer said it is siwtun (Linux siw fails a Send it has already sent when the FIN comes before its send call returns: perftest's \"Bad wc status 2\"); 0 closes at once")
 	f.DurationVar(&o.acceptTimeout, "mpa-accept-timeout", offload.DefaultAcceptTimeout, "MPA accept timeout: a connection to a listener whose whole MPA Request has not arrived this long after the TCP handshake (nothing sent, or a Request cut off) is reset unanswered and counted in mpaAcceptTimeouts")
 	f.DurationVar(&o.peerTimeout, "peer-timeout", netstack.DefaultPeerTimeout, "end a connection whose peer stays silent this long (TCP user timeout and keepalive); 0 disables")
 	f.StringVar(&o.impair, "impair", "", "impair the link, both directions, reproducibly from the seed: e.g. loss=0.5%,reorder=2%,dup=0.5%,delay=200us,jitter=50us,corrupt=0.01%,seed=7 (corrupt fixes the TCP checksum: only MPA's CRC can catch it)")
-	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the verbs and control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun; one per network namespace)")
+	socketDirFlag(f, &o.socketDir, "verbs and control sockets, this daemon's among them; one per network namespace")
 	f.StringVar(&o.socketGroup, "socket-group", "", "group owning the sockets (mode 0660); default: root's")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -174,19 +179,28 @@ func peerTimeoutOption(d time.Duration) time.Duration {
 	return d
 }
 
-// parseP2P maps the --p2p flag to RTR types.
-func parseP2P(s string) (mpa.RTR, error) {
+// parseP2P maps the --p2p flag to the RTR types offered as initiator and
+// accepted as responder (0: every type).
+func parseP2P(s string) (offer, accept mpa.RTR, err error) {
 	switch s {
+	case "auto":
+		return mpa.RTRWrite | mpa.RTRRead, 0, nil
 	case "off", "":
-		return 0, nil
-	case "write":
-		return mpa.RTRWrite, nil
-	case "read":
-		return mpa.RTRRead, nil
-	case "send":
-		return mpa.RTRSend, nil
+		return 0, 0, nil
 	}
-	return 0, fmt.Errorf("--p2p %q: want write, read, send or off", s)
+	for _, t := range strings.Split(s, ",") {
+		switch strings.TrimSpace(t) {
+		case "write":
+			offer |= mpa.RTRWrite
+		case "read":
+			offer |= mpa.RTRRead
+		case "send":
+			offer |= mpa.RTRSend
+		default:
+			return 0, 0, fmt.Errorf("--p2p %q: want auto, off, or write, read, send or a comma list of them", s)
+		}
+	}
+	return offer, offer, nil
 }
 
 // parseMarkers maps the --markers flag to the engine's Markers and
@@ -343,7 +357,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	p2p, err := parseP2P(o.p2p)
+	p2p, p2pAccept, err := parseP2P(o.p2p)
 	if err != nil {
 		return err
 	}
@@ -370,6 +384,8 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	cfg.RDMAPExt = o.rdmapExt
 	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
 	cfg.FirstFPDUDelay = o.firstFPDU
+	cfg.StartupHold = o.startupHold
+	cfg.P2PAccept = p2pAccept
 	cfg.FINDelay = o.finDelay
 	if o.acceptTimeout <= 0 {
 		return fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)
@@ -488,8 +504,13 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	// Under systemd (siwtun@.service, Type=notify), the unit is started now.
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		log.Warn("could not tell the service manager the device is up", "err", err)
+	}
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
+	sdnotify.Notify(sdnotify.Stopping)
 	// The deferred calls run in reverse: verbs clients are told and their
 	// QPs closed, every connection gets an orderly close, ctl and the
 	// sockets go, the stack stops and the TUN device is deleted.

@@ -190,11 +190,13 @@ func TestNegotiation(t *testing.T) {
 			wantICode: -1,
 		},
 		{
-			name:      "p2p requested, responder speaks rev1",
-			ini:       Config{Rev: 2, P2P: RTRWrite},
-			resp:      Config{Rev: 1, P2P: RTRWrite},
-			wantResp:  Params{Rev: 1},
-			wantICode: 0x07,
+			// A responder that does not speak RFC 6581 cannot take the
+			// offer: the connection starts as RFC 5044 has it.
+			name:     "p2p requested, responder speaks rev1",
+			ini:      Config{Rev: 2, P2P: RTRWrite},
+			resp:     Config{Rev: 1, P2P: RTRWrite},
+			wantResp: Params{Rev: 1},
+			wantIni:  Params{Rev: 1},
 		},
 		{
 			name:     "responder accepts p2p, initiator does not ask",
@@ -377,7 +379,7 @@ func checkPair(t *testing.T, name string, ini, resp Config, rp Params, rerr erro
 		if rp.RTR == RTRRead && (rp.IRD == 0 || ip.ORD == 0) {
 			t.Errorf("%s: Read RTR with responder IRD %d, initiator ORD %d", name, rp.IRD, ip.ORD)
 		}
-	} else if ini.P2P != 0 {
+	} else if ini.P2P != 0 && rp.Enhanced {
 		t.Errorf("%s: P2P requested but connection accepted without it", name)
 	}
 	if rp.Enhanced {
@@ -504,7 +506,6 @@ func TestCompleteRefusals(t *testing.T) {
 		{name: "two rtr types", mod: func(f *Frame) { f.RTR = RTRWrite | RTRRead }, want: CodeNoMatchingRTR},
 		{name: "rtr not offered", mod: func(f *Frame) { f.RTR = RTRSend }, want: CodeNoMatchingRTR},
 		{name: "read rtr with peer ird 0", mod: func(f *Frame) { f.RTR, f.IRD = RTRRead, 0 }, want: CodeInsufficientIRD},
-		{name: "not enhanced", mod: func(f *Frame) { f.Enhanced, f.IRD, f.ORD, f.P2P, f.RTR = false, 0, 0, false, 0 }, want: CodeNoMatchingRTR},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -516,6 +517,15 @@ func TestCompleteRefusals(t *testing.T) {
 				t.Fatalf("Complete error = %v, want code %#x", err, tt.want)
 			}
 		})
+	}
+	// A Reply that is not enhanced (revision 1, or 2 without the flag)
+	// cannot take the P2P offer: the connection runs without it.
+	for _, rev := range []uint8{1, 2} {
+		rep := Frame{Reply: true, Rev: rev}
+		p, err := Complete(&c, req, rep)
+		if err != nil || p.P2P || p.RTR != 0 || p.Rev != rev {
+			t.Errorf("P2P offered, plain rev %d Reply: %+v, %v; want no P2P", rev, p, err)
+		}
 	}
 	// P2P in a reply we did not ask for.
 	plain := Config{Rev: 2, IRD: 4, ORD: 4}
@@ -542,6 +552,53 @@ func TestRequestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if f, err := tt.c.Request(); err == nil {
 				t.Errorf("Request = %v, want an error", f)
+			}
+		})
+	}
+}
+
+// TestRelaxedIRD: a peer ORD above our IRD but within MaxIRD raises our
+// IRD to it, on both sides (as Linux siw's relaxed IRD negotiation); above
+// MaxIRD it is refused; our ORD never exceeds the peer's IRD.
+func TestRelaxedIRD(t *testing.T) {
+	tests := []struct {
+		name             string
+		ird, ord, maxIRD uint16
+		peerIRD, peerORD uint16
+		wantIRD, wantORD uint16
+		refused          bool
+	}{
+		{name: "peer ord within ird", ird: 16, ord: 16, maxIRD: 128, peerIRD: 128, peerORD: 8, wantIRD: 16, wantORD: 16},
+		{name: "peer ord raises ird", ird: 16, ord: 16, maxIRD: 128, peerIRD: 128, peerORD: 128, wantIRD: 128, wantORD: 16},
+		{name: "peer ird lowers ord", ird: 16, ord: 16, maxIRD: 128, peerIRD: 0, peerORD: 0, wantIRD: 16, wantORD: 0},
+		{name: "peer ord above max", ird: 16, ord: 16, maxIRD: 128, peerIRD: 4, peerORD: 129, refused: true},
+		{name: "firm ird", ird: 16, ord: 16, peerIRD: 4, peerORD: 17, refused: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{Rev: 2, IRD: tt.ird, ORD: tt.ord, MaxIRD: tt.maxIRD}
+			rep, p, err := Respond(&c, Frame{Rev: 2, Enhanced: true, IRD: tt.peerIRD, ORD: tt.peerORD})
+			if tt.refused {
+				if code(err) != int(CodeInsufficientIRD) {
+					t.Fatalf("Respond = %v, want CodeInsufficientIRD", err)
+				}
+			} else if err != nil || p.IRD != tt.wantIRD || p.ORD != tt.wantORD || rep.IRD != p.IRD || rep.ORD != p.ORD {
+				t.Fatalf("Respond: IRD/ORD %d/%d (reply %d/%d), %v; want %d/%d", p.IRD, p.ORD, rep.IRD, rep.ORD, err, tt.wantIRD, tt.wantORD)
+			}
+			// The same values seen by an initiator in the Reply.
+			req, err := c.Request()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip, err := Complete(&c, req, Frame{Reply: true, Rev: 2, Enhanced: true, IRD: tt.peerIRD, ORD: tt.peerORD})
+			if tt.refused {
+				if code(err) != int(CodeInsufficientIRD) {
+					t.Fatalf("Complete = %v, want CodeInsufficientIRD", err)
+				}
+				return
+			}
+			if err != nil || ip.IRD != tt.wantIRD || ip.ORD != tt.wantORD {
+				t.Fatalf("Complete: IRD/ORD %d/%d, %v; want %d/%d", ip.IRD, ip.ORD, err, tt.wantIRD, tt.wantORD)
 			}
 		})
 	}

@@ -22,6 +22,12 @@ command -v tshark >/dev/null 2>&1 || need+=(tshark)
 command -v rping >/dev/null 2>&1 || need+=(rdmacm-utils)
 command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
 command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
+# test/capps runs rdma-core's own test suite (pyverbs, with its tests/ in
+# /usr/share/doc/rdma-core/tests), libfabric's fi_info and fi_pingpong, and
+# qperf through libsiwtun.
+[ -e /usr/share/doc/rdma-core/tests/run_tests.py ] || need+=(python3-pyverbs)
+command -v fi_pingpong >/dev/null 2>&1 || need+=(libfabric-bin)
+command -v qperf >/dev/null 2>&1 || need+=(qperf)
 # test/'s TestOffloadWireAlignment captures a veth with TSO/GSO/GRO off
 # (ethtool) with tcpdump.
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)

@@ -22,6 +22,11 @@
 //     split and by how much.
 //
 // Retransmitted octets are reported once; segments that arrive ahead of a
-// gap are held and analysed when the gap is filled. [Analyzer.Summary]
-// sums it all up per connection direction.
+// gap are held and analysed when the gap is filled. A live reader that
+// missed segments (a watch that left out a window) says which sequence
+// ranges passed unseen ([Analyzer.NotObserved]): a segment ahead of such
+// octets is not out of order, the octets are counted as not observed, and
+// the FPDU stream is picked up again at the next boundary the checker can
+// verify (a matching CRC, a Marker, a valid header chain).
+// [Analyzer.Summary] sums it all up per connection direction.
 package inspect
