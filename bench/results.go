@@ -73,7 +73,10 @@ const (
 type Row struct {
 	MTU   int    `json:"mtu"`
 	Stack string `json:"stack"`
-	Kind  string `json:"kind"`
+	// Tool is the program that measured a kernel TCP row other than
+	// apps/tcpperf: ToolIperf3 or ToolQperf (empty: tcpperf).
+	Tool string `json:"tool,omitempty"`
+	Kind string `json:"kind"`
 	// Test names the operation: "TCP bulk", "TCP rr", "RDMA WRITE",
 	// "RDMA READ", "SEND".
 	Test string `json:"test"`
@@ -88,7 +91,8 @@ type Row struct {
 	Mean float64 `json:"mean,omitempty"`
 	// VsGVisor and VsKernel are Value divided by the same kind of figure
 	// of raw gVisor TCP and of kernel TCP at the same MTU (0: no such
-	// baseline). Above 1 is better for bandwidth, worse for latency.
+	// baseline); kernel TCP's is the best its tools measured (Anchors).
+	// Above 1 is better for bandwidth, worse for latency.
 	VsGVisor float64 `json:"vs_gvisor,omitempty"`
 	VsKernel float64 `json:"vs_kernel,omitempty"`
 	// AppCPUPerGB is the receiving application process's user+system CPU
@@ -163,11 +167,27 @@ type Results struct {
 	// CLib is set when the run was to compare Debian's perftest through
 	// libsiwtun with siwtun perf (SuiteCLib).
 	CLib *CLibInfo `json:"clib,omitempty"`
+	// Anchors are the kernel TCP figures the VsKernel ratios divide by:
+	// of each kind, the best that tcpperf, iperf3 and qperf measured.
+	Anchors []Anchor `json:"anchors,omitempty"`
+	// KernelSkipped says which kernel TCP tools did not run, and why.
+	KernelSkipped []string `json:"kernel_skipped,omitempty"`
 	// Profiles lists CPU profiles taken of the daemons, if any.
 	Profiles []string `json:"profiles,omitempty"`
 	// Note is what a reader of the figures must know about how this
 	// document was made, when it was not written by the run itself.
 	Note string `json:"note,omitempty"`
+}
+
+// Anchor is the kernel TCP figure of one kind the ratios divide by.
+type Anchor struct {
+	MTU  int    `json:"mtu"`
+	Kind string `json:"kind"`
+	Size int    `json:"size"`
+	// Tool is the tool that measured it ("tcpperf", ToolIperf3,
+	// ToolQperf).
+	Tool  string  `json:"tool"`
+	Value float64 `json:"value"`
 }
 
 // CLibInfo is the comparison of perftest through libsiwtun in a run.
@@ -180,7 +200,7 @@ type CLibInfo struct {
 func (r *Results) find(mtu int, stack, kind, test string, size int, crc *bool) *Row {
 	for i := range r.Rows {
 		x := &r.Rows[i]
-		if x.MTU == mtu && x.Stack == stack && x.Kind == kind && x.Test == test && x.Size == size && x.QPs == 0 &&
+		if x.MTU == mtu && x.Stack == stack && x.Tool == "" && x.Kind == kind && x.Test == test && x.Size == size && x.QPs == 0 &&
 			(crc == nil || (x.CRC != nil && *x.CRC == *crc)) {
 			return x
 		}
@@ -190,22 +210,51 @@ func (r *Results) find(mtu int, stack, kind, test string, size int, crc *bool) *
 
 // baseline is the kernel or gVisor row a row compares with: the bulk
 // figure for bandwidth (any size), the request/response of the same size
-// for latency, or of 64 bytes for smaller messages.
+// for latency, or of 64 bytes for smaller messages. Of kernel TCP's rows,
+// measured by several tools, the best: the highest bandwidth, the
+// shortest round trip.
 func (r *Results) baseline(row Row, stack string) *Row {
-	if row.Kind == KindOps {
+	if row.Kind != KindBW && row.Kind != KindLat {
 		return nil // nothing of TCP's compares
 	}
-	if row.Kind == KindBW {
-		for i := range r.Rows {
-			x := &r.Rows[i]
-			if x.MTU == row.MTU && x.Stack == stack && x.Kind == KindBW && x.QPs == 0 {
-				return x
-			}
-		}
-		return nil
-	}
 	size := max(row.Size, RRSmall)
-	return r.find(row.MTU, stack, KindLat, TestTCPRR, size, nil)
+	var best *Row
+	for i := range r.Rows {
+		x := &r.Rows[i]
+		if x.MTU != row.MTU || x.Stack != stack || x.Kind != row.Kind || x.QPs != 0 || x.Value <= 0 ||
+			(row.Kind == KindLat && (x.Test != TestTCPRR || x.Size != size)) || (row.Kind == KindBW && x.Test != TestTCPBulk) {
+			continue
+		}
+		if best == nil || (row.Kind == KindBW && x.Value > best.Value) || (row.Kind == KindLat && x.Value < best.Value) {
+			best = x
+		}
+	}
+	return best
+}
+
+// anchors lists, per MTU, the kernel TCP figure each kind of ratio
+// divides by.
+func (r *Results) anchors() []Anchor {
+	var out []Anchor
+	for _, row := range r.Rows {
+		if row.Stack != StackKernel || row.QPs != 0 || (row.Kind != KindBW && row.Kind != KindLat) {
+			continue
+		}
+		b := r.baseline(row, StackKernel)
+		if b == nil || slices.ContainsFunc(out, func(a Anchor) bool { return a.MTU == b.MTU && a.Kind == b.Kind && a.Size == b.Size }) {
+			continue
+		}
+		out = append(out, Anchor{MTU: b.MTU, Kind: b.Kind, Size: b.Size, Tool: toolName(b.Tool), Value: b.Value})
+	}
+	return out
+}
+
+// toolName names the tool of a kernel TCP row.
+func toolName(tool string) string {
+	if tool == "" {
+		return "tcpperf"
+	}
+	return tool
 }
 
 // Tests and sizes of the baselines.
@@ -238,6 +287,7 @@ func (r *Results) Analyze() {
 			}
 		}
 	}
+	r.Anchors = r.anchors()
 	r.Targets = r.targets()
 }
 
@@ -408,9 +458,12 @@ func FormatSize(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func stackName(s string) string {
+func stackName(s, tool string) string {
 	switch s {
 	case StackKernel:
+		if tool != "" {
+			return "kernel TCP (" + tool + ")"
+		}
 		return "kernel TCP"
 	case StackGVisor:
 		return "raw gVisor TCP"
@@ -472,13 +525,14 @@ func (r *Results) WriteTable(w io.Writer) error {
 		if row.Mean > 0 {
 			mean = fmt.Sprintf("%.1f", row.Mean)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack, row.Tool), test,
 			FormatSize(row.Size), crc, val, mean, unit, ratio(row.VsGVisor), ratio(row.VsKernel),
 			cpu(row.AppCPUPerGB), cpu(row.RNICCPUPerGB))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	r.writeAnchors(w)
 	if err := r.writeScaleTable(w); err != nil {
 		return err
 	}
@@ -510,6 +564,9 @@ func (r *Results) WriteTable(w io.Writer) error {
 	if r.CLib != nil && r.CLib.Skipped != "" {
 		fmt.Fprintf(w, "\nperftest through libsiwtun: skipped: %s\n", r.CLib.Skipped)
 	}
+	for _, s := range r.KernelSkipped {
+		fmt.Fprintf(w, "\nkernel TCP with %s\n", s)
+	}
 	if len(r.Profiles) > 0 {
 		fmt.Fprintf(w, "\nCPU profiles: %s\n", strings.Join(r.Profiles, ", "))
 	}
@@ -528,6 +585,23 @@ func (r *Results) WriteTable(w io.Writer) error {
 	return err
 }
 
+// writeAnchors says, under the main table, which kernel TCP figure each
+// VS KERNEL ratio divides by, when more than one tool measured kernel
+// TCP.
+func (r *Results) writeAnchors(w io.Writer) {
+	if !slices.ContainsFunc(r.Rows, func(x Row) bool { return x.Stack == StackKernel && x.Tool != "" }) {
+		return
+	}
+	fmt.Fprintln(w, "\nVS KERNEL divides by the best kernel TCP figure of its kind:")
+	for _, a := range r.Anchors {
+		what, val := "bulk", fmt.Sprintf("%.1f MB/s", a.Value)
+		if a.Kind == KindLat {
+			what, val = "rr "+FormatSize(a.Size), fmt.Sprintf("%.1f us", a.Value)
+		}
+		fmt.Fprintf(w, "  %d  %-10s %12s  %s\n", a.MTU, what, val, a.Tool)
+	}
+}
+
 // WriteJSON writes the results as one indented JSON document.
 func (r *Results) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -541,14 +615,14 @@ func (r *Results) WriteJSON(w io.Writer) error {
 // Samples the rounds' Values. Rows keep the order of their first round.
 func (r *Results) MergeRounds() {
 	type key struct {
-		mtu               int
-		stack, kind, test string
-		size              int
-		crc               string
-		qps, clients      int
+		mtu                     int
+		stack, tool, kind, test string
+		size                    int
+		crc                     string
+		qps, clients            int
 	}
 	keyOf := func(row *Row) key {
-		k := key{row.MTU, row.Stack, row.Kind, row.Test, row.Size, "-", row.QPs, row.Clients}
+		k := key{row.MTU, row.Stack, row.Tool, row.Kind, row.Test, row.Size, "-", row.QPs, row.Clients}
 		if row.CRC != nil {
 			k.crc = fmt.Sprint(*row.CRC)
 		}

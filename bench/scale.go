@@ -206,7 +206,7 @@ func (r *Results) writeScaleTable(w io.Writer) error {
 		if row.Kind == KindMem {
 			rss = fmt.Sprintf("%.0f -> %.0f", row.RSSBaseKiB, row.RSSKiB)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test, row.QPs, clients,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack, row.Tool), test, row.QPs, clients,
 			row.Value, unit, ratio(row.VsOneQP), ratio(row.VsKernel), rss)
 	}
 	return tw.Flush()

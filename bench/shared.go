@@ -41,7 +41,7 @@ func (r *runner) measureShared(mtu int) error {
 		stacks[0], stacks[1] = stacks[1], stacks[0]
 	}
 	for _, stack := range stacks {
-		r.logf("MTU %d: %s", mtu, stackName(stack))
+		r.logf("MTU %d: %s", mtu, stackName(stack, ""))
 		r.sharedMode = stack == StackShared
 		err := r.startDaemons(mtu, true, qpRoom(r.cfg.Connections)...)
 		r.sharedMode = false

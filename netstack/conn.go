@@ -71,6 +71,11 @@ type Conn struct {
 	dlCh    chan struct{} // guarded by dlMu; closed when the read deadline passes
 	dlTimer *time.Timer   // guarded by dlMu
 	dlFired bool          // guarded by dlMu
+
+	// hopEntry stays registered for readable events: it stamps TCP's
+	// queueing of received data while the stack's recorder is on
+	// (hops.go).
+	hopEntry waiter.Entry
 }
 
 // newConn wraps an established endpoint; port is the local port reserved
@@ -114,6 +119,8 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue, port uint16) (*Conn,
 	// do not allocate.
 	c.rEntry, c.rNotify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wNotify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	c.hopEntry = waiter.NewFunctionEntry(waiter.ReadableEvents, c.stampQueued)
+	wq.EventRegister(&c.hopEntry)
 	c.key = flowKey{local: c.local, remote: c.remote}
 	c.flow = s.flows.claim(c.key)
 	if !s.addConn(c) {
@@ -248,7 +255,11 @@ func (c *Conn) release(abort bool) {
 			c.ep.Abort()
 		}
 		c.ep.Close()
+		c.wq.EventUnregister(&c.hopEntry)
 		c.s.flows.remove(c.key, c.flow)
+		if a := c.s.ep.acks; a != nil {
+			a.forget(c.key)
+		}
 		c.s.removeConn(c)
 		// A reset connection leaves no TIME_WAIT behind; a closed one
 		// may.

@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 const (
@@ -84,6 +86,9 @@ type Options struct {
 	// device link whose device takes offloaded frames): gVisor then builds
 	// every segment itself, as on any other link.
 	NoGSO bool
+	// DelayedACK holds pure ACKs at the link for an answer to carry them
+	// (ackhold.go).
+	DelayedACK bool
 	// Shared, if set, puts the stack on an address the host shares with
 	// it (see Shared); nil: the stack's addresses are its own.
 	Shared *Shared
@@ -119,6 +124,8 @@ type Stack struct {
 	runPool sync.Pool
 	// tap is the hook SetTap installed, or nil.
 	tap atomic.Pointer[hookBox]
+	// hops records the hop stamps of round trips (hops.go): the link's.
+	hops *anatomy.Recorder
 
 	mu        sync.Mutex
 	closed    bool                      // guarded by mu
@@ -193,6 +200,10 @@ func New(link *Link, opts Options) (*Stack, error) {
 		reserved:    make(map[*Reservation]struct{}),
 	}
 	st.flows.init()
+	if link.hops == nil {
+		link.hops = anatomy.NewRecorder()
+	}
+	st.hops = link.hops
 	st.s = stack.New(stack.Options{
 		NetworkProtocols: []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		// tcp.NewProtocol is Reno; set again below so the choice is
@@ -253,6 +264,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 
 	st.gso = link.gso != nil && link.gso() && !opts.NoGSO
 	st.ep = newHookEndpoint(link.ep, st, uint32(mtu), st.gso)
+	if opts.DelayedACK {
+		st.ep.acks = newAckHolder(st.ep)
+	}
 	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
 	if link.batch && !st.gso {
 		// Queue outbound packets so that a burst reaches the device in one

@@ -239,6 +239,7 @@ func (qp *QP) observeLocked(conn *netstack.Conn, p *mpa.Params, ahead int) {
 	if tx, rx, ok := conn.StreamSeqs(); ok {
 		qp.alignTx.SetStart(tx + uint32(ahead))
 		qp.alignRx.SetStart(rx)
+		qp.initHops(conn, tx+uint32(ahead), rx)
 		qp.alignTx.Configure(p.MarkersTx)
 		qp.alignRx.Configure(p.MarkersRx)
 		// It places nothing before the QP is in RTS.
@@ -292,7 +293,7 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.bufs = &qp.dev.writeBufs
+	qp.tx.bufs, qp.tx.hops = &qp.dev.writeBufs, qp.dev.hops
 	await, established := qp.peerToPeer(&p, initiator)
 	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})

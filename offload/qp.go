@@ -51,6 +51,7 @@ type sendWQE struct {
 	cmpAdd    uint64     // an atomic's compare_add
 	swap      uint64     // an atomic's swap
 	reqID     uint32     // an atomic's Request Identifier (set when it enters the ORQ)
+	picked    int64      // when it was posted, for the hop stamps (0: not stamped)
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -200,6 +201,9 @@ type QP struct {
 	stats       QPStats                         // atomic counters
 	wc          ibv.WorkCompletion              // mu; scratch for pushing completions
 	flushErr    ibv.WCStatus                    // mu
+
+	// hops keys the QP's hop stamps (hops.go); fixed.
+	hops qpHops
 
 	// rxAwaiting and rxLast are what the receive goroutine saw after its
 	// latest read, for RxProgress: the octets the FPDU being received
@@ -391,6 +395,7 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
 		w.cmpAdd, w.swap, w.bind = wr.CompareAdd, wr.Swap, wr.Bind
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
+		w.picked = qp.dev.hopNow()
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0
 			w.inlineLen = copy(w.inline[:], wr.Inline)

@@ -494,6 +494,9 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
 	}
+	if qp.dev.hops.On() {
+		r.stampPlaced()
+	}
 	r.tapPlace()
 	return rxOps[r.op].end(r)
 }

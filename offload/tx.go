@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/siwtun/siwtun/anatomy"
 	"github.com/siwtun/siwtun/netstack"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type txState struct {
 	msg  ddp.Header  // the DDP header of the message being sent (fp refers to it)
 	// perWrite caps the FPDUs of one TCP write (1: one FPDU per write).
 	perWrite int
+	// hopPick and hopTX are the Pickup and TXStart stamps of the request
+	// being sent, until its first write stamps them (hops.go).
+	hopPick, hopTX int64
+	// hops is the device's recorder of hop stamps.
+	hops *anatomy.Recorder
 }
 
 // txJob is what the TX goroutine does next.
@@ -162,6 +168,7 @@ func (qp *QP) txLoop() {
 // request moved the QP to ERR).
 func (qp *QP) sendSQ(w *sendWQE) bool {
 	qp.irqBurst = 0
+	qp.tx.hopPick, qp.tx.hopTX = w.picked, qp.dev.hopNow()
 	pos := qp.sqNext
 	qp.sqNext++
 	if w.op.Local() {
@@ -446,8 +453,12 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		if qp.aborted() {
 			return errAborted // the rest of the message is not sent
 		}
+		pos := t.mpa.StreamOffset()
 		if _, err := qp.conn.WriteAlignedPayload(b); err != nil {
 			return fmt.Errorf("write FPDU: %w", err)
+		}
+		if t.hopTX != 0 && !readResponse {
+			qp.stampSent(pos, b)
 		}
 		qp.stats.FPDUsTx.Add(uint64(b.count))
 		qp.stats.BytesTx.Add(uint64(b.total))

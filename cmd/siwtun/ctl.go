@@ -64,7 +64,7 @@ whose field names are the text keys; -p prints it indented.`,
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return socketDevs(o.dir), cobra.ShellCompDirectiveNoFileComp
 	})
-	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o))
+	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o), newCtlAnatomyCmd(o))
 	return cmd
 }
 

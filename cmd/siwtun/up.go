@@ -38,6 +38,7 @@ type upOptions struct {
 	offload       bool
 	gso           bool
 	rack          bool
+	delayedACK    bool
 	dev           string
 	addrs         []string
 	hostAddrs     []string
@@ -135,6 +136,7 @@ exit); where it was off, the table forwards only the RNIC's traffic.
 	f.IntVar(&o.maxQP, "max-qp", offload.DefaultConfig("").MaxQP, "most queue pairs the device holds at once")
 	f.IntVar(&o.perWrite, "fpdus-per-write", offload.DefaultConfig("").FPDUsPerWrite, "most FPDUs one TCP write carries (1: one FPDU per write; 0: as many as fit 64 KiB); each segment still starts with an FPDU")
 	f.BoolVar(&o.offload, "offload", true, "segmentation offload through the TUN device (IFF_VNET_HDR, TSO, checksum): TCP super-segments cross the device whole both ways, cut by the kernel where the RNIC's segments end")
+	f.BoolVar(&o.delayedACK, "delayed-ack", true, "hold the RNIC's pure ACKs up to 1 ms for the next segment of their connection to carry them (an answer, in a ping-pong), sending every second one at once, as Linux delays ACKs; off, gVisor acknowledges every segment at once with a packet of its own")
 	f.BoolVar(&o.rack, "rack", false, "RACK loss detection and tail loss probes in the RNIC's TCP (off: gVisor's probes, at twice the round trip with no floor, fire for segments a busy host's ACKs are late for, and each halves the window)")
 	f.BoolVar(&o.gso, "gso", true, "with --offload, let the RNIC's TCP build super-segments itself (host GSO; --gso=false: it builds every segment, and the device joins runs of them)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the daemon's whole run to this file")
@@ -454,7 +456,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	r, err := rnic.New(link, rnic.Config{
 		Stack: netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout), NoGSO: !o.gso, NoRACK: !o.rack,
-			Shared: shared},
+			DelayedACK: o.delayedACK, Shared: shared},
 		Engine: cfg,
 	})
 	if err != nil {
@@ -479,6 +481,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	defer cs.Close()
 	cs.TCPPerf = tcpperf.OnStack(stack)
+	cs.Anatomy = stack.Anatomy()
 	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
 		return err
 	}

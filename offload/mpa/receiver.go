@@ -110,6 +110,10 @@ func (r *Receiver) Stats() ReceiverStats {
 // the Receiver is between FPDUs. A Handler may call it from BeginFPDU on.
 func (r *Receiver) FPDUStart() uint64 { return r.start }
 
+// StreamOffset returns the stream offset of the next octet to arrive:
+// after EndFPDU, the end of the FPDU that ended.
+func (r *Receiver) StreamOffset() uint64 { return r.pos }
+
 // Awaiting returns how many more stream octets (Markers not counted) the
 // FPDU being received needs before its CRC is known: 0 between FPDUs;
 // within a ULPDU_Length field split across writes, the octets that field
