@@ -381,6 +381,7 @@ func (r *Results) targets() []Target {
 	}
 	ts = append(ts, r.clibTargets()...)
 	ts = append(ts, r.scaleTargets()...)
+	ts = append(ts, r.sharedTargets()...)
 	for i := range ts {
 		t := &ts[i]
 		if t.Missing != "" || t.Skipped != "" {
@@ -472,6 +473,10 @@ func stackName(s, tool string) string {
 		return "siwtun (paired)"
 	case StackPerfSpin:
 		return "siwtun (--spin)"
+	case StackRouted:
+		return "siwtun (routed)"
+	case StackShared:
+		return "siwtun (shared)"
 	}
 	return "siwtun"
 }

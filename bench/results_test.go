@@ -53,6 +53,15 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackPerfPair, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 110},
 			{MTU: 9000, Stack: StackCLib, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 110, Mean: 330},
 			{MTU: 9000, Stack: StackPerfSpin, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 300},
+			// Shared-address mode next to routed mode.
+			{MTU: 9000, Stack: StackRouted, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 650},
+			{MTU: 9000, Stack: StackShared, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 630},
+			{MTU: 9000, Stack: StackRouted, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120, Mean: 125},
+			{MTU: 9000, Stack: StackShared, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 130, Mean: 135},
+			{MTU: 9000, Stack: StackRouted, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 1000},
+			{MTU: 9000, Stack: StackRouted, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 800},
+			{MTU: 9000, Stack: StackShared, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 1050},
+			{MTU: 9000, Stack: StackShared, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 760},
 			// Kernel TCP by iperf3 and qperf beside tcpperf: the anchors
 			// are iperf3's bulk, tcpperf's 64 B rr and qperf's 64 KiB rr.
 			{MTU: 9000, Stack: StackKernel, Tool: ToolIperf3, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 3300, AppCPUPerGB: 0.2},
@@ -81,7 +90,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 16 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 19 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -119,7 +128,8 @@ func TestAnalyze(t *testing.T) {
 		pass bool
 	}{{1.1, true}, {1.5, false}, {0.2, false}, {6, false}, {0.04, true}, {1 - 660.0/700, false},
 		{1.1, true}, {1.1, true}, {1.1, true}, {3, false}, {0.95, true},
-		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
+		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true},
+		{630.0 / 650, true}, {130.0 / 120, false}, {0.95, true}}
 	if len(r.Targets) != len(want) {
 		t.Fatalf("%d targets, want %d: %+v", len(r.Targets), len(want), r.Targets)
 	}

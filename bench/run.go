@@ -131,6 +131,9 @@ type runner struct {
 	// tools are the installed kernel TCP tools of Config.KernelTools, by
 	// name: their paths (kernel.go).
 	tools map[string]string
+	// sharedMode: startDaemons starts them sharing addresses of the host's
+	// (SuiteShared).
+	sharedMode bool
 }
 
 // Run builds the topology, measures everything cfg asks for and removes
@@ -302,6 +305,11 @@ func (r *runner) measureMTU(mtu int, first bool) error {
 	if err := r.measureSetupScale(mtu); err != nil {
 		return err
 	}
+	if r.on(SuiteShared) {
+		if err := r.measureShared(mtu); err != nil {
+			return err
+		}
+	}
 	if r.on(SuiteMemory) && first {
 		for _, n := range r.cfg.IdleQPs {
 			if err := r.ctx.Err(); err != nil {
@@ -458,8 +466,8 @@ func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
 		dev, addr, host string
 		p               **proc
 	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
-		args := []string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
-			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}
+		args := append(append([]string{"up", "--dev", d.dev}, r.daemonAddrArgs(d.dev, d.addr, d.host)...),
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn")
 		if r.cfg.DaemonNice != 0 {
 			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
 		}
@@ -750,7 +758,8 @@ func decodeJSON(s string, v any) error {
 // the comparison of perftest through libsiwtun after siwtun's, each of
 // its figures next to siwtun perf's; kernel TCP's tools after tcpperf.
 func (r *runner) sortRows() {
-	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackPerfSpin: 3, StackCLib: 3}
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackPerfSpin: 3, StackCLib: 3,
+		StackRouted: 4, StackShared: 5}
 	tool := map[string]int{ToolIperf3: 1, ToolQperf: 2}
 	pair := map[string]int{StackPerfSpin: 1, StackCLib: 2}
 	kind := map[string]int{KindBW: 0, KindOps: 1, KindLat: 2}

@@ -27,7 +27,7 @@ const (
 )
 
 // AllSuites are the suites of a full run, in the order measured.
-var AllSuites = []string{SuitePerf, SuiteCLib, SuiteConnect, SuiteScale, SuiteMemory}
+var AllSuites = []string{SuitePerf, SuiteCLib, SuiteConnect, SuiteScale, SuiteMemory, SuiteShared}
 
 // ran reports whether the run measured suite (a run that does not say
 // measured all).

@@ -26,13 +26,18 @@ type Reservation struct {
 	s    *Stack
 	ep   tcpip.Endpoint
 	addr netip.AddrPort
-	once sync.Once
+	// hostPort is the port held in the host's port space on a stack with
+	// a shared address (Shared), 0 if none.
+	hostPort uint16
+	once     sync.Once
 }
 
 // Reserve binds a TCP port on addr: port 0 picks an ephemeral one, an
 // unspecified address reserves the port on every address of the stack. A
 // port another reservation holds on an overlapping address is refused
-// (EADDRINUSE), as a second bind(2) of a port is.
+// (EADDRINUSE), as a second bind(2) of a port is. On a stack with a shared
+// address the port is reserved in the host's port space too (the host
+// picks it for port 0), and one a host socket holds is refused.
 func (s *Stack) Reserve(addr netip.AddrPort) (*Reservation, error) {
 	// gVisor may pick, for port 0, a port another SO_REUSEADDR endpoint
 	// holds (a listener's, or another reservation's); pick again then.
@@ -66,38 +71,39 @@ func (s *Stack) reserve(addr netip.AddrPort) (*Reservation, error) {
 	// As Listen's endpoints, so that the listener this reservation is
 	// for can bind the port while the reservation still holds it.
 	ep.SocketOptions().SetReuseAddress(true)
-	full := tcpip.FullAddress{Port: addr.Port()}
-	if a.IsValid() && !a.IsUnspecified() {
-		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
+	full := tcpip.FullAddress{}
+	if pa := s.toPrivate(a); pa.IsValid() && !pa.IsUnspecified() {
+		full.Addr = tcpip.AddrFromSlice(pa.AsSlice())
 	}
-	if terr := ep.Bind(full); terr != nil {
+	hostPort, err := s.bindPort(ep, full, addr.Port())
+	if err != nil {
 		ep.Close()
-		return nil, fmt.Errorf("netstack: reserve %s: bind: %w", at, convertError(terr))
+		return nil, fmt.Errorf("netstack: reserve %s: bind: %w", at, err)
+	}
+	fail := func(err error) (*Reservation, error) {
+		ep.Close()
+		s.hostRelease(hostPort, 0)
+		return nil, fmt.Errorf("netstack: reserve %s: %w", at, err)
 	}
 	local, terr := ep.GetLocalAddress()
 	if terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: reserve %s: local address: %w", at, convertError(terr))
+		return fail(fmt.Errorf("local address: %w", convertError(terr)))
 	}
-	r := &Reservation{s: s, ep: ep, addr: netip.AddrPortFrom(a, local.Port)}
+	r := &Reservation{s: s, ep: ep, addr: netip.AddrPortFrom(a, local.Port), hostPort: hostPort}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for o := range s.reserved {
 		if o.addr.Port() == local.Port && overlap(o.addr.Addr(), a) {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: reserve %s: port %d is reserved on %s: %w", at, local.Port,
-				AddrPortString(o.addr), syscall.EADDRINUSE)
+			return fail(fmt.Errorf("port %d is reserved on %s: %w", local.Port, AddrPortString(o.addr), syscall.EADDRINUSE))
 		}
 	}
 	for l := range s.listeners {
 		if l.addr.Port() == local.Port && overlap(l.addr.Addr(), a) {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: reserve %s: %s is listening: %w", at, AddrPortString(l.addr), syscall.EADDRINUSE)
+			return fail(fmt.Errorf("%s is listening: %w", AddrPortString(l.addr), syscall.EADDRINUSE))
 		}
 	}
 	if s.closed {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: reserve %s: %w", at, net.ErrClosed)
+		return fail(net.ErrClosed)
 	}
 	s.reserved[r] = struct{}{}
 	return r, nil
@@ -120,6 +126,7 @@ func (r *Reservation) Close() error {
 		delete(r.s.reserved, r)
 		r.s.mu.Unlock()
 		r.ep.Close()
+		r.s.hostRelease(r.hostPort, 0)
 	})
 	return nil
 }

@@ -89,6 +89,9 @@ type Options struct {
 	// DelayedACK holds pure ACKs at the link for an answer to carry them
 	// (ackhold.go).
 	DelayedACK bool
+	// Shared, if set, puts the stack on an address the host shares with
+	// it (see Shared); nil: the stack's addresses are its own.
+	Shared *Shared
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
@@ -103,6 +106,8 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
+	// shared is Options.Shared (nil: no shared address).
+	shared *Shared
 	// gso: gVisor builds super-segments that the link's device cuts
 	// (gso.go); tailsHeld and tailsAlone count the tails held back
 	// (gsohold.go) and those that left without their rest.
@@ -175,6 +180,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 			return nil, fmt.Errorf("netstack: invalid address %v", p)
 		}
 	}
+	if err := checkShared(opts); err != nil {
+		return nil, err
+	}
 	if !link.inUse.CompareAndSwap(false, true) {
 		return nil, ErrLinkInUse
 	}
@@ -184,6 +192,7 @@ func New(link *Link, opts Options) (*Stack, error) {
 		mtu:         mtu,
 		addrs:       slices.Clone(opts.Addrs),
 		hook:        opts.Hook,
+		shared:      opts.Shared,
 		hookPayload: wantsPayload(opts.Hook),
 		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
@@ -308,8 +317,17 @@ func New(link *Link, opts Options) (*Stack, error) {
 // MTU returns the link MTU the stack uses.
 func (s *Stack) MTU() int { return s.mtu }
 
-// Addrs returns a copy of the stack's addresses.
-func (s *Stack) Addrs() []netip.Prefix { return slices.Clone(s.addrs) }
+// Addrs returns a copy of the stack's addresses; with a shared address,
+// the shared one stands in place of the private one.
+func (s *Stack) Addrs() []netip.Prefix {
+	out := slices.Clone(s.addrs)
+	for i, p := range out {
+		if s.shared != nil && p.Addr() == s.shared.Private {
+			out[i] = s.shared.Public
+		}
+	}
+	return out
+}
 
 // Close aborts every connection (RST) and listener of the stack, closes the
 // NIC and its Link and waits for all goroutines of the stack and the link.
@@ -387,71 +405,21 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // Listen listens for TCP connections on addr. Port 0 picks an ephemeral
 // port; an unspecified address (the zero netip.Addr, 0.0.0.0 or ::) listens
 // on every address of the stack (the zero Addr and :: are dual-stack when
-// the stack has IPv6 addresses).
+// the stack has IPv6 addresses). On a stack with a shared address (Shared)
+// the port is reserved in the host's port space first: a port a host
+// socket holds fails with an error wrapping syscall.EADDRINUSE.
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
-	at := AddrPortString(addr)
-	if s.isClosed() {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
+	l, err := s.listen(addr)
+	if err != nil {
+		return nil, fmt.Errorf("netstack: listen on %s: %w", AddrPortString(addr), err)
 	}
-	a := addr.Addr().Unmap()
-	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
-	proto := ipv4.ProtocolNumber
-	if v6 {
-		proto = ipv6.ProtocolNumber
-	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
-	if terr != nil {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
-	}
-	if v6 && (!a.IsValid() || a.IsUnspecified()) {
-		ep.SocketOptions().SetV6Only(false)
-	}
-	ep.SocketOptions().SetDelayOption(false)
-	// SO_REUSEADDR, as Linux servers and siw's listening socket (siw_cm.c)
-	// set it: the port can be bound again while connections accepted on it
-	// earlier still drain (FIN_WAIT, TIME_WAIT for a minute), and perftest
-	// -R listens twice on its port, the second time with its control
-	// connection up. Two listeners on one port are still refused (the
-	// demuxer keeps one listening endpoint per address). Accepted
-	// connections inherit the flag, which is what lets a later listener
-	// share the port with them.
-	ep.SocketOptions().SetReuseAddress(true)
-	full := tcpip.FullAddress{Port: addr.Port()}
-	if a.IsValid() && !a.IsUnspecified() {
-		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
-	}
-	if terr := ep.Bind(full); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: bind: %w", at, convertError(terr))
-	}
-	if terr := ep.Listen(listenBacklog); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
-	}
-	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
-	local, terr := ep.GetLocalAddress()
-	if terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: local address: %w", at, convertError(terr))
-	}
-	l.addr = fullToAddrPort(local)
-	if !a.IsValid() || a.IsUnspecified() {
-		l.addr = netip.AddrPortFrom(a, l.addr.Port())
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
-	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
 	return l, nil
 }
 
 // Dial opens a TCP connection to remote. local may be the zero Addr (the
 // stack picks the source address by route). ctx bounds the handshake only.
+// On a stack with a shared address (Shared) the local port is one the
+// host's port space reserves for the connection.
 func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPort) (*Conn, error) {
 	if s.isClosed() {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, net.ErrClosed)
@@ -470,44 +438,61 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
 	}
 	ep.SocketOptions().SetDelayOption(false)
+	la := s.toPrivate(local.Unmap())
+	if la.IsValid() && la.Is6() != ra.Is6() {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
+	}
+	full := tcpip.FullAddress{}
+	if la.IsValid() {
+		full.Addr = tcpip.AddrFromSlice(la.AsSlice())
+	}
+	var port uint16
+	var err error
+	if la.IsValid() || s.shared != nil {
+		if port, err = s.bindPort(ep, full, 0); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, err)
+		}
+	}
+	return s.connect(ctx, ep, &wq, ra, remote.Port(), port)
+}
+
+// connect connects ep (bound already, or not: then the stack picks its
+// local address and port) to ra:rport and wraps the connection; port is
+// the local port reserved in the host's port space (0: none), given back
+// if the connection fails.
+func (s *Stack) connect(ctx context.Context, ep tcpip.Endpoint, wq *waiter.Queue, ra netip.Addr, rport, port uint16) (*Conn, error) {
+	remote := netip.AddrPortFrom(ra.Unmap(), rport)
 	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
-
-	if la := local.Unmap(); la.IsValid() {
-		if la.Is6() != ra.Is6() {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
-		}
-		if terr := ep.Bind(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(la.AsSlice())}); terr != nil {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, convertError(terr))
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	fail := func(err error) (*Conn, error) {
+		s.forgetFlow(ep)
 		ep.Close()
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
-	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: remote.Port()})
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	terr := ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: rport})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():
-			s.forgetFlow(ep)
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: %w", remote, ctx.Err())
+			return fail(ctx.Err())
 		case <-notify:
 		}
 		terr = ep.LastError()
 	}
 	if terr != nil {
-		s.forgetFlow(ep)
-		ep.Close()
-		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
+		return fail(convertError(terr))
 	}
-	c, err := newConn(s, ep, &wq)
+	c, err := newConn(s, ep, wq, port)
 	if err != nil {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
+	c.hold = true
 	return c, nil
 }
 

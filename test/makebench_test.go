@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -343,5 +344,42 @@ func TestMakeBenchRFC7306(t *testing.T) {
 		if !strings.Contains(stdout.String(), s) {
 			t.Errorf("the table lacks %q", s)
 		}
+	}
+}
+
+// TestMakeBenchShared runs a tiny `siwtun bench` of the shared suite (MTU
+// 1500, 1 s, 40 connections): routed and shared daemons each give an RDMA
+// WRITE bandwidth, a 4 B round trip, a connect time and a rate, and each
+// of the suite's three targets has a figure. The figures themselves are
+// not judged here.
+func TestMakeBenchShared(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft not installed (tools/setup/debian.sh installs nftables)")
+	}
+	bin := siwtunBin(t)
+	cmd := exec.Command(bin, "bench", "--suites", "shared", "--mtu", "1500", "-D", "1", "--rounds", "1",
+		"--connections", "40", "--out", "")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("siwtun bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	if ns := benchNamespaces(t, cmd.Process.Pid); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	for _, stack := range []string{"siwtun (routed)", "siwtun (shared)"} {
+		for _, row := range []string{"RDMA WRITE bw", "RDMA WRITE lat", "connect time", "connections/s"} {
+			if !regexp.MustCompile(`(?m)^1500\s+` + regexp.QuoteMeta(stack) + `\s+` + row + `\s`).MatchString(stdout.String()) {
+				t.Errorf("no %s %s row", stack, row)
+			}
+		}
+	}
+	if n := strings.Count(stdout.String(), "shared / routed: "); n != 3 {
+		t.Errorf("%d shared / routed targets, want 3", n)
+	}
+	if strings.Contains(stdout.String(), "MISS (") {
+		t.Errorf("a target without a figure:\n%s", stdout.String())
 	}
 }

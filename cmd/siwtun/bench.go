@@ -82,7 +82,7 @@ memory, judges the targets, and writes the same as JSON to --out.`,
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
 	f.StringSliceVar(&o.ops, "ops", nil, "perf suite tests: some of write, read, send, write-imm, atomic (default all; write with --quick)")
-	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
+	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory, shared (shared-address mode next to routed mode: RDMA WRITE 1 MiB, 4 B round trip, connections per second)")
 	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
 	f.StringSliceVar(&o.upFlags, "up-flag", nil, "one more flag for the daemons' siwtun up, such as --up-flag=--gso=false (repeatable)")
 	f.StringSliceVar(&o.kernelTools, "kernel-tools", bench.AllKernelTools, "tools that measure kernel TCP beside tcpperf: some of iperf3, qperf (empty: tcpperf only); one not installed is skipped with a note")

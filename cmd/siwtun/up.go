@@ -29,6 +29,7 @@ import (
 	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
+	"github.com/siwtun/siwtun/portmap"
 	"github.com/siwtun/siwtun/rnic"
 	"github.com/siwtun/siwtun/tun"
 )
@@ -42,7 +43,10 @@ type upOptions struct {
 	dev           string
 	addrs         []string
 	hostAddrs     []string
+	shared        string
+	sharedDev     string
 	mtu           int
+	mtuSet        bool // --mtu was given
 	mpaRev        uint8
 	crc           bool
 	rdmapExt      bool
@@ -85,17 +89,33 @@ Each client (one connection to the socket) gets at most the --max-client-*
 limits; a call past one fails with ENOMEM (verbs.ErrLimit in Go) and
 changes nothing, and 0 is no limit.
 
-  siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000`,
+With --shared the RNIC answers on an address the host already has, as a
+hardware iWARP RNIC shares its host's address: a LAN interface's
+(--shared 198.18.0.1, the interface found by its address) or one up puts
+on the TUN device itself (--shared 198.18.2.2/24 --shared-dev siwtun0).
+TCP to that address reaches the RNIC for the ports it uses (its
+listeners, its connections' local ports, reserved in the host's port
+space) and the host's sockets for every other port. The host's NAT does
+it, in an nftables table of siwtun's own, "ip siwtun-<dev>", which up
+removes on exit and the next up of the device removes after a SIGKILL.
+IPv4 forwarding is turned on for the two interfaces (and off again on
+exit); where it was off, the table forwards only the RNIC's traffic.
+
+  siwtun up --dev siwtun0 --addr 198.18.0.2/24 --host-addr 198.18.0.1/24 --mtu 9000
+  siwtun up --shared 198.18.0.1      # the address of eth0, say; eth0's MTU`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.mtuSet = cmd.Flags().Changed("mtu")
 			return runUp(cmd.ErrOrStderr(), o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dev, "dev", "siwtun0", "TUN device name")
-	f.StringSliceVar(&o.addrs, "addr", nil, "the RNIC's address(es) in its own stack, CIDR (IPv4 and/or IPv6; required)")
+	f.StringSliceVar(&o.addrs, "addr", nil, "the RNIC's address(es) in its own stack, CIDR (IPv4 and/or IPv6; required without --shared; with it, the RNIC's private IPv4 address on the TUN device, default a link-local one)")
 	f.StringSliceVar(&o.hostAddrs, "host-addr", nil, "the host side's address(es) on the TUN device, CIDR")
-	f.IntVar(&o.mtu, "mtu", 9000, "link MTU")
+	f.StringVar(&o.shared, "shared", "", "shared-address mode: the RNIC answers on this IPv4 address of the host's (an interface has it, or --shared-dev names the TUN device), for the ports it uses; the host keeps the others")
+	f.StringVar(&o.sharedDev, "shared-dev", "", "with --shared: the interface that has the address (default: the one that has it); the TUN device's own name (--dev) puts the address on it")
+	f.IntVar(&o.mtu, "mtu", 9000, "link MTU (with --shared on another interface: that interface's MTU unless given)")
 	f.Uint8Var(&o.mpaRev, "mpa-rev", 2, "MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581)")
 	switchVar(f, &o.crc, "crc", true, "request MPA CRC32c: on or off (--crc off, --crc=off; --crc alone is on)")
 	switchVar(f, &o.rdmapExt, "rdmap-ext", true, "offer and accept RFC 7306 Immediate Data (RDMA Write and Send with Immediate Data) to peers that announce it in the MPA private data (other siwtuns): on or off; off, the MPA frames carry exactly the application's private data")
@@ -322,8 +342,19 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if len(addrs) == 0 {
-		return errors.New("--addr is required: the RNIC's own address, e.g. --addr 198.18.0.2/24")
+	var plan sharedPlan
+	switch {
+	case o.shared != "":
+		if plan, err = planShared(o.shared, o.sharedDev, o.dev); err != nil {
+			return err
+		}
+		if o.mtu, err = sharedMTU(plan, o.mtu, o.mtuSet, log); err != nil {
+			return err
+		}
+	case o.sharedDev != "":
+		return errors.New("--shared-dev needs --shared")
+	case len(addrs) == 0:
+		return errors.New("--addr is required: the RNIC's own address, e.g. --addr 198.18.0.2/24 (or --shared with an address of this host's)")
 	}
 	hostAddrs, err := parsePrefixes("host-addr", o.hostAddrs)
 	if err != nil {
@@ -344,7 +375,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := offload.CheckMTU(o.mtu, addrs); err != nil {
+	mtuAddrs := addrs
+	if plan.addr.IsValid() {
+		mtuAddrs = append(mtuAddrs, plan.addr)
+	}
+	if err := offload.CheckMTU(o.mtu, mtuAddrs); err != nil {
 		return fmt.Errorf("--mtu: %w", err)
 	}
 	cfg := offload.DefaultConfig(o.dev)
@@ -395,15 +430,34 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		dev.Close()
 		tun.Delete(o.dev) // a non-persistent TUN goes with its fd; make sure
 	}()
+	if plan.onTUN {
+		hostAddrs = append(hostAddrs, plan.addr)
+	}
 	if err := tun.Configure(o.dev, o.mtu, hostAddrs); err != nil {
 		return err
+	}
+	var shared *netstack.Shared
+	var mapper *portmap.Mapper
+	netdev := o.dev
+	if plan.addr.IsValid() {
+		private, err := privateAddr(addrs, o.dev)
+		if err != nil {
+			return err
+		}
+		sh, m, err := shareAddress(plan, o.dev, private, log)
+		if err != nil {
+			return err
+		}
+		defer m.Close() // after the RNIC's Close: its ports are given back first
+		shared, mapper, netdev, addrs = sh, m, plan.dev, []netip.Prefix{netip.PrefixFrom(private, 32)}
 	}
 	link := netstack.Impair(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), imp)
 	if imp.Active() {
 		log.Warn("link impaired", "impairments", imp.String())
 	}
 	r, err := rnic.New(link, rnic.Config{
-		Stack:  netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout), NoGSO: !o.gso, NoRACK: !o.rack, DelayedACK: o.delayedACK},
+		Stack: netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout), NoGSO: !o.gso, NoRACK: !o.rack,
+			DelayedACK: o.delayedACK, Shared: shared},
 		Engine: cfg,
 	})
 	if err != nil {
@@ -418,7 +472,11 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	vsrv.SetLimits(o.limits)
 	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
-	cs, err := ctlsrv.Listen(ctlPath, ctlsrv.NewProvider(o.dev, eng, hostAddrs, vsrv.Counters), log)
+	prov := ctlsrv.NewProvider(netdev, eng, hostAddrs, vsrv.Counters)
+	if shared != nil {
+		prov = ctlsrv.WithShared(prov, sharedLink(o.dev, shared.Private, mapper))
+	}
+	cs, err := ctlsrv.Listen(ctlPath, prov, log)
 	if err != nil {
 		return err
 	}
@@ -443,7 +501,7 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		log.Warn("could not set the threads' scheduling priority; busy-polling applications will slow the RNIC down",
 			"nice", o.nice, "err", niceErr)
 	}
-	log.Info("siwtun up", "dev", o.dev, "addr", o.addrs, "host_addr", o.hostAddrs, "mtu", o.mtu,
+	log.Info("siwtun up", "dev", o.dev, "addr", prefixStrs(stack.Addrs()), "host_addr", prefixStrs(hostAddrs), "mtu", o.mtu,
 		"mpa_rev", o.mpaRev, "crc", o.crc, "rdmap_ext", o.rdmapExt, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
 		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
 
@@ -490,4 +548,13 @@ func serveVerbs(srv *uverbs.Server, o upOptions, log *slog.Logger) (stop func(),
 		l.Close()
 		os.Remove(path)
 	}, path, nil
+}
+
+// prefixStrs writes prefixes for the log.
+func prefixStrs(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }

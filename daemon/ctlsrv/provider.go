@@ -105,6 +105,32 @@ func (p *engineProvider) DevInfo() ctl.DevInfo {
 	}
 }
 
+// WithShared returns p with the shared-address view shared() added to its
+// Link.
+func WithShared(p Provider, shared func() *ctl.SharedLink) Provider {
+	return sharedProvider{p, shared}
+}
+
+// sharedProvider adds a ctl.SharedLink to a Provider's Link.
+type sharedProvider struct {
+	Provider
+	shared func() *ctl.SharedLink
+}
+
+func (p sharedProvider) Link() ctl.Link {
+	l := p.Provider.Link()
+	l.Shared = p.shared()
+	return l
+}
+
+// MRs implements MRLister when the wrapped Provider does.
+func (p sharedProvider) MRs() []ctl.MR {
+	if l, ok := p.Provider.(MRLister); ok {
+		return l.MRs()
+	}
+	return nil
+}
+
 // Link implements Provider.Link.
 func (p *engineProvider) Link() ctl.Link {
 	return ctl.Link{

@@ -36,6 +36,12 @@ command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 # iperf3 and qperf beside siwtun's own tcpperf.
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 command -v qperf >/dev/null 2>&1 || need+=(qperf)
+# test/'s shared-address tests (siwtun up --shared) look at the daemon's
+# nftables table with nft, bind sockets with python3 and drop capabilities
+# with setpriv (iperf3 above runs their kernel transfer).
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 # web/ and cmd/siwtun test the web view in a headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
