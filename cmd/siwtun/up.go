@@ -4,34 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
-	"os/user"
-	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
-	"github.com/siwtun/siwtun/ctl"
 	"github.com/siwtun/siwtun/daemon"
-	"github.com/siwtun/siwtun/daemon/ctlsrv"
 	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/internal/sdnotify"
 	"github.com/siwtun/siwtun/iwarp/mpa"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
-	"github.com/siwtun/siwtun/portmap"
-	"github.com/siwtun/siwtun/rnic"
-	"github.com/siwtun/siwtun/tun"
 )
 
 // upOptions are the flags of siwtun up.
@@ -247,66 +237,6 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// lockDevice takes the per-device lock file, so a second siwtun up on the
-// same name fails with a clear message instead of fighting over the device.
-func lockDevice(dir, dev string) (*os.File, error) {
-	path := filepath.Join(dir, dev+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		pid, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			p := strings.TrimSpace(string(pid))
-			if otherNetns(p) {
-				return nil, fmt.Errorf("device %s is already up in another network namespace (siwtun up pid %s): %s is shared by every namespace; give each namespace's daemons and clients their own --socket-dir (or SIWTUN_SOCKET_DIR)", dev, p, dir)
-			}
-			return nil, fmt.Errorf("device %s is already up (siwtun up pid %s); stop it first", dev, p)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	f.Truncate(0)
-	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
-	return f, nil
-}
-
-// otherNetns reports whether process pid runs in another network namespace
-// than this one.
-func otherNetns(pid string) bool {
-	theirs, err := os.Readlink("/proc/" + pid + "/ns/net")
-	if err != nil {
-		return false
-	}
-	ours, err := os.Readlink("/proc/self/ns/net")
-	return err == nil && ours != theirs
-}
-
-// needsRoot adds what siwtun up needs to a permission error.
-func needsRoot(err error) error {
-	if errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("%w (siwtun up needs root, or CAP_NET_ADMIN and write access to --socket-dir)", err)
-	}
-	return err
-}
-
-// socketOwnership applies --socket-group and mode 0660 to a socket file.
-func socketOwnership(path, group string) error {
-	if err := os.Chmod(path, 0o660); err != nil {
-		return err
-	}
-	if group == "" {
-		return nil
-	}
-	g, err := user.LookupGroup(group)
-	if err != nil {
-		return fmt.Errorf("--socket-group %q: %w", group, err)
-	}
-	gid, _ := strconv.Atoi(g.Gid)
-	return os.Chown(path, -1, gid)
-}
-
 func runUp(stderr io.Writer, o upOptions) (err error) {
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
@@ -323,176 +253,29 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	}
 	niceErr := renice()
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return err
 		}
 		defer func() {
-			pprof.StopCPUProfile()
-			if cerr := f.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("--cpuprofile: %w", cerr)
+			if perr := stop(); err == nil {
+				err = perr
 			}
 		}()
 	}
-	addrs, err := parsePrefixes("addr", o.addrs)
+	cfg, err := o.config(log)
 	if err != nil {
 		return err
 	}
-	var plan sharedPlan
-	switch {
-	case o.shared != "":
-		if plan, err = planShared(o.shared, o.sharedDev, o.dev); err != nil {
-			return err
-		}
-		if o.mtu, err = sharedMTU(plan, o.mtu, o.mtuSet, log); err != nil {
-			return err
-		}
-	case o.sharedDev != "":
-		return errors.New("--shared-dev needs --shared")
-	case len(addrs) == 0:
-		return errors.New("--addr is required: the RNIC's own address, e.g. --addr 198.18.0.2/24 (or --shared with an address of this host's)")
-	}
-	hostAddrs, err := parsePrefixes("host-addr", o.hostAddrs)
+	d, err := daemon.Start(cfg)
 	if err != nil {
 		return err
 	}
-	p2p, p2pAccept, err := parseP2P(o.p2p)
-	if err != nil {
-		return err
-	}
-	imp, err := netstack.ParseImpairments(o.impair)
-	if err != nil {
-		return fmt.Errorf("--impair: %w", err)
-	}
-	if imp.Corrupt > 0 && !o.crc {
-		log.Warn("--impair corrupt with --crc off: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
-	}
-	markers, markersPrefer, err := parseMarkers(o.markers)
-	if err != nil {
-		return err
-	}
-	mtuAddrs := addrs
-	if plan.addr.IsValid() {
-		mtuAddrs = append(mtuAddrs, plan.addr)
-	}
-	if err := offload.CheckMTU(o.mtu, mtuAddrs); err != nil {
-		return fmt.Errorf("--mtu: %w", err)
-	}
-	cfg := offload.DefaultConfig(o.dev)
-	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
-	cfg.RDMAPExt = o.rdmapExt
-	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
-	cfg.FirstFPDUDelay = o.firstFPDU
-	cfg.StartupHold = o.startupHold
-	cfg.P2PAccept = p2pAccept
-	cfg.FINDelay = o.finDelay
-	if o.acceptTimeout <= 0 {
-		return fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)
-	}
-	cfg.AcceptTimeout = o.acceptTimeout
-	if o.perWrite < 0 {
-		return fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
-	}
-	cfg.FPDUsPerWrite = o.perWrite
-	if o.maxQP < 1 {
-		return fmt.Errorf("--max-qp %d: at least 1", o.maxQP)
-	}
-	cfg.MaxQP = o.maxQP
-	cfg.Logger = log
-	if err := checkLimits(o.limits); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(o.socketDir, 0o755); err != nil {
-		return needsRoot(fmt.Errorf("socket directory: %w", err))
-	}
-	lock, err := lockDevice(o.socketDir, o.dev)
-	if err != nil {
-		return needsRoot(err)
-	}
-	defer func() {
-		os.Remove(lock.Name())
-		lock.Close()
-	}()
-
-	create := tun.Create
-	if o.offload {
-		create = tun.CreateOffload
-	}
-	dev, err := create(o.dev, o.mtu)
-	if err != nil {
-		return err // it says that it needs CAP_NET_ADMIN
-	}
-	defer func() {
-		dev.Close()
-		tun.Delete(o.dev) // a non-persistent TUN goes with its fd; make sure
-	}()
-	if plan.onTUN {
-		hostAddrs = append(hostAddrs, plan.addr)
-	}
-	if err := tun.Configure(o.dev, o.mtu, hostAddrs); err != nil {
-		return err
-	}
-	var shared *netstack.Shared
-	var mapper *portmap.Mapper
-	netdev := o.dev
-	if plan.addr.IsValid() {
-		private, err := privateAddr(addrs, o.dev)
-		if err != nil {
-			return err
-		}
-		sh, m, err := shareAddress(plan, o.dev, private, log)
-		if err != nil {
-			return err
-		}
-		defer m.Close() // after the RNIC's Close: its ports are given back first
-		shared, mapper, netdev, addrs = sh, m, plan.dev, []netip.Prefix{netip.PrefixFrom(private, 32)}
-	}
-	link := netstack.Impair(netstack.NewDeviceLink(tun.NewPacketDevice(dev)), imp)
-	if imp.Active() {
-		log.Warn("link impaired", "impairments", imp.String())
-	}
-	r, err := rnic.New(link, rnic.Config{
-		Stack: netstack.Options{Addrs: addrs, MTU: o.mtu, PeerTimeout: peerTimeoutOption(o.peerTimeout), NoGSO: !o.gso, NoRACK: !o.rack,
-			DelayedACK: o.delayedACK, Shared: shared},
-		Engine: cfg,
-	})
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	stack, eng, vdev := r.Stack, r.Engine, r.Device
-
-	vsrv, err := uverbs.NewServer(vdev, log)
-	if err != nil {
-		return fmt.Errorf("verbs socket: %w", err)
-	}
-	vsrv.SetLimits(o.limits)
-	ctlPath := ctl.SocketPath(o.socketDir, o.dev)
-	prov := ctlsrv.NewProvider(netdev, eng, hostAddrs, vsrv.Counters)
-	if shared != nil {
-		prov = ctlsrv.WithShared(prov, sharedLink(o.dev, shared.Private, mapper))
-	}
-	cs, err := ctlsrv.Listen(ctlPath, prov, log)
-	if err != nil {
-		return err
-	}
-	defer cs.Close()
-	cs.TCPPerf = daemon.TCPPerfOnStack(stack)
-	cs.Anatomy = stack.Anatomy()
-	if err := socketOwnership(ctlPath, o.socketGroup); err != nil {
-		return err
-	}
-	go cs.Serve()
-
-	stopVerbs, verbsPath, err := serveVerbs(vsrv, o, log)
-	if err != nil {
-		return err
-	}
-	defer stopVerbs()
+	// The device stops in order when runUp returns: verbs clients are
+	// told and their QPs closed, every connection gets an orderly close,
+	// ctl and the sockets go, the stack stops and the TUN device is
+	// deleted.
+	defer d.Close()
 
 	if niceErr == nil {
 		niceErr = renice()
@@ -501,9 +284,9 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 		log.Warn("could not set the threads' scheduling priority; busy-polling applications will slow the RNIC down",
 			"nice", o.nice, "err", niceErr)
 	}
-	log.Info("siwtun up", "dev", o.dev, "addr", prefixStrs(stack.Addrs()), "host_addr", prefixStrs(hostAddrs), "mtu", o.mtu,
+	log.Info("siwtun up", "dev", o.dev, "addr", prefixStrs(d.Stack.Addrs()), "host_addr", prefixStrs(d.HostAddrs), "mtu", cfg.MTU,
 		"mpa_rev", o.mpaRev, "crc", o.crc, "rdmap_ext", o.rdmapExt, "markers", o.markers, "p2p", o.p2p, "ird", o.ird, "ord", o.ord,
-		"nice", o.nice, "verbs_socket", verbsPath, "ctl_socket", ctlPath, "client_limits", o.limits.String())
+		"nice", o.nice, "verbs_socket", d.VerbsPath, "ctl_socket", d.CtlPath, "client_limits", o.limits.String())
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -515,39 +298,105 @@ func runUp(stderr io.Writer, o upOptions) (err error) {
 	s := <-sig
 	log.Info("shutting down", "signal", s.String())
 	sdnotify.Notify(sdnotify.Stopping)
-	// The deferred calls run in reverse: verbs clients are told and their
-	// QPs closed, every connection gets an orderly close, ctl and the
-	// sockets go, the stack stops and the TUN device is deleted.
 	return nil
 }
 
-// serveVerbs serves the device to applications on the verbs socket,
-// <socket-dir>/<dev>.sock, with srv. The returned stop tells every client
-// the device is gone, destroys their objects and removes the socket.
-func serveVerbs(srv *uverbs.Server, o upOptions, log *slog.Logger) (stop func(), path string, err error) {
-	path = filepath.Join(o.socketDir, o.dev+".sock")
-	gid := -1
-	if o.socketGroup != "" {
-		g, err := user.LookupGroup(o.socketGroup)
-		if err != nil {
-			return nil, "", fmt.Errorf("--socket-group %q: %w", o.socketGroup, err)
-		}
-		gid, _ = strconv.Atoi(g.Gid)
-	}
-	l, err := uverbs.Listen(path, gid)
+// startCPUProfile starts a CPU profile of the whole run into path; stop
+// ends it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("verbs socket: %w", err)
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, uverbs.ErrServerClosed) {
-			log.Error("verbs socket", "err", err)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
-	}()
-	return func() {
-		srv.Close()
-		l.Close()
-		os.Remove(path)
-	}, path, nil
+		return nil
+	}, nil
+}
+
+// config checks the flags and makes the daemon's Config of them.
+func (o *upOptions) config(log *slog.Logger) (daemon.Config, error) {
+	cfg := daemon.Config{Dev: o.dev, Offload: o.offload, SocketDir: o.socketDir, SocketGroup: o.socketGroup, Limits: o.limits, Log: log,
+		Stack: netstack.Options{PeerTimeout: peerTimeoutOption(o.peerTimeout), NoGSO: !o.gso, NoRACK: !o.rack, DelayedACK: o.delayedACK}}
+	var err error
+	if cfg.Addrs, err = parsePrefixes("addr", o.addrs); err != nil {
+		return cfg, err
+	}
+	switch {
+	case o.shared != "":
+		if cfg.Shared, err = daemon.PlanShared(o.shared, o.sharedDev, o.dev); err != nil {
+			return cfg, err
+		}
+		if o.mtu, err = daemon.SharedMTU(cfg.Shared, o.mtu, o.mtuSet, log); err != nil {
+			return cfg, err
+		}
+	case o.sharedDev != "":
+		return cfg, errors.New("--shared-dev needs --shared")
+	case len(cfg.Addrs) == 0:
+		return cfg, errors.New("--addr is required: the RNIC's own address, e.g. --addr 198.18.0.2/24 (or --shared with an address of this host's)")
+	}
+	cfg.MTU = o.mtu
+	if cfg.HostAddrs, err = parsePrefixes("host-addr", o.hostAddrs); err != nil {
+		return cfg, err
+	}
+	if cfg.Impair, err = netstack.ParseImpairments(o.impair); err != nil {
+		return cfg, fmt.Errorf("--impair: %w", err)
+	}
+	if cfg.Impair.Corrupt > 0 && !o.crc {
+		log.Warn("--impair corrupt with --crc off: nothing will detect the corrupted payload bytes unless the peer asks for CRC; they are placed as good data")
+	}
+	mtuAddrs := cfg.Addrs
+	if cfg.Shared.Addr.IsValid() {
+		mtuAddrs = append(mtuAddrs, cfg.Shared.Addr)
+	}
+	if err := offload.CheckMTU(o.mtu, mtuAddrs); err != nil {
+		return cfg, fmt.Errorf("--mtu: %w", err)
+	}
+	if cfg.Engine, err = o.engine(log); err != nil {
+		return cfg, err
+	}
+	return cfg, checkLimits(o.limits)
+}
+
+// engine checks the engine's flags and makes its Config of them.
+func (o *upOptions) engine(log *slog.Logger) (offload.Config, error) {
+	cfg := offload.DefaultConfig(o.dev)
+	p2p, p2pAccept, err := parseP2P(o.p2p)
+	if err != nil {
+		return cfg, err
+	}
+	markers, markersPrefer, err := parseMarkers(o.markers)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.MPARev, cfg.CRC, cfg.P2P, cfg.IRD, cfg.ORD = o.mpaRev, o.crc, p2p, o.ird, o.ord
+	cfg.RDMAPExt = o.rdmapExt
+	cfg.Markers, cfg.MarkersPrefer = markers, markersPrefer
+	cfg.FirstFPDUDelay = o.firstFPDU
+	cfg.StartupHold = o.startupHold
+	cfg.P2PAccept = p2pAccept
+	cfg.FINDelay = o.finDelay
+	if o.acceptTimeout <= 0 {
+		return cfg, fmt.Errorf("--mpa-accept-timeout %v: must be positive", o.acceptTimeout)
+	}
+	cfg.AcceptTimeout = o.acceptTimeout
+	if o.perWrite < 0 {
+		return cfg, fmt.Errorf("--fpdus-per-write %d: want 0 or more", o.perWrite)
+	}
+	cfg.FPDUsPerWrite = o.perWrite
+	if o.maxQP < 1 {
+		return cfg, fmt.Errorf("--max-qp %d: at least 1", o.maxQP)
+	}
+	cfg.MaxQP = o.maxQP
+	cfg.Logger = log
+	return cfg, nil
 }
 
 // prefixStrs writes prefixes for the log.

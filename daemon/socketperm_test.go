@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"io"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/siwtun/siwtun/daemon/uverbs"
 	"github.com/siwtun/siwtun/netstack"
+	"github.com/siwtun/siwtun/rnic/rnictest"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -76,12 +77,12 @@ func TestVerbsSocketPermissions(t *testing.T) {
 	}
 
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
-	r := newRNIC(t, la, "siwtun0", netip.MustParsePrefix("198.18.0.1/24"))
-	srv, err := uverbs.NewServer(r.dev, nil)
+	r := rnictest.New(t, la, netip.MustParsePrefix("198.18.0.1/24"), 1500, "siwtun0", nil)
+	srv, err := uverbs.NewServer(r.Device, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, path, err := serveVerbs(srv, upOptions{socketDir: sockDir, dev: "siwtun0", socketGroup: group}, slog.New(slog.DiscardHandler))
+	stop, path, err := serveVerbs(srv, sockDir, "siwtun0", group, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -13,41 +13,42 @@ import (
 	"github.com/siwtun/siwtun/portmap"
 )
 
-// sharedPlan is what --shared and --shared-dev ask for, checked before the
+// SharedPlan is what --shared and --shared-dev ask for, checked before the
 // TUN device exists.
-type sharedPlan struct {
-	// addr is the shared address with its prefix length on dev.
-	addr netip.Prefix
-	// dev is the interface that has it; onTUN: the RNIC's own TUN device,
-	// to which up adds it.
-	dev   string
-	onTUN bool
+type SharedPlan struct {
+	// Addr is the shared address with its prefix length on Dev (not
+	// valid: the RNIC has addresses of its own).
+	Addr netip.Prefix
+	// Dev is the interface that has it; OnTUN: the RNIC's own TUN
+	// device, to which Start adds it.
+	Dev   string
+	OnTUN bool
 }
 
-// planShared checks --shared and --shared-dev (tun is --dev). An address
+// PlanShared checks --shared and --shared-dev (tun is --dev). An address
 // that no interface has is refused with the command that adds it.
-func planShared(shared, sharedDev, tun string) (sharedPlan, error) {
+func PlanShared(shared, sharedDev, tun string) (SharedPlan, error) {
 	p, given, err := parseShared(shared)
 	if err != nil {
-		return sharedPlan{}, err
+		return SharedPlan{}, err
 	}
 	if sharedDev == tun {
-		return sharedPlan{addr: p, dev: tun, onTUN: true}, nil
+		return SharedPlan{Addr: p, Dev: tun, OnTUN: true}, nil
 	}
 	owners, err := portmap.FindAddr(p.Addr())
 	if err != nil {
-		return sharedPlan{}, err
+		return SharedPlan{}, err
 	}
 	for _, o := range owners {
 		if sharedDev == "" || o.Dev == sharedDev {
-			return sharedPlan{addr: o.Prefix, dev: o.Dev}, nil
+			return SharedPlan{Addr: o.Prefix, Dev: o.Dev}, nil
 		}
 	}
 	fix := fixCommand(p, given, sharedDev)
 	if sharedDev != "" {
-		return sharedPlan{}, fmt.Errorf("--shared %v: %s does not have this address; add it (%s), or leave --shared-dev out to use the interface that has it", p.Addr(), sharedDev, fix)
+		return SharedPlan{}, fmt.Errorf("--shared %v: %s does not have this address; add it (%s), or leave --shared-dev out to use the interface that has it", p.Addr(), sharedDev, fix)
 	}
-	return sharedPlan{}, fmt.Errorf("--shared %v: no interface of this host has this address; add it to the interface on its network (%s), or give it to the RNIC's own device with --shared-dev %s", p.Addr(), fix, tun)
+	return SharedPlan{}, fmt.Errorf("--shared %v: no interface of this host has this address; add it to the interface on its network (%s), or give it to the RNIC's own device with --shared-dev %s", p.Addr(), fix, tun)
 }
 
 // parseShared reads --shared: an IPv4 address, with or without a prefix
@@ -123,24 +124,24 @@ func networkOf(a netip.Addr, dev string) (string, int, bool) {
 	return "", 0, false
 }
 
-// sharedMTU is the RNIC's MTU in shared mode: the RNIC's segments cross
+// SharedMTU is the RNIC's MTU in shared mode: the RNIC's segments cross
 // the shared address's interface as they are, so without --mtu it takes
 // that interface's MTU (capped at mtu, the default), and a larger --mtu
 // is warned about.
-func sharedMTU(plan sharedPlan, mtu int, given bool, log *slog.Logger) (int, error) {
-	if plan.onTUN {
+func SharedMTU(plan SharedPlan, mtu int, given bool, log *slog.Logger) (int, error) {
+	if plan.OnTUN {
 		return mtu, nil
 	}
-	ifc, err := net.InterfaceByName(plan.dev)
+	ifc, err := net.InterfaceByName(plan.Dev)
 	if err != nil {
-		return 0, fmt.Errorf("--shared: %s: %w", plan.dev, err)
+		return 0, fmt.Errorf("--shared: %s: %w", plan.Dev, err)
 	}
 	switch {
 	case !given:
 		return min(mtu, ifc.MTU), nil
 	case mtu > ifc.MTU:
 		log.Warn("--mtu is larger than the MTU of the shared address's interface: the RNIC's larger segments cannot cross it",
-			"mtu", mtu, "dev", plan.dev, "dev_mtu", ifc.MTU)
+			"mtu", mtu, "dev", plan.Dev, "dev_mtu", ifc.MTU)
 	}
 	return mtu, nil
 }
@@ -168,15 +169,15 @@ func privateAddr(addrs []netip.Prefix, tun string) (netip.Addr, error) {
 // shareAddress sets up the host's side of shared mode for the RNIC on tun
 // (portmap.Setup) and returns the stack's Shared and the mapper, which the
 // caller closes after the RNIC.
-func shareAddress(plan sharedPlan, tun string, private netip.Addr, log *slog.Logger) (*netstack.Shared, *portmap.Mapper, error) {
-	m, err := portmap.Setup(portmap.Config{Dev: tun, Shared: plan.addr, SharedDev: plan.dev, Private: private, Logger: log})
+func shareAddress(plan SharedPlan, tun string, private netip.Addr, log *slog.Logger) (*netstack.Shared, *portmap.Mapper, error) {
+	m, err := portmap.Setup(portmap.Config{Dev: tun, Shared: plan.Addr, SharedDev: plan.Dev, Private: private, Logger: log})
 	if err != nil {
 		if strings.Contains(err.Error(), "operation not permitted") {
 			err = fmt.Errorf("%w (shared mode needs CAP_NET_ADMIN)", err)
 		}
 		return nil, nil, err
 	}
-	return &netstack.Shared{Public: plan.addr, Private: private, Ports: m}, m, nil
+	return &netstack.Shared{Public: plan.Addr, Private: private, Ports: m}, m, nil
 }
 
 // sharedLink is the ctl view of the mapper's state.
