@@ -2,7 +2,6 @@ package netstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/link/qdisc/fifo"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -143,176 +141,6 @@ type Stack struct {
 
 // batchQueueLen is the outbound queue of a batching link's NIC, in packets.
 const batchQueueLen = 4096
-
-// New creates a Stack with one NIC on link. The link must not belong to
-// another Stack.
-//
-// TCP is configured explicitly (each choice is commented in the code): SACK
-// on, Reno congestion control, receive-buffer moderation on, buffer ranges
-// from opts, and TCP_NODELAY on every endpoint.
-func New(link *Link, opts Options) (*Stack, error) {
-	if link == nil {
-		return nil, errors.New("netstack: nil link")
-	}
-	if len(opts.Addrs) == 0 {
-		return nil, errors.New("netstack: no addresses")
-	}
-	mtu := opts.MTU
-	if mtu == 0 {
-		mtu = link.mtu
-	}
-	if mtu < 68 || mtu > link.mtu {
-		return nil, fmt.Errorf("netstack: MTU %d out of range [68,%d]", mtu, link.mtu)
-	}
-	sndBuf := opts.SendBufferSize
-	if sndBuf == 0 {
-		sndBuf = DefaultSendBufferSize
-	}
-	rcvBuf := opts.ReceiveBufferSize
-	if rcvBuf == 0 {
-		rcvBuf = DefaultReceiveBufferSize
-	}
-	if sndBuf < tcp.MinBufferSize || rcvBuf < tcp.MinBufferSize {
-		return nil, fmt.Errorf("netstack: buffer sizes must be at least %d bytes", tcp.MinBufferSize)
-	}
-	for _, p := range opts.Addrs {
-		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().IsUnspecified() {
-			return nil, fmt.Errorf("netstack: invalid address %v", p)
-		}
-	}
-	if err := checkShared(opts); err != nil {
-		return nil, err
-	}
-	if !link.inUse.CompareAndSwap(false, true) {
-		return nil, ErrLinkInUse
-	}
-
-	st := &Stack{
-		link:        link,
-		mtu:         mtu,
-		addrs:       slices.Clone(opts.Addrs),
-		hook:        opts.Hook,
-		shared:      opts.Shared,
-		hookPayload: wantsPayload(opts.Hook),
-		peerTimeout: peerTimeout(opts.PeerTimeout),
-		conns:       make(map[*Conn]struct{}),
-		listeners:   make(map[*Listener]struct{}),
-		reserved:    make(map[*Reservation]struct{}),
-	}
-	st.flows.init()
-	if link.hops == nil {
-		link.hops = anatomy.NewRecorder()
-	}
-	st.hops = link.hops
-	st.s = stack.New(stack.Options{
-		NetworkProtocols: []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
-		// tcp.NewProtocol is Reno; set again below so the choice is
-		// explicit and survives a change of gVisor's default.
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-	})
-	fail := func(what string, err tcpip.Error) (*Stack, error) {
-		st.s.Close()
-		_ = link.Close()
-		st.s.Wait()
-		return nil, fmt.Errorf("netstack: %s: %w", what, convertError(err))
-	}
-
-	// SACK: gVisor enables it by default today, but tailscale notes it was
-	// off by default before; recovery from loss (and the Pipe impairment
-	// tests) depends on it, so say it.
-	sack := tcpip.TCPSACKEnabled(true)
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
-		return fail("enable SACK", err)
-	}
-	if opts.NoRACK {
-		// See Options.NoRACK. SACK recovery (RFC 6675) stays.
-		rec := tcpip.TCPRecovery(0)
-		if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rec); err != nil {
-			return fail("turn RACK off", err)
-		}
-	}
-	// Reno, not CUBIC: "Netstack has an int overflow in sender congestion
-	// window arithmetic that is more prone to trigger with cubic"
-	// (tailscale wgengine/netstack, google/gvisor#11632).
-	cc := tcpip.CongestionControlOption("reno")
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
-		return fail("set congestion control", err)
-	}
-	// Receive-buffer moderation lets a connection start at the default
-	// receive buffer and grow it with what the application actually
-	// consumes per RTT (Conn reads call ModerateRecvBuf).
-	mod := tcpip.TCPModerateReceiveBufferOption(true)
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &mod); err != nil {
-		return fail("enable receive-buffer moderation", err)
-	}
-	// Buffer ranges: see DefaultSendBufferSize, DefaultReceiveBufferSize
-	// and MaxBufferSize for the reasons.
-	sndRange := tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: sndBuf, Max: max(sndBuf, MaxBufferSize)}
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sndRange); err != nil {
-		return fail("set send buffer range", err)
-	}
-	rcvRange := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: rcvBuf, Max: max(rcvBuf, MaxBufferSize)}
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcvRange); err != nil {
-		return fail("set receive buffer range", err)
-	}
-	// Nagle off stack-wide as well as per endpoint (TCP_NODELAY): FPDUs
-	// must leave as written, not be held for coalescing.
-	delay := tcpip.TCPDelayEnabled(false)
-	if err := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
-		return fail("disable Nagle", err)
-	}
-
-	st.gso = link.gso != nil && link.gso() && !opts.NoGSO
-	st.ep = newHookEndpoint(link.ep, st, uint32(mtu), st.gso)
-	if opts.DelayedACK {
-		st.ep.acks = newAckHolder(st.ep)
-	}
-	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
-	if link.batch && !st.gso {
-		// Queue outbound packets so that a burst reaches the device in one
-		// WritePackets call, which coalesces it (gVisor's FIFO discipline:
-		// one dispatcher goroutine, batches of up to 47 packets).
-		qdisc = fifo.New(st.ep, 1, batchQueueLen)
-	}
-	if err := st.s.CreateNICWithOptions(nicID, st.ep, stack.NICOptions{QDisc: qdisc}); err != nil {
-		return fail("create NIC", err)
-	}
-	var routes []tcpip.Route
-	has4, has6 := false, false
-	for _, p := range st.addrs {
-		proto := ipv4.ProtocolNumber
-		if p.Addr().Is6() {
-			proto = ipv6.ProtocolNumber
-			has6 = true
-		} else {
-			has4 = true
-		}
-		pa := tcpip.ProtocolAddress{
-			Protocol: proto,
-			AddressWithPrefix: tcpip.AddressWithPrefix{
-				Address:   tcpip.AddrFromSlice(p.Addr().AsSlice()),
-				PrefixLen: p.Bits(),
-			},
-		}
-		if err := st.s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
-			return fail(fmt.Sprintf("add address %v", p), err)
-		}
-		routes = append(routes, tcpip.Route{Destination: pa.AddressWithPrefix.Subnet(), NIC: nicID})
-	}
-	if has4 {
-		routes = append(routes, tcpip.Route{Destination: header4Any(), NIC: nicID})
-	}
-	if has6 {
-		routes = append(routes, tcpip.Route{Destination: header6Any(), NIC: nicID})
-	}
-	st.s.SetRouteTable(routes)
-	st.rescueDone, st.rescueEnded = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(st.rescueEnded)
-		st.rescueLoop(st.rescueDone)
-	}()
-	return st, nil
-}
 
 // MTU returns the link MTU the stack uses.
 func (s *Stack) MTU() int { return s.mtu }
