@@ -52,9 +52,17 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 		return nil, fmt.Errorf("set %s: %w", fwdOffSet, err)
 	}
 	shared, private := sp.shared.AsSlice(), sp.private.AsSlice()
+	addDNAT(c, t, ports, shared, private)
+	addSNAT(c, t, shared, private)
+	addInvalid(c, t, shared)
+	addForward(c, t, fwdOff)
+	return ports, nil
+}
 
-	// New connections to a published port of the shared address go to the
-	// RNIC, from the network (prerouting) and from this host (output).
+// addDNAT adds the chains that send new connections to a published port
+// of the shared address to the RNIC, from the network (prerouting) and
+// from this host (output).
+func addDNAT(c *nftables.Conn, t *nftables.Table, ports *nftables.Set, shared, private []byte) {
 	dnat := []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: shared},
@@ -73,12 +81,14 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 			Hooknum: hook.hook, Priority: nftables.ChainPriorityNATDest})
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: dnat})
 	}
+}
 
-	// The RNIC's own connections leave from the shared address; the port
-	// stays (it is reserved in the host's port space, so no flow of the
-	// host's can clash with it): those that leave the host (postrouting)
-	// and those to the host's own sockets (input), which then see the
-	// shared address too.
+// addSNAT adds the chains through which the RNIC's own connections leave
+// from the shared address; the port stays (it is reserved in the host's port space, so no flow of the
+// host's can clash with it): those that leave the host (postrouting)
+// and those to the host's own sockets (input), which then see the
+// shared address too.
+func addSNAT(c *nftables.Conn, t *nftables.Table, shared, private []byte) {
 	snat := []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: private},
@@ -93,15 +103,18 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 			Hooknum: hook.hook, Priority: nftables.ChainPriorityNATSource})
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: snat})
 	}
+}
 
-	// A packet of one of the RNIC's connections that conntrack finds out
-	// of its window is INVALID: no NAT translates it, the host would take
-	// it for its own and answer with a reset, which the peer takes as the
-	// RNIC's (the reset's sequence number is the packet's ACK, in the
-	// peer's window) and ends the connection. Such packets to the shared
-	// address are dropped, unless a socket of the host's own (a listener,
-	// or one of its connections, the kernel's lookup finds it) is theirs:
-	// the RNIC's TCP recovers as from a lost segment.
+// addInvalid adds the chain for a packet of one of the RNIC's
+// connections that conntrack finds out
+// of its window is INVALID: no NAT translates it, the host would take
+// it for its own and answer with a reset, which the peer takes as the
+// RNIC's (the reset's sequence number is the packet's ACK, in the
+// peer's window) and ends the connection. Such packets to the shared
+// address are dropped, unless a socket of the host's own (a listener,
+// or one of its connections, the kernel's lookup finds it) is theirs:
+// the RNIC's TCP recovers as from a lost segment.
+func addInvalid(c *nftables.Conn, t *nftables.Table, shared []byte) {
 	inv := c.AddChain(&nftables.Chain{Name: "invalid", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
 	invalidTCP := []expr.Any{
@@ -124,10 +137,13 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 	c.AddRule(&nftables.Rule{Table: t, Chain: inv, Exprs: append(slices.Clone(invalidTCP),
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	)})
+}
 
-	// An interface whose forwarding was off forwards NATed traffic only:
-	// the RNIC's (a DNATed connection to it, or a reply to one of its
-	// SNATed ones), nothing the host did not forward before.
+// addForward adds the chain by which an interface whose forwarding was
+// off forwards NATed traffic only:
+// the RNIC's (a DNATed connection to it, or a reply to one of its
+// SNATed ones), nothing the host did not forward before.
+func addForward(c *nftables.Conn, t *nftables.Table, fwdOff *nftables.Set) {
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: []expr.Any{
@@ -139,7 +155,6 @@ func addTable(c *nftables.Conn, sp tableSpec) (*nftables.Set, error) {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}})
-	return ports, nil
 }
 
 // ifname is an interface name as nftables keys it: IFNAMSIZ bytes.

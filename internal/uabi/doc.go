@@ -7,7 +7,7 @@
 // codec that walks its fields in order (Enc.Msg, Dec.Msg), and Ops lists
 // every op with its request and reply: the single definition of the
 // protocol that both Go ends use and a C client is checked against
-// (CHeader renders it as testdata/siwtun_uabi.h).
+// (CHeader renders it as the C library's header, libsiwtun/siwtun_abi.h).
 //
 // The rings follow Linux siw's user ABI (kernel-headers/rdma/siw-abi.h):
 // arrays of fixed-size entries in shared memory, each entry owned by the

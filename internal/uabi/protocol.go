@@ -25,7 +25,7 @@ type OpInfo struct {
 // types only, and a client in another language (the C library) is checked
 // against this table: Fields lists each message's fields in wire order
 // with their kinds and sizes, so a test or a generator can turn the table
-// into a C header (CHeader does: testdata/siwtun_uabi.h).
+// into a C header (CHeader does: libsiwtun/siwtun_abi.h).
 // testdata/messages.golden holds sample bytes of every message.
 //
 //	op  name           request        fds  reply           fds
