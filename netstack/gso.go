@@ -48,9 +48,13 @@ type writeEnds struct {
 	lastOK bool     // guarded by mu
 }
 
-// add records the end of a write (after every end recorded before).
-func (w *writeEnds) add(seq uint32) {
+// add records the end of a write that starts at start (after every end
+// recorded before; the first write's start is recorded too).
+func (w *writeEnds) add(start, seq uint32) {
 	w.mu.Lock()
+	if !w.lastOK && len(w.ends) == 0 {
+		w.last, w.lastOK = start, true
+	}
 	if w.head > 0 && w.head >= len(w.ends)/2 {
 		n := copy(w.ends, w.ends[w.head:])
 		w.ends = w.ends[:n]
@@ -229,6 +233,13 @@ func (e *hookEndpoint) sendGSO(pkt *stack.PacketBuffer) tcpip.Error {
 	}
 	f.hold.mu.Lock()
 	defer f.hold.mu.Unlock()
+	if plen > 0 && f.kept.used.Load() && !f.kept.add(h.seq, plen, pkt) {
+		// A retransmission: sent again on the FPDU grid (a held tail
+		// stays held: it never left, and this cannot carry it whole).
+		if done, err := e.resend(f, pkt, h.seq, plen, mss); done {
+			return err
+		}
+	}
 	joined := false
 	if held := f.hold.pkt; held != nil {
 		switch {

@@ -287,8 +287,7 @@ func TestHeldTail(t *testing.T) {
 	f := s.flows.getOrCreate(flowKey{local: src, remote: dst})
 	const mss, seq0 = 100, 5000
 	// One write of 250 octets: FPDUs of 100, 100 and 50 from seq0.
-	f.writeEnds.add(seq0)
-	f.writeEnds.add(seq0 + 250)
+	f.writeEnds.add(seq0, seq0+250)
 	wire := func() [][2]uint32 {
 		fa.mu.Lock()
 		defer fa.mu.Unlock()
@@ -314,7 +313,7 @@ func TestHeldTail(t *testing.T) {
 		t.Fatalf("held start and its rest: %v, want %v", got, want)
 	}
 	// A second write of 250 cut at 30: its start waits, then leaves alone.
-	f.writeEnds.add(seq0 + 500)
+	f.writeEnds.add(seq0+250, seq0+500)
 	send(seq0+250, 30)
 	if got := wire(); len(got) != 0 {
 		t.Fatalf("a held start left at once: %v", got)

@@ -103,6 +103,9 @@ type Stack struct {
 	// (gsohold.go) and those that left without their rest.
 	gso                   bool
 	tailsHeld, tailsAlone atomic.Uint64
+	// resent counts retransmissions sent again on the FPDU grid
+	// (resend.go).
+	resent atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.

@@ -1,0 +1,226 @@
+package netstack
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// Retransmissions on the FPDU grid. gVisor retransmits its own segment
+// objects, and with segmentation offload one of them may hold several
+// aligned writes joined (a short FPDU ending one write, then the next
+// write's FPDUs). To retransmit, gVisor cuts such a segment one MSS from
+// its start (fast retransmit, SACK recovery, and after a timeout with a
+// congestion window of one segment), and every piece after the first
+// starts where the last was cut: inside an FPDU, on a grid of its own. So
+// the link keeps, by reference, the payload gVisor handed it as new data
+// until the peer acknowledges it (an RNIC's retransmission buffer), and
+// sends a retransmission again along the FPDU grid the writes recorded
+// (writeEnds): the FPDUs that start inside what gVisor retransmits, each
+// whole, packed into wire segments as first sent (cutRuns). An FPDU that
+// starts before the retransmitted range went with the piece that held its
+// start; only when no FPDU starts inside the range is the one holding its
+// first octet sent. An FPDU not yet sent whole (a held tail) is left to
+// the hold. To TCP the peer simply acknowledges what it received.
+
+// sentStore keeps references to the packets that carried a flow's new data
+// (in sequence order, contiguous) until the peer acknowledges them.
+type sentStore struct {
+	used atomic.Bool // the flow records aligned writes (set once)
+	mu   sync.Mutex
+	pkts []keptPkt // ascending; from head; guarded by mu
+	head int       // guarded by mu
+	end  uint32    // the end of the data kept; guarded by mu
+	ok   bool      // end is set; guarded by mu
+}
+
+// add keeps pkt, which carries [seq, seq+n), when it extends the data
+// kept (new data), and reports whether it did.
+func (s *sentStore) add(seq uint32, n int, pkt *stack.PacketBuffer) bool {
+	end := seq + uint32(n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ok && int32(end-s.end) <= 0 {
+		return false
+	}
+	if s.head > 0 && s.head >= len(s.pkts)/2 {
+		k := copy(s.pkts, s.pkts[s.head:])
+		clear(s.pkts[k:])
+		s.pkts = s.pkts[:k]
+		s.head = 0
+	}
+	s.pkts = append(s.pkts, keptPkt{seq: seq, end: end, pkt: pkt.IncRef()})
+	s.end, s.ok = end, true
+	return true
+}
+
+// edge returns the end of the data kept.
+func (s *sentStore) edge() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end
+}
+
+// acked releases the packets the cumulative ACK ack covers.
+func (s *sentStore) acked(ack uint32) {
+	if !s.used.Load() {
+		return
+	}
+	s.mu.Lock()
+	for s.head < len(s.pkts) && int32(s.pkts[s.head].end-ack) <= 0 {
+		s.pkts[s.head].pkt.DecRef()
+		s.pkts[s.head] = keptPkt{}
+		s.head++
+	}
+	if s.head == len(s.pkts) {
+		s.pkts, s.head = s.pkts[:0], 0
+	}
+	s.mu.Unlock()
+}
+
+// release drops every packet (the flow is gone).
+func (s *sentStore) release() {
+	s.mu.Lock()
+	for _, p := range s.pkts[s.head:] {
+		p.pkt.DecRef()
+	}
+	clear(s.pkts)
+	s.pkts, s.head = s.pkts[:0], 0
+	s.mu.Unlock()
+}
+
+// slice returns the kept payload [x, y), sharing the packets' views, or
+// false when part of it is not kept.
+func (s *sentStore) slice(x, y uint32) (buffer.Buffer, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out buffer.Buffer
+	pos := x
+	for _, p := range s.pkts[s.head:] {
+		if int32(p.end-pos) <= 0 {
+			continue
+		}
+		if int32(p.seq-pos) > 0 {
+			break // a gap (not kept)
+		}
+		to := y
+		if int32(p.end-to) < 0 {
+			to = p.end
+		}
+		b := p.pkt.Data().ToBuffer()
+		b.TrimFront(int64(pos - p.seq))
+		b.Truncate(int64(to - pos))
+		out.Merge(&b)
+		pos = to
+		if pos == y {
+			return out, true
+		}
+	}
+	out.Release()
+	return buffer.Buffer{}, false
+}
+
+// fpduAt returns the FPDU that sequence number p lies in on the grid of
+// the aligned writes (each cut every mss octets from its start): its start
+// (p itself when p is a boundary) and its end. ok is false when the write
+// holding p is not known. At the end of the last write known, end is p.
+func (w *writeEnds) fpduAt(p uint32, mss int) (start, end uint32, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws, wsOK := w.last, w.lastOK
+	for _, e := range w.ends[w.head:] {
+		if int32(e-p) <= 0 {
+			ws, wsOK = e, true
+			continue
+		}
+		if !wsOK || int32(p-ws) < 0 {
+			return 0, 0, false
+		}
+		start = ws + (p-ws)/uint32(mss)*uint32(mss)
+		end = start + uint32(mss)
+		if int32(end-e) > 0 {
+			end = e
+		}
+		return start, end, true
+	}
+	if wsOK && ws == p {
+		return p, p, true // the end of the last write: a boundary
+	}
+	return 0, 0, false
+}
+
+// resend sends the retransmission pkt of [seq, seq+plen) again along the
+// FPDU grid (see the top of this file) and reports whether it could; if
+// not, the caller sends pkt as it is. f.hold.mu is held.
+func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (bool, tcpip.Error) {
+	a, b := seq, seq+uint32(plen)
+	if ack, ok := f.peerAck(); ok && int32(a-ack) < 0 {
+		if int32(b-ack) <= 0 {
+			// All acknowledged (gVisor has not yet seen the ACK, or
+			// this is a zero window probe, an acknowledged octet
+			// sent again): no data, which elicits the same ACK.
+			r := runPacket(pkt, 0, 0, 0)
+			defer r.DecRef()
+			return true, e.emit(r)
+		}
+		a = ack
+	}
+	s0, e0, ok0 := f.writeEnds.fpduAt(a, mss)
+	s1, e1, ok1 := f.writeEnds.fpduAt(b, mss)
+	if !ok0 || !ok1 {
+		return false, nil
+	}
+	// Sent whole: what was kept, up to a held tail.
+	sent := f.kept.edge()
+	if f.hold.pkt != nil {
+		sent = f.hold.seq
+	}
+	x, y := a, b
+	if s0 != a {
+		x = e0 // that FPDU went with the piece holding its start
+	}
+	switch {
+	case s1 != b && int32(e1-sent) <= 0:
+		y = e1
+	case s1 != b:
+		y = s1 // the FPDU's rest has not been sent
+	}
+	if int32(y-x) <= 0 {
+		// No FPDU starts in [a, b): the one holding a, if sent whole.
+		if x, y = s0, e0; int32(y-sent) > 0 {
+			return false, nil
+		}
+	}
+	payload, ok := f.kept.slice(x, y)
+	if !ok {
+		return false, nil
+	}
+	base := withHeaders(pkt, payload)
+	defer base.DecRef()
+	header.TCP(base.TransportHeader().Slice()).SetSequenceNumber(x)
+	n := int(y - x)
+	var scratch [32]int
+	_, ends, _, _ := f.writeEnds.around(x, n, scratch[:0])
+	runs := cutRuns(n, mss, 0, MaxAlignedWrite, ends, ends[len(ends):])
+	e.s.resent.Add(1)
+	off, segs := 0, 0
+	for _, end := range runs {
+		r := runPacket(base, off, end, segs)
+		err := e.emit(r)
+		r.DecRef()
+		if err != nil {
+			return true, err
+		}
+		segs += (end - off + mss - 1) / mss
+		off = end
+	}
+	return true, nil
+}
+
+// Resent counts the retransmissions the stack sent again along the FPDU
+// grid (see resend.go).
+func (s *Stack) Resent() uint64 { return s.resent.Load() }
