@@ -125,6 +125,7 @@ func tcpCounters() []tcpCounter {
 		{"TailRescues", "tcpTailRescues", "Data packets written again for connections whose TCP sender had stopped with data unacknowledged (siwtun's tail rescue; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.TailRescues }},
 		{"HeldTails", "tcpHeldTails", "FPDU starts that segmentation offload held back because TCP had cut their FPDU at the peer's window edge, until the rest came (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTails }},
 		{"HeldTailsAlone", "tcpHeldTailsAlone", "Held FPDU starts that left without their rest: it did not come within 20 ms, or a retransmission or FIN overtook it (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailsAlone }},
+		{"ResentOnGrid", "tcpResentOnGrid", "Retransmissions sent again along the FPDU grid of the aligned writes, each FPDU whole, rather than where TCP cut them (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.ResentOnGrid }},
 	}
 }
 

@@ -59,6 +59,10 @@ type TCPStats struct {
 	// their rest, split from it: it did not come within 20 ms, or a
 	// retransmission or a FIN overtook it.
 	HeldTailsAlone uint64
+	// ResentOnGrid (not a TCP-MIB object) is the number of
+	// retransmissions the link sent again along the FPDU grid of the
+	// aligned writes (see resend.go), rather than as TCP cut them.
+	ResentOnGrid uint64
 }
 
 // Stats returns a copy of the stack's TCP counters.
@@ -85,5 +89,6 @@ func (s *Stack) Stats() TCPStats {
 		TailRescues:    s.tailRescues.Load(),
 		HeldTails:      s.tailsHeld.Load(),
 		HeldTailsAlone: s.tailsAlone.Load(),
+		ResentOnGrid:   s.resent.Load(),
 	}
 }
