@@ -98,6 +98,9 @@ type dir struct {
 	cur     *curFPDU // the FPDU in progress after its ULPDU_Length, or nil
 	lastEnd uint64   // FPDU stream offset after the last complete FPDU
 	fpos    uint64   // FPDU stream octets walked
+	// ends are the FPDU stream offsets where the latest FPDUs ended
+	// (ascending, at most maxEnds), for judging retransmissions.
+	ends []uint64
 	rep     *Report  // the Report the walk is filling
 	segOff  uint64   // FPDU stream offset of rep's first FPDU octet
 	curBuf  curFPDU  // storage for cur
@@ -157,6 +160,7 @@ func (a *Analyzer) Add(s Segment) []Report {
 	case int(rel)+len(s.Payload) <= 0:
 		d.sum.Retransmissions++
 		rep.Kind, rep.Note = KindRetransmission, "all octets already seen"
+		d.judgeRetransmission(&rep, s.Seq, len(s.Payload))
 		return []Report{rep}
 	case rel > 0:
 		d.sum.Held++
@@ -444,6 +448,10 @@ func (d *dir) EndFPDU(crcOK bool) error {
 	d.sum.FPDUs++
 	d.rep.FPDUs = append(d.rep.FPDUs, f)
 	d.lastEnd = end
+	if len(d.ends) >= maxEnds {
+		d.ends = d.ends[:copy(d.ends, d.ends[maxEnds/2:])]
+	}
+	d.ends = append(d.ends, end)
 	d.cur = nil
 	return nil
 }
@@ -532,4 +540,50 @@ func parseHeader(b []byte, ulpduLen int) *Header {
 		out.Detail += fmt.Sprintf(" (RDMAP version %d)", ver)
 	}
 	return out
+}
+
+// maxEnds is how many of the latest FPDU ends a direction keeps for
+// judging retransmissions: 128 Ki, several MB of stream even for the
+// smallest FPDUs, far more than TCP keeps in flight.
+const maxEnds = 1 << 17
+
+// judgeRetransmission sets rep.Aligned for a retransmitted segment of n
+// octets from seq, all already seen: it is FPDU-aligned when it starts and
+// ends on FPDU boundaries of the stream walked (it then holds only whole
+// FPDUs). Octets of the MPA frames, or too old to be among the FPDU ends
+// kept, are not judged.
+func (d *dir) judgeRetransmission(rep *Report, seq uint32, n int) {
+	if d.phase != phaseFPDU {
+		return
+	}
+	start, ok1 := d.boundary(seq)
+	end, ok2 := d.boundary(seq + uint32(n))
+	if !ok1 || !ok2 {
+		return
+	}
+	aligned := start && end
+	rep.Aligned = &aligned
+	d.sum.RetransJudged++
+	if aligned {
+		d.sum.RetransAligned++
+	}
+}
+
+// boundary reports whether the octet at seq (at most next) starts an FPDU
+// of the stream walked (or follows the last one), and whether that can be
+// told.
+func (d *dir) boundary(seq uint32) (is, known bool) {
+	back := uint64(d.next - seq)
+	if back > d.fpos {
+		return false, false // before the FPDU stream
+	}
+	off := d.fpos - back
+	if off == 0 || off == d.lastEnd {
+		return true, true
+	}
+	if len(d.ends) == 0 || off < d.ends[0] {
+		return false, false
+	}
+	i := sort.Search(len(d.ends), func(i int) bool { return d.ends[i] >= off })
+	return i < len(d.ends) && d.ends[i] == off, true
 }
