@@ -100,11 +100,11 @@ type dir struct {
 	fpos    uint64   // FPDU stream octets walked
 	// ends are the FPDU stream offsets where the latest FPDUs ended
 	// (ascending, at most maxEnds), for judging retransmissions.
-	ends []uint64
-	rep     *Report  // the Report the walk is filling
-	segOff  uint64   // FPDU stream offset of rep's first FPDU octet
-	curBuf  curFPDU  // storage for cur
-	sum     DirSummary
+	ends   []uint64
+	rep    *Report // the Report the walk is filling
+	segOff uint64  // FPDU stream offset of rep's first FPDU octet
+	curBuf curFPDU // storage for cur
+	sum    DirSummary
 }
 
 // curFPDU is the FPDU being walked.

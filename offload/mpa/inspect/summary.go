@@ -47,7 +47,7 @@ type DirSummary struct {
 	RetransJudged  int `json:"retransmissions_judged"`
 	RetransAligned int `json:"retransmissions_aligned"`
 	Held           int `json:"held"`
-	Undecoded       int `json:"undecoded"`
+	Undecoded      int `json:"undecoded"`
 	// Note says why the direction could not be (fully) analysed.
 	Note string `json:"note,omitempty"`
 }
