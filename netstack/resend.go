@@ -36,6 +36,7 @@ type sentStore struct {
 	head int       // guarded by mu
 	end  uint32    // the end of the data kept; guarded by mu
 	ok   bool      // end is set; guarded by mu
+	gone bool      // released for good (the flow is gone); guarded by mu
 }
 
 // add keeps pkt, which carries [seq, seq+n), when it extends the data
@@ -46,6 +47,9 @@ func (s *sentStore) add(seq uint32, n int, pkt *stack.PacketBuffer) bool {
 	defer s.mu.Unlock()
 	if s.ok && int32(end-s.end) <= 0 {
 		return false
+	}
+	if s.gone {
+		return true // new data, not kept: nothing releases it any more
 	}
 	if s.head > 0 && s.head >= len(s.pkts)/2 {
 		k := copy(s.pkts, s.pkts[s.head:])
@@ -89,7 +93,7 @@ func (s *sentStore) release() {
 		p.pkt.DecRef()
 	}
 	clear(s.pkts)
-	s.pkts, s.head = s.pkts[:0], 0
+	s.pkts, s.head, s.gone = nil, 0, true
 	s.mu.Unlock()
 }
 
