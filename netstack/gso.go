@@ -25,7 +25,9 @@ import (
 // does without GSO: a write is cut at MSS multiples from its start, and a
 // short rest is packed with the whole writes after it while they fit one
 // segment. Each run leaves as one frame; the kernel cuts it at the MSS,
-// which is where the wire segments end.
+// which is where the wire segments end. Retransmissions are sent again
+// along the same grid from the data kept until acknowledged (resend.go).
+// doc/segmentation-offload.md tells the whole story.
 
 // gsoMaxSize is the largest super-segment gVisor builds (its GSOMaxSize):
 // IPv4's total length. gVisor's payload limit is gsoMaxSize less 121
@@ -250,8 +252,9 @@ func (e *hookEndpoint) sendGSO(pkt *stack.PacketBuffer) tcpip.Error {
 			joined = true
 			f.hold.drop()
 		case plen > 0 || h.flags&FlagFIN != 0:
-			// Anything else with data (a retransmission) or a FIN:
-			// the held bytes go first, as they are.
+			// Anything else with data (a retransmission that could
+			// not be sent on the grid) or a FIN: the held bytes go
+			// first, as they are.
 			if err := e.flushHeld(f); err != nil {
 				return err
 			}

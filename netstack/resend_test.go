@@ -149,9 +149,9 @@ func sendWrites(c *Conn, writes [][2]int) error {
 }
 
 // TestRetransmissionsOnGrid: segments lost on the wire at chosen stream
-// offsets (the first time a segment holding the offset leaves: in the
-// middle of a long write, right behind short writes TCP packed, several in
-// a row, the very first and the last) are retransmitted, and every data
+// offsets (the first time a segment holding the offset leaves: the
+// connection's first, in the middle of a long write, right behind short
+// writes TCP packed, several in a row, the last) are retransmitted, and every data
 // segment on the wire, retransmissions and everything after them
 // included, is cut on the FPDU grid of the writes. With segmentation
 // offload gVisor retransmits a segment it built from several writes one
@@ -161,14 +161,17 @@ func TestRetransmissionsOnGrid(t *testing.T) {
 	for _, gso := range []bool{true, false} {
 		for _, tc := range []struct {
 			name  string
-			drops []int // stream offsets, in MSS-sized FPDUs from the start of round 1 (see mixedWrites)
+			drops []int // stream offsets, in MSS-sized FPDUs from the start of the second round of writes (see mixedWrites)
+			first bool  // drops count from the stream's start instead
 		}{
-			{"first segment", []int{0}},
-			{"inside a long write", []int{60}},
-			{"behind packed short writes", []int{5}},
-			{"several in a row", []int{40, 41, 42, 43, 44}},
-			{"every seventh", []int{10, 17, 24, 31, 38, 45, 52, 59, 66}},
-			{"the last", []int{-1}},
+			{"the connection's first", []int{0}, true},
+			{"the connection's first three", []int{0, 1, 2}, true},
+			{"first of a round", []int{0}, false},
+			{"inside a long write", []int{60}, false},
+			{"behind packed short writes", []int{5}, false},
+			{"several in a row", []int{40, 41, 42, 43, 44}, false},
+			{"every seventh", []int{10, 17, 24, 31, 38, 45, 52, 59, 66}, false},
+			{"the last", []int{-1}, false},
 		} {
 			t.Run(fmt.Sprintf("gso=%v/%s", gso, tc.name), func(t *testing.T) {
 				da, db := devicePair(1500)
@@ -187,6 +190,9 @@ func TestRetransmissionsOnGrid(t *testing.T) {
 				wa.drop = func(seq, end uint32) bool {
 					for _, d := range tc.drops {
 						o := round + d*mss
+						if tc.first {
+							o = d * mss
+						}
 						if d < 0 {
 							o = total - 1
 						}
