@@ -196,6 +196,11 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 	if int32(y-x) <= 0 {
 		// No FPDU starts in [a, b): the one holding a, if sent whole.
 		if x, y = s0, e0; int32(y-sent) > 0 {
+			if f.hold.pkt != nil && s0 == f.hold.seq {
+				// It is the held one: it never left. Ask the
+				// peer for the window its rest waits for.
+				return true, e.probeWindow(f)
+			}
 			return false, nil
 		}
 	}

@@ -323,7 +323,7 @@ func TestImpairedGSOOnGrid(t *testing.T) {
 				}
 			}
 			// A held FPDU start that left without its rest (not within
-			// holdMax: a starved machine) and its rest are two split
+			// holdProbes window probes) and its rest are two split
 			// segments.
 			if len(bad) > 2*int(st.HeldTailsAlone) {
 				t.Errorf("%d of %d data segments off the FPDU grid, more than the %d holds left alone explain", len(bad), segs, st.HeldTailsAlone)

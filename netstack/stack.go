@@ -104,8 +104,9 @@ type Stack struct {
 	gso                   bool
 	tailsHeld, tailsAlone atomic.Uint64
 	// resent counts retransmissions sent again on the FPDU grid
-	// (resend.go).
-	resent atomic.Uint64
+	// (resend.go), holdProbes the window probes sent for held tails
+	// (gsohold.go).
+	resent, holdProbes atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.
