@@ -162,7 +162,8 @@ func (w *writeEnds) fpduAt(p uint32, mss int) (start, end uint32, ok bool) {
 // not, the caller sends pkt as it is. f.hold.mu is held.
 func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (bool, tcpip.Error) {
 	a, b := seq, seq+uint32(plen)
-	if ack, ok := f.peerAck(); ok && int32(a-ack) < 0 {
+	ack, ackOK := f.peerAck()
+	if ok := ackOK; ok && int32(a-ack) < 0 {
 		if int32(b-ack) <= 0 {
 			// All acknowledged (gVisor has not yet seen the ACK, or
 			// this is a zero window probe, an acknowledged octet
@@ -176,6 +177,7 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 	s0, e0, ok0 := f.writeEnds.fpduAt(a, mss)
 	s1, e1, ok1 := f.writeEnds.fpduAt(b, mss)
 	if !ok0 || !ok1 {
+		e.s.resendAsIs[0].Add(1)
 		return false, nil
 	}
 	// Sent whole: what was kept, up to a held tail.
@@ -184,7 +186,13 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 		sent = f.hold.seq
 	}
 	x, y := a, b
-	if s0 != a {
+	switch {
+	case s0 != a && ackOK && a == ack:
+		// The peer has that FPDU's start and waits for its rest (the
+		// start left cut from it: a held start sent alone): the whole
+		// FPDU again, or, if its start is no longer kept, the rest.
+		x = s0
+	case s0 != a:
 		x = e0 // that FPDU went with the piece holding its start
 	}
 	switch {
@@ -201,20 +209,30 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 				// peer for the window its rest waits for.
 				return true, e.probeWindow(f)
 			}
+			e.s.resendAsIs[1].Add(1)
 			return false, nil
 		}
 	}
 	payload, ok := f.kept.slice(x, y)
+	if !ok && int32(a-x) > 0 {
+		x = a
+		payload, ok = f.kept.slice(x, y)
+	}
 	if !ok {
+		e.s.resendAsIs[2].Add(1)
 		return false, nil
 	}
 	base := withHeaders(pkt, payload)
 	defer base.DecRef()
 	header.TCP(base.TransportHeader().Slice()).SetSequenceNumber(x)
 	n := int(y - x)
+	lead := 0
+	if x != s0 && int32(x-s0) > 0 && int32(e0-x) > 0 {
+		lead = int(e0 - x) // an FPDU's rest, then the grid
+	}
 	var scratch [32]int
 	_, ends, _, _ := f.writeEnds.around(x, n, scratch[:0])
-	runs := cutRuns(n, mss, 0, MaxAlignedWrite, ends, ends[len(ends):])
+	runs := cutRuns(n, mss, lead, MaxAlignedWrite, ends, ends[len(ends):])
 	e.s.resent.Add(1)
 	off, segs := 0, 0
 	for _, end := range runs {

@@ -3,6 +3,8 @@ package netstack
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -100,21 +102,24 @@ func (d *lossyWire) WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOffs
 	return nil
 }
 
-// misaligned returns the data segments of w (stream offsets from base)
-// that are not on g, and how many segments were retransmissions (they
-// start below the highest octet sent before).
-func (d *lossyWire) misaligned(g *fpduGrid, base uint32) (bad [][2]int, segs, retrans int) {
+// misaligned returns the data segments of w (stream offsets from base:
+// start, end, 1 for a retransmission) that are not on g, and how many
+// segments were retransmissions (they start below the highest octet sent
+// before).
+func (d *lossyWire) misaligned(g *fpduGrid, base uint32) (bad [][3]int, segs, retrans int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	sentEnd := 0
 	for _, s := range d.wire {
 		start, end := int(s[0]-base), int(s[1]-base)
+		re := 0
 		if start < sentEnd {
 			retrans++
+			re = 1
 		}
 		sentEnd = max(sentEnd, end)
 		if !g.aligned(start, end) {
-			bad = append(bad, [2]int{start, end})
+			bad = append(bad, [3]int{start, end, re})
 		}
 	}
 	return bad, len(d.wire), retrans
@@ -218,8 +223,8 @@ func TestRetransmissionsOnGrid(t *testing.T) {
 				}
 				bad, segs, retrans := wa.misaligned(newFPDUGrid(writes, mss), base)
 				st := a.Stats()
-				t.Logf("%d data segments on the wire, %d of them retransmissions (%d resent on the grid), %d lost on purpose; tails held %d, alone %d",
-					segs, retrans, st.ResentOnGrid, len(lost), st.HeldTails, st.HeldTailsAlone)
+				t.Logf("%d data segments on the wire, %d of them retransmissions (%d resent on the grid, %d/%d/%d as TCP cut them), %d lost on purpose; tails held %d, alone %d",
+					segs, retrans, st.ResentOnGrid, a.resendAsIs[0].Load(), a.resendAsIs[1].Load(), a.resendAsIs[2].Load(), len(lost), st.HeldTails, st.HeldTailsAlone)
 				if len(lost) != len(tc.drops) {
 					t.Errorf("%d segments dropped, want %d", len(lost), len(tc.drops))
 				}
@@ -228,7 +233,7 @@ func TestRetransmissionsOnGrid(t *testing.T) {
 				}
 				for i, s := range bad {
 					if i < 10 {
-						t.Errorf("wire segment [%d, %d) (%d octets) is not cut on the FPDU grid", s[0], s[1], s[1]-s[0])
+						t.Errorf("wire segment [%d, %d) (%d octets, retransmission %v) is not cut on the FPDU grid", s[0], s[1], s[1]-s[0], s[2] == 1)
 					}
 				}
 				if n := len(bad); n > 0 {
@@ -302,7 +307,7 @@ func TestImpairedGSOOnGrid(t *testing.T) {
 			go func() { errc <- sendWrites(ca, writes) }()
 			v, err := receivePattern(cb)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v after %d octets; sender: %s; %+v", err, v.off, ca.SendState(), a.Stats())
 			}
 			if err := <-errc; err != nil {
 				t.Fatal(err)
@@ -312,14 +317,14 @@ func TestImpairedGSOOnGrid(t *testing.T) {
 			}
 			bad, segs, retrans := wa.misaligned(newFPDUGrid(writes, mss), base)
 			st := a.Stats()
-			t.Logf("%d data segments reached the device, %d of them retransmissions (%d resent on the grid); tails held %d, alone %d",
-				segs, retrans, st.ResentOnGrid, st.HeldTails, st.HeldTailsAlone)
+			t.Logf("%d data segments reached the device, %d of them retransmissions (%d resent on the grid, %d/%d/%d as TCP cut them); tails held %d, alone %d",
+				segs, retrans, st.ResentOnGrid, a.resendAsIs[0].Load(), a.resendAsIs[1].Load(), a.resendAsIs[2].Load(), st.HeldTails, st.HeldTailsAlone)
 			if retrans == 0 {
 				t.Error("no retransmission: the impairment did not act")
 			}
 			for i, s := range bad {
 				if i < 10 {
-					t.Errorf("wire segment [%d, %d) (%d octets) is not cut on the FPDU grid", s[0], s[1], s[1]-s[0])
+					t.Errorf("wire segment [%d, %d) (%d octets, retransmission %v) is not cut on the FPDU grid", s[0], s[1], s[1]-s[0], s[2] == 1)
 				}
 			}
 			// A held FPDU start that left without its rest (not within
@@ -329,5 +334,92 @@ func TestImpairedGSOOnGrid(t *testing.T) {
 				t.Errorf("%d of %d data segments off the FPDU grid, more than the %d holds left alone explain", len(bad), segs, st.HeldTailsAlone)
 			}
 		})
+	}
+}
+
+// TestResend drives the link with the packets gVisor hands it — new data,
+// then retransmissions cut where gVisor cuts them — and checks what goes on
+// the wire: the FPDUs that start inside a retransmitted range, each whole;
+// the FPDU holding a range that holds no FPDU start; the whole FPDU whose
+// start the peer has acknowledged but not its rest; no data for octets the
+// peer has acknowledged.
+func TestResend(t *testing.T) {
+	da, db := devicePair(1500)
+	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
+	s, err := New(NewDeviceLink(fa), Options{Addrs: []netip.Prefix{addrA4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src := netip.AddrPortFrom(addrA4.Addr(), 1000)
+	dst := netip.AddrPortFrom(addrB4.Addr(), 2000)
+	f := s.flows.getOrCreate(flowKey{local: src, remote: dst})
+	const mss, seq0 = 100, 5000
+	// Writes of 250 and 52 octets: FPDUs [0,100) [100,200) [200,250) [250,302).
+	f.kept.used.Store(true)
+	f.writeEnds.add(seq0, seq0+250)
+	f.writeEnds.add(seq0+250, seq0+302)
+	wire := func() [][2]uint32 {
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		w := make([][2]uint32, len(fa.wire))
+		for i, x := range fa.wire {
+			w[i] = [2]uint32{x[0] - seq0, x[1] - seq0}
+		}
+		fa.wire = fa.wire[:0]
+		return w
+	}
+	send := func(from, to int) {
+		pkt := gsoPacket(src, dst, seq0+uint32(from), to-from, mss)
+		defer pkt.DecRef()
+		if err := s.ep.sendGSO(pkt); err != nil {
+			t.Fatalf("sendGSO: %v", err)
+		}
+	}
+	ack := func(n int) {
+		f.ackSeen(seq0 + uint32(n))
+		f.writeEnds.acked(seq0 + uint32(n))
+		f.kept.acked(seq0 + uint32(n))
+	}
+	send(0, 302) // new data, one gVisor segment of both writes
+	if got, want := wire(), [][2]uint32{{0, 100}, {100, 200}, {200, 250}, {250, 302}}; !slices.Equal(got, want) {
+		t.Fatalf("new data: %v, want %v", got, want)
+	}
+	ack(0)
+	for _, tc := range []struct {
+		name     string
+		ack      int
+		from, to int
+		want     [][2]uint32
+	}{
+		{"one MSS from the segment's start", 0, 0, 100, [][2]uint32{{0, 100}}},
+		{"gVisor's next piece, on the grid", 0, 100, 200, [][2]uint32{{100, 200}}},
+		{"a piece cut inside FPDUs", 0, 120, 220, [][2]uint32{{200, 250}}},
+		{"a piece ending in the next write", 0, 220, 302, [][2]uint32{{250, 302}}},
+		{"a piece in one FPDU", 0, 130, 170, [][2]uint32{{100, 200}}},
+		{"the rest of an FPDU whose start the peer has", 150, 150, 250, [][2]uint32{{100, 200}, {200, 250}}},
+		{"acknowledged octets", 150, 0, 100, nil},
+	} {
+		ack(tc.ack)
+		for len(db.in) > 0 {
+			<-db.in
+		}
+		send(tc.from, tc.to)
+		if got := wire(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: gVisor retransmits [%d, %d): %v on the wire, want %v", tc.name, tc.from, tc.to, got, tc.want)
+		}
+		if tc.want == nil {
+			select {
+			case p := <-db.in:
+				if len(p) != 40 {
+					t.Errorf("%s: a %d-octet packet, want one without data", tc.name, len(p))
+				}
+			default:
+				t.Errorf("%s: nothing left, want a segment without data", tc.name)
+			}
+		}
+	}
+	if n := s.resent.Load(); n != 6 {
+		t.Errorf("%d retransmissions resent on the grid, want 6", n)
 	}
 }

@@ -107,6 +107,10 @@ type Stack struct {
 	// (resend.go), holdProbes the window probes sent for held tails
 	// (gsohold.go).
 	resent, holdProbes atomic.Uint64
+	// resendAsIs counts, for tests, the retransmissions resend left as
+	// TCP cut them: the grid not known, the FPDU not sent whole, the
+	// octets not kept.
+	resendAsIs [3]atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.
