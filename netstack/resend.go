@@ -163,7 +163,7 @@ func (w *writeEnds) fpduAt(p uint32, mss int) (start, end uint32, ok bool) {
 func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (bool, tcpip.Error) {
 	a, b := seq, seq+uint32(plen)
 	ack, ackOK := f.peerAck()
-	if ok := ackOK; ok && int32(a-ack) < 0 {
+	if ackOK && int32(a-ack) < 0 {
 		if int32(b-ack) <= 0 {
 			// All acknowledged (gVisor has not yet seen the ACK, or
 			// this is a zero window probe, an acknowledged octet
@@ -222,30 +222,36 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 		e.s.resendAsIs[2].Add(1)
 		return false, nil
 	}
+	lead := 0
+	if int32(x-s0) > 0 && int32(e0-x) > 0 {
+		lead = int(e0 - x) // an FPDU's rest, then the grid
+	}
+	e.s.resent.Add(1)
+	return true, e.sendKept(f, pkt, payload, x, lead, mss)
+}
+
+// sendKept sends payload, the kept octets from x, behind a copy of pkt's
+// headers, in runs along the FPDU grid (lead: octets to the first FPDU
+// boundary). It takes payload.
+func (e *hookEndpoint) sendKept(f *flow, pkt *stack.PacketBuffer, payload buffer.Buffer, x uint32, lead, mss int) tcpip.Error {
+	n := int(payload.Size())
 	base := withHeaders(pkt, payload)
 	defer base.DecRef()
 	header.TCP(base.TransportHeader().Slice()).SetSequenceNumber(x)
-	n := int(y - x)
-	lead := 0
-	if x != s0 && int32(x-s0) > 0 && int32(e0-x) > 0 {
-		lead = int(e0 - x) // an FPDU's rest, then the grid
-	}
 	var scratch [32]int
 	_, ends, _, _ := f.writeEnds.around(x, n, scratch[:0])
-	runs := cutRuns(n, mss, lead, MaxAlignedWrite, ends, ends[len(ends):])
-	e.s.resent.Add(1)
 	off, segs := 0, 0
-	for _, end := range runs {
+	for _, end := range cutRuns(n, mss, lead, MaxAlignedWrite, ends, ends[len(ends):]) {
 		r := runPacket(base, off, end, segs)
 		err := e.emit(r)
 		r.DecRef()
 		if err != nil {
-			return true, err
+			return err
 		}
 		segs += (end - off + mss - 1) / mss
 		off = end
 	}
-	return true, nil
+	return nil
 }
 
 // Resent counts the retransmissions the stack sent again along the FPDU
