@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/internal/syncbuf"
+	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/verbs"
 )
 
@@ -200,7 +202,7 @@ type checkDir struct {
 }
 
 // checkSent runs `siwtun check -j` on pcap and returns the direction sent
-// by src.
+// by src: an address, or an address and port.
 func checkSent(t *testing.T, bin, pcap, src string) checkDir {
 	t.Helper()
 	out, err := exec.Command(bin, "check", "-j", pcap).Output()
@@ -217,7 +219,7 @@ func checkSent(t *testing.T, bin, pcap, src string) checkDir {
 	var d checkDir
 	n := 0
 	for _, x := range res.Directions {
-		if strings.HasPrefix(x.Src, src+":") && x.FPDUSegments > 0 {
+		if (x.Src == src || strings.HasPrefix(x.Src, src+":")) && x.FPDUSegments > 0 {
 			d = x
 			n++
 		}
@@ -229,7 +231,7 @@ func checkSent(t *testing.T, bin, pcap, src string) checkDir {
 		var seg struct {
 			Src string `json:"src"`
 		}
-		if json.Unmarshal(raw, &seg) == nil && strings.HasPrefix(seg.Src, src+":") && len(d.problems) < 10 {
+		if json.Unmarshal(raw, &seg) == nil && (seg.Src == src || strings.HasPrefix(seg.Src, src+":")) && len(d.problems) < 10 {
 			d.problems = append(d.problems, string(raw))
 		}
 	}
@@ -244,7 +246,7 @@ type tsharkCount struct {
 }
 
 // tsharkSent has Wireshark's iWARP dissectors judge every data segment src
-// sent after its MPA frame, retransmissions and segments the impairment
+// (an address, or an address and port) sent after its MPA frame, retransmissions and segments the impairment
 // reordered included: with TCP's sequence analysis and reassembly off,
 // each segment is dissected on its own, so it is FPDU-aligned when the
 // FPDUs tshark frames from its first octet (tcp.pdu.size) add up to its
@@ -252,8 +254,12 @@ type tsharkCount struct {
 // one of which must be good.
 func tsharkSent(t *testing.T, tshark, pcap, src string) tsharkCount {
 	t.Helper()
+	filter := "ip.src==" + src + " && tcp.len>0"
+	if ap, err := netip.ParseAddrPort(src); err == nil {
+		filter = fmt.Sprintf("ip.src==%v && tcp.srcport==%d && tcp.len>0", ap.Addr(), ap.Port())
+	}
 	opts := append([]string{"-r", pcap, "-n", "-o", "tcp.analyze_sequence_numbers:FALSE", "-o", "tcp.desegment_tcp_streams:FALSE",
-		"-Y", "ip.src==" + src + " && tcp.len>0"}, capture.TsharkHeuristicsOff...)
+		"-Y", filter}, capture.TsharkHeuristicsOff...)
 	out, err := exec.Command(tshark, append(opts, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
 		"-e", "frame.number", "-e", "tcp.seq_raw", "-e", "tcp.len", "-e", "tcp.pdu.size", "-e", "iwarp_mpa.key.req", "-e", "iwarp_mpa.key.rep")...).Output()
 	if err != nil {
@@ -297,3 +303,72 @@ func tsharkSent(t *testing.T, tshark, pcap, src string) tsharkCount {
 
 // alignCounts sums the data segments judged.
 type alignCounts struct{ check, tshark, retrans int }
+
+// TestAlignmentCheckersSeeSplits: the two checkers of
+// TestAlignedThroughRetransmissions find segments that cut FPDUs, first
+// transmissions and retransmissions alike. A capture of Linux siw (rping,
+// CRC on, every segment one whole FPDU) is changed: one FPDU is sent in
+// two halves, the second half is retransmitted, and a whole segment is
+// retransmitted; both checkers must count exactly those three as split and
+// the rest as aligned.
+func TestAlignmentCheckersSeeSplits(t *testing.T) {
+	tshark := needTshark(t)
+	bin := siwtunBin(t)
+	segs, err := capture.ReadFile("../offload/mpa/testdata/siw-rping-crc-mtu1500.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := netip.MustParseAddrPort("198.18.0.2:46647") // the initiator
+	var out []capture.Packet
+	data, split := 0, false
+	var whole capture.Packet
+	for _, s := range segs {
+		p := capture.Packet{Time: s.Time, Src: s.Src, Dst: s.Dst, Seq: s.Seq, Flags: s.Flags, Window: 65535, Payload: s.Payload}
+		if s.Src == src && len(s.Payload) > 40 && s.Flags&inspect.FlagSYN == 0 {
+			data++
+			switch data {
+			case 3: // the MPA Request is the first; keep one whole to retransmit
+				whole = p
+			case 6:
+				h := len(p.Payload) / 2
+				first, second := p, p
+				first.Payload, second.Payload = p.Payload[:h], p.Payload[h:]
+				second.Seq += uint32(h)
+				out = append(out, first, second, whole, second)
+				split = true
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	if !split {
+		t.Fatalf("the capture has %d data segments from %v, too few", data, src)
+	}
+	file := filepath.Join(t.TempDir(), "split.pcapng")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := capture.NewWriter(f, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if err := w.Write(&out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	c := checkSent(t, bin, file, src.String())
+	if split := c.FPDUSegments - c.Aligned + c.RetransJudged - c.RetransAligned; split != 3 || c.RetransJudged != 2 {
+		t.Errorf("siwtun check: %d segments, %d aligned, %d retransmissions judged, %d aligned; want 3 split, 2 retransmissions judged", c.FPDUSegments, c.Aligned, c.RetransJudged, c.RetransAligned)
+	}
+	ts := tsharkSent(t, tshark, file, src.String())
+	if ts.segments-ts.aligned != 3 {
+		t.Errorf("tshark: %d of %d data segments aligned, want all but 3: %v", ts.aligned, ts.segments, ts.split)
+	}
+	t.Logf("siwtun check: %+v; tshark: %+v", c, ts)
+}
