@@ -184,7 +184,8 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 	bad, retrans, sentEnd := 0, 0, 0
 	for _, s := range fa.wire {
 		start, end := int(s[0]-iss), int(s[1]-iss)
-		if start < sentEnd {
+		re := start < sentEnd
+		if re {
 			retrans++
 		}
 		sentEnd = max(sentEnd, end)
@@ -196,14 +197,14 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 		}
 		if !ok {
 			if bad < 5 {
-				t.Logf("wire segment [%d, %d) (%d octets) is not cut at FPDU boundaries", start, end, end-start)
+				t.Logf("wire segment [%d, %d) (%d octets, retransmission %v) is not cut at FPDU boundaries", start, end, end-start, re)
 			}
 			bad++
 		}
 	}
 	alone := int(a.tailsAlone.Load())
-	t.Logf("%d writes, %d octets: %d super-segments written, %d data segments on the wire (%d retransmitted), %d misaligned; tails held %d, alone %d",
-		len(writes), total, fa.gsos, len(fa.wire), retrans, bad, a.tailsHeld.Load(), alone)
+	t.Logf("%d writes, %d octets: %d super-segments written, %d data segments on the wire (%d retransmitted, %d resent on the grid, %d/%d/%d as TCP cut them), %d misaligned; tails held %d, alone %d",
+		len(writes), total, fa.gsos, len(fa.wire), retrans, a.resent.Load(), a.resendAsIs[0].Load(), a.resendAsIs[1].Load(), a.resendAsIs[2].Load(), bad, a.tailsHeld.Load(), alone)
 	// A held FPDU start that left without its rest (a starved machine:
 	// not after holdProbes window probes, or a FIN overtook it) and
 	// its rest are two split segments.

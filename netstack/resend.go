@@ -159,8 +159,31 @@ func (w *writeEnds) fpduAt(p uint32, mss int) (start, end uint32, ok bool) {
 
 // resend sends the retransmission pkt of [seq, seq+plen) again along the
 // FPDU grid (see the top of this file) and reports whether it could; if
-// not, the caller sends pkt as it is. f.hold.mu is held.
+// not, the caller sends pkt as it is. The link reads the peer's ACKs on
+// another goroutine, and what they cover is forgotten (the grid behind
+// it, the octets kept): when the ACK advanced while resend looked, it
+// looks again. f.hold.mu is held.
 func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (bool, tcpip.Error) {
+	why := 0
+	for range 3 {
+		ack, _ := f.peerAck()
+		done, w, err := e.resendOnce(f, pkt, seq, plen, mss)
+		if done {
+			return true, err
+		}
+		why = w
+		if now, _ := f.peerAck(); now == ack {
+			break
+		}
+	}
+	e.s.resendAsIs[why].Add(1)
+	return false, nil
+}
+
+// resendOnce is one try of resend; when it cannot, why says why: 0 the
+// grid is not known, 1 the FPDU is not sent whole, 2 its octets are not
+// kept.
+func (e *hookEndpoint) resendOnce(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (done bool, why int, err tcpip.Error) {
 	a, b := seq, seq+uint32(plen)
 	ack, ackOK := f.peerAck()
 	if ackOK && int32(a-ack) < 0 {
@@ -170,15 +193,14 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 			// sent again): no data, which elicits the same ACK.
 			r := runPacket(pkt, 0, 0, 0)
 			defer r.DecRef()
-			return true, e.emit(r)
+			return true, 0, e.emit(r)
 		}
 		a = ack
 	}
 	s0, e0, ok0 := f.writeEnds.fpduAt(a, mss)
 	s1, e1, ok1 := f.writeEnds.fpduAt(b, mss)
 	if !ok0 || !ok1 {
-		e.s.resendAsIs[0].Add(1)
-		return false, nil
+		return false, 0, nil
 	}
 	// Sent whole: what was kept, up to a held tail.
 	sent := f.kept.edge()
@@ -207,10 +229,9 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 			if f.hold.pkt != nil && s0 == f.hold.seq {
 				// It is the held one: it never left. Ask the
 				// peer for the window its rest waits for.
-				return true, e.probeWindow(f)
+				return true, 0, e.probeWindow(f)
 			}
-			e.s.resendAsIs[1].Add(1)
-			return false, nil
+			return false, 1, nil
 		}
 	}
 	payload, ok := f.kept.slice(x, y)
@@ -219,15 +240,14 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 		payload, ok = f.kept.slice(x, y)
 	}
 	if !ok {
-		e.s.resendAsIs[2].Add(1)
-		return false, nil
+		return false, 2, nil
 	}
 	lead := 0
 	if int32(x-s0) > 0 && int32(e0-x) > 0 {
 		lead = int(e0 - x) // an FPDU's rest, then the grid
 	}
 	e.s.resent.Add(1)
-	return true, e.sendKept(f, pkt, payload, x, lead, mss)
+	return true, 0, e.sendKept(f, pkt, payload, x, lead, mss)
 }
 
 // sendKept sends payload, the kept octets from x, behind a copy of pkt's
