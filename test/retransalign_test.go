@@ -62,6 +62,18 @@ func alignMiB(t *testing.T, def int) int {
 	return def
 }
 
+// TestAlignedThroughRetransmissions: two daemons whose links lose 2 % and
+// reorder 2 % of the segments both ways (siwtun up --impair), at MTU 1500
+// and 9000, with segmentation offload (the default: the RNIC's TCP builds
+// super-segments, which the impairment cuts into wire segments as a NIC
+// would) and without (--offload=false). Batches of odd-sized RDMA Writes,
+// tiny Sends and RDMA Reads go one way, Read Responses the other, while
+// tcpdump captures both TUN devices. Every data segment each daemon sent,
+// retransmissions and all that follow them included, must be
+// FPDU-aligned, as two independent checkers judge it from the capture:
+// siwtun check and tshark's iWARP dissectors (see tsharkSent). Each
+// configuration moves SIWTUN_ALIGN_MIB MiB (8 by default) each way;
+// SIWTUN_ALIGN_KEEP=dir keeps the captures.
 func TestAlignedThroughRetransmissions(t *testing.T) {
 	requireRoot(t)
 	if _, err := exec.LookPath("tcpdump"); err != nil {
@@ -83,6 +95,8 @@ func TestAlignedThroughRetransmissions(t *testing.T) {
 		all.check, all.tshark, all.retrans)
 }
 
+// alignedRun is one configuration of TestAlignedThroughRetransmissions; it
+// returns how many data segments the checkers judged.
 func alignedRun(t *testing.T, tshark string, mtu int, off bool) alignCounts {
 	var tot alignCounts
 	r := newTwoRNICs(t, mtu, fmt.Sprintf("--offload=%v", off), "--impair", "loss=2%,reorder=2%,seed=11")
