@@ -21,7 +21,9 @@
 //     FPDU that follows) and holds only whole FPDUs. If not, which FPDU was
 //     split and by how much.
 //
-// Retransmitted octets are reported once; segments that arrive ahead of a
-// gap are held and analysed when the gap is filled. [Analyzer.Summary]
+// Retransmitted octets are walked once; a segment that carries nothing new
+// is a retransmission, judged FPDU-aligned when it starts and ends on FPDU
+// boundaries of the stream walked. Segments that arrive ahead of a gap are
+// held and analysed when the gap is filled. [Analyzer.Summary]
 // sums it all up per connection direction.
 package inspect
