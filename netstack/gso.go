@@ -87,6 +87,11 @@ func (w *writeEnds) acked(ack uint32) {
 func (w *writeEnds) around(seq uint32, n int, out []int) (into int, ends []int, atEnd, known bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.aroundLocked(seq, n, out)
+}
+
+// aroundLocked is around with w.mu held.
+func (w *writeEnds) aroundLocked(seq uint32, n int, out []int) (into int, ends []int, atEnd, known bool) {
 	start, ok := w.last, w.lastOK
 	for _, e := range w.ends[w.head:] {
 		d := int32(e - seq)

@@ -135,6 +135,11 @@ func (s *sentStore) slice(x, y uint32) (buffer.Buffer, bool) {
 func (w *writeEnds) fpduAt(p uint32, mss int) (start, end uint32, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.fpduAtLocked(p, mss)
+}
+
+// fpduAtLocked is fpduAt with w.mu held.
+func (w *writeEnds) fpduAtLocked(p uint32, mss int) (start, end uint32, ok bool) {
 	ws, wsOK := w.last, w.lastOK
 	for _, e := range w.ends[w.head:] {
 		if int32(e-p) <= 0 {
@@ -180,27 +185,47 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 	return false, nil
 }
 
-// resendOnce is one try of resend; when it cannot, why says why: 0 the
-// grid is not known, 1 the FPDU is not sent whole, 2 its octets are not
-// kept.
-func (e *hookEndpoint) resendOnce(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (done bool, why int, err tcpip.Error) {
-	a, b := seq, seq+uint32(plen)
+// resendHow is what one try of resend does with a retransmission.
+type resendHow int
+
+const (
+	resendKept   resendHow = iota // send [x, y) from the octets kept
+	resendAcked                   // all acknowledged: a segment without data
+	resendProbe                   // only held octets: a window probe
+	resendAsIs                    // leave it as TCP cut it (why says why)
+)
+
+// resendPlan is where a retransmission goes on the grid.
+type resendPlan struct {
+	how        resendHow
+	why        int // resendAsIs: 0 the grid is not known, 1 the FPDU is not sent whole
+	x, y       uint32
+	start, end uint32 // the FPDU holding x
+	ends       []int  // the writes ending inside (x, y), offsets from x
+}
+
+// planResend works out where the retransmission [a, b) goes on the grid.
+// It reads the peer's ACK and the grid under one hold of the grid's lock,
+// so that an ACK the link reads meanwhile cannot take away part of the
+// grid it looked at. f.hold.mu is held.
+func (f *flow) planResend(a, b uint32, mss int, scratch []int) resendPlan {
+	w := &f.writeEnds
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	ack, ackOK := f.peerAck()
 	if ackOK && int32(a-ack) < 0 {
 		if int32(b-ack) <= 0 {
 			// All acknowledged (gVisor has not yet seen the ACK, or
 			// this is a zero window probe, an acknowledged octet
-			// sent again): no data, which elicits the same ACK.
-			r := runPacket(pkt, 0, 0, 0)
-			defer r.DecRef()
-			return true, 0, e.emit(r)
+			// sent again).
+			return resendPlan{how: resendAcked}
 		}
 		a = ack
 	}
-	s0, e0, ok0 := f.writeEnds.fpduAt(a, mss)
-	s1, e1, ok1 := f.writeEnds.fpduAt(b, mss)
+	s0, e0, ok0 := w.fpduAtLocked(a, mss)
+	s1, e1, ok1 := w.fpduAtLocked(b, mss)
 	if !ok0 || !ok1 {
-		return false, 0, nil
+		return resendPlan{how: resendAsIs, why: 0}
 	}
 	// Sent whole: what was kept, up to a held tail.
 	sent := f.kept.edge()
@@ -229,37 +254,68 @@ func (e *hookEndpoint) resendOnce(f *flow, pkt *stack.PacketBuffer, seq uint32, 
 			if f.hold.pkt != nil && s0 == f.hold.seq {
 				// It is the held one: it never left. Ask the
 				// peer for the window its rest waits for.
-				return true, 0, e.probeWindow(f)
+				return resendPlan{how: resendProbe}
 			}
-			return false, 1, nil
+			return resendPlan{how: resendAsIs, why: 1}
 		}
 	}
-	payload, ok := f.kept.slice(x, y)
+	// The writes ending inside, from s0 (x may move back to a): the
+	// caller takes those past its x.
+	_, ends, _, _ := w.aroundLocked(s0, int(y-s0), scratch)
+	return resendPlan{how: resendKept, x: x, y: y, start: s0, end: e0, ends: ends}
+}
+
+// resendOnce is one try of resend; when it cannot, why says why: 0 the
+// grid is not known, 1 the FPDU is not sent whole, 2 its octets are not
+// kept.
+func (e *hookEndpoint) resendOnce(f *flow, pkt *stack.PacketBuffer, seq uint32, plen, mss int) (done bool, why int, err tcpip.Error) {
+	a := seq
+	var scratch [32]int
+	p := f.planResend(a, seq+uint32(plen), mss, scratch[:0])
+	switch p.how {
+	case resendAcked:
+		// No data, which elicits the same ACK.
+		r := runPacket(pkt, 0, 0, 0)
+		defer r.DecRef()
+		return true, 0, e.emit(r)
+	case resendProbe:
+		return true, 0, e.probeWindow(f)
+	case resendAsIs:
+		return false, p.why, nil
+	}
+	x := p.x
+	payload, ok := f.kept.slice(x, p.y)
 	if !ok && int32(a-x) > 0 {
 		x = a
-		payload, ok = f.kept.slice(x, y)
+		payload, ok = f.kept.slice(x, p.y)
 	}
 	if !ok {
 		return false, 2, nil
 	}
 	lead := 0
-	if int32(x-s0) > 0 && int32(e0-x) > 0 {
-		lead = int(e0 - x) // an FPDU's rest, then the grid
+	if int32(x-p.start) > 0 && int32(p.end-x) > 0 {
+		lead = int(p.end - x) // an FPDU's rest, then the grid
+	}
+	// The ends, as offsets from x.
+	ends := p.ends[:0]
+	for _, o := range p.ends {
+		if d := o - int(x-p.start); d > 0 {
+			ends = append(ends, d)
+		}
 	}
 	e.s.resent.Add(1)
-	return true, 0, e.sendKept(f, pkt, payload, x, lead, mss)
+	return true, 0, e.sendKept(pkt, payload, x, lead, mss, ends)
 }
 
 // sendKept sends payload, the kept octets from x, behind a copy of pkt's
 // headers, in runs along the FPDU grid (lead: octets to the first FPDU
-// boundary). It takes payload.
-func (e *hookEndpoint) sendKept(f *flow, pkt *stack.PacketBuffer, payload buffer.Buffer, x uint32, lead, mss int) tcpip.Error {
+// boundary; ends: the offsets of the writes ending inside). It takes
+// payload.
+func (e *hookEndpoint) sendKept(pkt *stack.PacketBuffer, payload buffer.Buffer, x uint32, lead, mss int, ends []int) tcpip.Error {
 	n := int(payload.Size())
 	base := withHeaders(pkt, payload)
 	defer base.DecRef()
 	header.TCP(base.TransportHeader().Slice()).SetSequenceNumber(x)
-	var scratch [32]int
-	_, ends, _, _ := f.writeEnds.around(x, n, scratch[:0])
 	off, segs := 0, 0
 	for _, end := range cutRuns(n, mss, lead, MaxAlignedWrite, ends, ends[len(ends):]) {
 		r := runPacket(base, off, end, segs)
