@@ -189,10 +189,10 @@ func (e *hookEndpoint) resend(f *flow, pkt *stack.PacketBuffer, seq uint32, plen
 type resendHow int
 
 const (
-	resendKept   resendHow = iota // send [x, y) from the octets kept
-	resendAcked                   // all acknowledged: a segment without data
-	resendProbe                   // only held octets: a window probe
-	resendAsIs                    // leave it as TCP cut it (why says why)
+	resendKept  resendHow = iota // send [x, y) from the octets kept
+	resendAcked                  // all acknowledged: a segment without data
+	resendProbe                  // only held octets: a window probe
+	resendAsIs                   // leave it as TCP cut it (why says why)
 )
 
 // resendPlan is where a retransmission goes on the grid.
