@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all setup build lib test test-short vet fmt-check fuzz fuzz-long soak bench gobench demo interop clean
+.PHONY: all setup build lib install uninstall test test-short vet fmt-check fuzz fuzz-long soak bench gobench demo interop clean
 
 all: build
 
@@ -19,6 +19,63 @@ build: lib
 # `siwtun exec` preloads, and its sanitizer-built C test program.
 lib:
 	$(MAKE) -C libsiwtun all test-prog
+
+# make install puts siwtun in PREFIX (default /usr/local), under DESTDIR
+# when given (a staging root for a package): the binary in bin/, libsiwtun
+# in lib/siwtun/ (where siwtun exec looks, ../lib/siwtun from the binary),
+# the man pages, bash, zsh and fish completions (from siwtun completion),
+# and the systemd unit template siwtun@.service, which runs one device per
+# instance with its flags from SYSCONFDIR/siwtun/<dev>.conf (an example is
+# installed beside). doc/install.md says how to use them. It builds what
+# it installs into BIN (default bin/) when a source is newer, so that
+# make build, then make install as root, does not build again as root.
+PREFIX         ?= /usr/local
+SYSCONFDIR     ?= /etc
+BINDIR         := $(PREFIX)/bin
+LIBDIR         := $(PREFIX)/lib/siwtun
+MANDIR         ?= $(PREFIX)/share/man
+BASHCOMPDIR    ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR     ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR    ?= $(PREFIX)/share/fish/vendor_completions.d
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+BIN            ?= bin
+# What the binary is built from: Go sources and the files they embed.
+GOSRC          := $(shell find . \( -path ./.git -o -path ./bin \) -prune -o -type f \
+                  \( -name '*.go' -o -name '*.html' -o -name '*.css' -o -name '*.js' \) -print) go.mod go.sum
+
+$(BIN)/siwtun: $(GOSRC)
+	$(GO) build -o $@ ./cmd/siwtun
+
+install: $(BIN)/siwtun
+	$(MAKE) -C libsiwtun all OUT=$(abspath $(BIN))
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/siwtun
+	install -m 0755 $(BIN)/siwtun $(DESTDIR)$(BINDIR)/siwtun
+	@if [ -f $(BIN)/libsiwtun.so ]; then \
+		echo install -d $(DESTDIR)$(LIBDIR); install -d $(DESTDIR)$(LIBDIR); \
+		echo install -m 0755 $(BIN)/libsiwtun.so $(DESTDIR)$(LIBDIR)/libsiwtun.so; \
+		install -m 0755 $(BIN)/libsiwtun.so $(DESTDIR)$(LIBDIR)/libsiwtun.so; \
+	else \
+		echo "install: libsiwtun was not built (install libibverbs-dev and librdmacm-dev): siwtun exec will not work"; \
+	fi
+	install -m 0644 doc/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	$(BIN)/siwtun completion bash > $(DESTDIR)$(BASHCOMPDIR)/siwtun
+	$(BIN)/siwtun completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_siwtun
+	$(BIN)/siwtun completion fish > $(DESTDIR)$(FISHCOMPDIR)/siwtun.fish
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/siwtun $(DESTDIR)$(ZSHCOMPDIR)/_siwtun $(DESTDIR)$(FISHCOMPDIR)/siwtun.fish
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' 'packaging/siwtun@.service.in' \
+		> '$(DESTDIR)$(SYSTEMDUNITDIR)/siwtun@.service'
+	chmod 0644 '$(DESTDIR)$(SYSTEMDUNITDIR)/siwtun@.service'
+	install -m 0644 packaging/siwtun0.conf.example $(DESTDIR)$(SYSCONFDIR)/siwtun/siwtun0.conf.example
+
+# make uninstall removes what make install put there (same PREFIX and
+# DESTDIR); the devices' .conf files in SYSCONFDIR/siwtun stay.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/siwtun $(DESTDIR)$(LIBDIR)/libsiwtun.so
+	rm -f $(DESTDIR)$(MANDIR)/man1/siwtun.1 $(DESTDIR)$(MANDIR)/man1/siwtun-*.1
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/siwtun $(DESTDIR)$(ZSHCOMPDIR)/_siwtun $(DESTDIR)$(FISHCOMPDIR)/siwtun.fish
+	rm -f '$(DESTDIR)$(SYSTEMDUNITDIR)/siwtun@.service' $(DESTDIR)$(SYSCONFDIR)/siwtun/siwtun0.conf.example
+	-rmdir $(DESTDIR)$(LIBDIR) $(DESTDIR)$(SYSCONFDIR)/siwtun 2>/dev/null
 
 # The test suite: formatting, vet, every package with the race detector,
 # then the integration tests (root; real TUN devices and daemons, run on
@@ -77,10 +134,13 @@ soak: build
 # latency with CRC on and off, at MTU 1500 and 9000; one table on stdout,
 # the same as JSON in bench/results/; and Debian's ib_write_lat/ib_write_bw
 # -R through libsiwtun next to siwtun perf (skipped without perftest).
-# BENCHFLAGS: e.g. --mtu 9000 -D 2, or --tests clib --rounds 5.
+# Then doc/performance.md shows the newest full run (go generate ./bench);
+# commit the run's JSON with the page.
+# BENCHFLAGS: e.g. --mtu 9000 -D 2, or --suites clib --rounds 5.
 BENCHFLAGS ?=
 bench: build
 	./bin/siwtun bench --out bench/results $(BENCHFLAGS)
+	$(GO) generate ./bench
 
 # Go benchmarks: FPDU build/parse (0 allocs), CQ, RDMA WRITE next to raw TCP
 # between two in-process stacks.
@@ -95,11 +155,11 @@ demo:
 	$(GO) run ./cmd/siwtun demo
 
 # Interop with Linux's kernel siw (root): builds and boots the peer VM of
-# ../shared/peer (SIWPEER_SCRIPTS), runs rping both ways in every MPA mode,
-# the markers and hostile-peer scenarios, captures and checks each with
-# tshark, prints the table and stops the VM. Captures and the table go to
+# ../shared/peer beside the checkout (or SIWPEER_SCRIPTS), runs rping both
+# ways in every MPA mode, the markers and hostile-peer scenarios, captures
+# and checks each with tshark, prints the table and stops the VM. Captures and the table go to
 # SIWTUN_INTEROP_OUT (default: $$TMPDIR/siwtun-interop, emptied first).
-SIWPEER_SCRIPTS ?= $(abspath ../shared/peer)
+SIWPEER_SCRIPTS ?=
 interop:
 	SIWTUN_INTEROP=1 SIWPEER_SCRIPTS=$(SIWPEER_SCRIPTS) $(GO) test -count=1 -v -timeout 30m -run '^TestInterop$$' ./test/interop/
 

@@ -13,7 +13,8 @@ import (
 
 // The engine's rooms stay small enough to read whole: a file that grows
 // past maxFileLines, or a function past maxFuncLines, has become two
-// concerns (issue 12).
+// concerns, and a newcomer reading the RNIC's data path should meet one
+// at a time.
 const (
 	maxFileLines = 600
 	maxFuncLines = 80

@@ -11,7 +11,7 @@ import (
 )
 
 // The comparison of Debian's perftest through libsiwtun with siwtun perf
-// (GroupCLib): the sizes.
+// (GroupCLib): the sizes of its latency and bandwidth targets.
 const (
 	// CLibLatSize is ib_write_lat's message size.
 	CLibLatSize = 2

@@ -33,9 +33,11 @@
 // and prints one table of absolute figures, ratios to both baselines, the
 // receiving application's CPU seconds per GB (its own rusage) next to the
 // kernel socket receiver's, a table of set-up, scale and memory, and the
-// issue's targets marked PASS or MISS. Results also goes to JSON
+// performance targets marked PASS or MISS. Results also goes to JSON
 // (bench/results/).
 //
 // Every process the run starts is stopped by its PID, and every namespace
 // removed, on every exit path (the caller cancels the context on SIGINT).
 package bench
+
+//go:generate go run ./internal/pagegen -page ../doc/performance.md -results results -source bench/results

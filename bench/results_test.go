@@ -53,6 +53,21 @@ func fixture() *Results {
 			{MTU: 9000, Stack: StackPerfPair, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 110},
 			{MTU: 9000, Stack: StackCLib, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 110, Mean: 330},
 			{MTU: 9000, Stack: StackPerfSpin, Kind: KindLat, Test: "RDMA WRITE", Size: CLibLatSize, CRC: on, Value: 100, Mean: 300},
+			// Shared-address mode next to routed mode.
+			{MTU: 9000, Stack: StackRouted, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 650},
+			{MTU: 9000, Stack: StackShared, Kind: KindBW, Test: "RDMA WRITE", Size: 1 << 20, CRC: on, Value: 630},
+			{MTU: 9000, Stack: StackRouted, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 120, Mean: 125},
+			{MTU: 9000, Stack: StackShared, Kind: KindLat, Test: "RDMA WRITE", Size: 4, CRC: on, Value: 130, Mean: 135},
+			{MTU: 9000, Stack: StackRouted, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 1000},
+			{MTU: 9000, Stack: StackRouted, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 800},
+			{MTU: 9000, Stack: StackShared, Kind: KindConnect, Test: TestConnect, QPs: 1000, Clients: 1, Value: 1050},
+			{MTU: 9000, Stack: StackShared, Kind: KindRate, Test: TestConnect, QPs: 1000, Clients: 1, Value: 760},
+			// Kernel TCP by iperf3 and qperf beside tcpperf: the anchors
+			// are iperf3's bulk, tcpperf's 64 B rr and qperf's 64 KiB rr.
+			{MTU: 9000, Stack: StackKernel, Tool: ToolIperf3, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 3300, AppCPUPerGB: 0.2},
+			{MTU: 9000, Stack: StackKernel, Tool: ToolQperf, Kind: KindBW, Test: TestTCPBulk, Size: BulkSize, Value: 2800},
+			{MTU: 9000, Stack: StackKernel, Tool: ToolQperf, Kind: KindLat, Test: TestTCPRR, Size: 64, Value: 24},
+			{MTU: 9000, Stack: StackKernel, Tool: ToolQperf, Kind: KindLat, Test: TestTCPRR, Size: 65536, Value: 50},
 		},
 		CLib: &CLibInfo{},
 	}
@@ -75,7 +90,7 @@ func TestTableGolden(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 16 {
+	if len(back.Rows) != len(r.Rows) || len(back.Targets) != 19 {
 		t.Fatalf("JSON round trip: %d rows, %d targets", len(back.Rows), len(back.Targets))
 	}
 }
@@ -84,25 +99,37 @@ func TestAnalyze(t *testing.T) {
 	r := fixture()
 	r.Analyze()
 	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	// Kernel TCP's best: iperf3's bulk (3300 MB/s), tcpperf's 64 B rr (20
+	// µs), qperf's 64 KiB rr (50 µs).
 	w := r.Rows[6]
-	if !near(w.VsGVisor, 1.1) || !near(w.VsKernel, 0.22) {
-		t.Errorf("RDMA WRITE bw ratios %v %v, want 1.1 0.22", w.VsGVisor, w.VsKernel)
+	if !near(w.VsGVisor, 1.1) || !near(w.VsKernel, 0.2) {
+		t.Errorf("RDMA WRITE bw ratios %v %v, want 1.1 0.2 (of iperf3's bulk)", w.VsGVisor, w.VsKernel)
 	}
 	if l := r.Rows[8]; !near(l.VsGVisor, 1.5) || !near(l.VsKernel, 6) {
-		t.Errorf("4 B latency against the 64 B rr: %v %v, want 1.5 6", l.VsGVisor, l.VsKernel)
+		t.Errorf("4 B latency against the 64 B rr: %v %v, want 1.5 6 (of tcpperf's)", l.VsGVisor, l.VsKernel)
 	}
-	if l := r.Rows[9]; !near(l.VsGVisor, 1.5) || !near(l.VsKernel, 7.5) {
-		t.Errorf("64 KiB latency against the 64 KiB rr: %v %v, want 1.5 7.5", l.VsGVisor, l.VsKernel)
+	if l := r.Rows[9]; !near(l.VsGVisor, 1.5) || !near(l.VsKernel, 9) {
+		t.Errorf("64 KiB latency against the 64 KiB rr: %v %v, want 1.5 9 (of qperf's)", l.VsGVisor, l.VsKernel)
 	}
-	if g := r.Rows[3]; g.VsGVisor != 0 || !near(g.VsKernel, 0.2) {
+	if g := r.Rows[3]; g.VsGVisor != 0 || !near(g.VsKernel, 600.0/3300) {
 		t.Errorf("gVisor bulk ratios %v %v", g.VsGVisor, g.VsKernel)
+	}
+	wantAnchors := []Anchor{{9000, KindBW, BulkSize, ToolIperf3, 3300}, {9000, KindLat, 64, "tcpperf", 20}, {9000, KindLat, 65536, ToolQperf, 50}}
+	if !reflect.DeepEqual(r.Anchors, wantAnchors) {
+		t.Errorf("anchors %+v, want %+v", r.Anchors, wantAnchors)
+	}
+	for _, k := range r.Rows[len(r.Rows)-4:] {
+		if k.VsKernel != 0 || k.VsGVisor != 0 {
+			t.Errorf("kernel TCP row with a ratio: %+v", k)
+		}
 	}
 	want := []struct {
 		fig  float64
 		pass bool
-	}{{1.1, true}, {1.5, false}, {0.22, false}, {6, false}, {0.04, true}, {1 - 660.0/700, false},
+	}{{1.1, true}, {1.5, false}, {0.2, false}, {6, false}, {0.04, true}, {1 - 660.0/700, false},
 		{1.1, true}, {1.1, true}, {1.1, true}, {3, false}, {0.95, true},
-		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true}}
+		{1.0, true}, {800, true}, {400, false}, {0.95, true}, {31, true},
+		{630.0 / 650, true}, {130.0 / 120, false}, {0.95, true}}
 	if len(r.Targets) != len(want) {
 		t.Fatalf("%d targets, want %d: %+v", len(r.Targets), len(want), r.Targets)
 	}

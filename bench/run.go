@@ -69,6 +69,10 @@ type Config struct {
 	// UpFlags are more flags for the daemons' `siwtun up` (such as
 	// --gso=false), for comparing its options with the same workloads.
 	UpFlags []string
+	// KernelTools are the tools that measure kernel TCP beside
+	// apps/tcpperf (ToolIperf3, ToolQperf), in the perf suite; one that is
+	// not installed is skipped with a note (Results.KernelSkipped).
+	KernelTools []string
 	// Log receives a line per step (nil: discarded).
 	Log io.Writer
 }
@@ -90,6 +94,7 @@ func DefaultConfig(bin string) Config {
 		},
 		Ops: AllOps, CRCs: []bool{true, false},
 		Connections: 1000, Clients: 4, ScaleQPs: []int{1, 4, 16, 64}, IdleQPs: []int{1000, 10000},
+		KernelTools: AllKernelTools,
 	}
 }
 
@@ -123,6 +128,12 @@ type runner struct {
 	round   int
 	res     *Results
 	rowErrs []string
+	// tools are the installed kernel TCP tools of Config.KernelTools, by
+	// name: their paths (kernel.go).
+	tools map[string]string
+	// sharedMode: startDaemons starts them sharing addresses of the host's
+	// (SuiteShared).
+	sharedMode bool
 }
 
 // Run builds the topology, measures everything cfg asks for and removes
@@ -155,6 +166,9 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	r.res.Rounds = max(cfg.Rounds, 1)
 	r.res.Suites = r.suites()
+	if r.on(SuitePerf) {
+		r.kernelTools()
+	}
 	if r.on(SuiteCLib) {
 		r.res.CLib = &CLibInfo{Skipped: cfg.CLibSkip}
 		if cfg.CLibSkip != "" {
@@ -291,6 +305,11 @@ func (r *runner) measureMTU(mtu int, first bool) error {
 	if err := r.measureSetupScale(mtu); err != nil {
 		return err
 	}
+	if r.on(SuiteShared) {
+		if err := r.measureShared(mtu); err != nil {
+			return err
+		}
+	}
 	if r.on(SuiteMemory) && first {
 		for _, n := range r.cfg.IdleQPs {
 			if err := r.ctx.Err(); err != nil {
@@ -313,6 +332,7 @@ func (r *runner) measurePerf(mtu int) error {
 		}
 		r.kernelTCP(mtu, w)
 	}
+	r.kernelToolRuns(mtu)
 	// The CRC settings take turns going first from round to round, so a
 	// drift of the machine within a round does not favour one of them in
 	// every round (the CRC cost target compares them).
@@ -446,8 +466,8 @@ func (r *runner) startDaemons(mtu int, crc bool, extra ...string) error {
 		dev, addr, host string
 		p               **proc
 	}{{dev0, rnic0, host0, &r.d0}, {dev1, rnic1, host1, &r.d1}} {
-		args := []string{"up", "--dev", d.dev, "--addr", d.addr, "--host-addr", d.host,
-			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn"}
+		args := append(append([]string{"up", "--dev", d.dev}, r.daemonAddrArgs(d.dev, d.addr, d.host)...),
+			"--mtu", fmt.Sprint(mtu), fmt.Sprintf("--crc=%v", crc), "--socket-dir", r.dir, "--log-level", "warn")
 		if r.cfg.DaemonNice != 0 {
 			args = append(args, "--nice", fmt.Sprint(r.cfg.DaemonNice))
 		}
@@ -736,9 +756,11 @@ func decodeJSON(s string, v any) error {
 // sortRows orders the rows by MTU, then kernel, gVisor, siwtun, then
 // bandwidth before latency, the operation, the size and CRC on before off;
 // the comparison of perftest through libsiwtun after siwtun's, each of
-// its figures next to siwtun perf's.
+// its figures next to siwtun perf's; kernel TCP's tools after tcpperf.
 func (r *runner) sortRows() {
-	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackPerfSpin: 3, StackCLib: 3}
+	stack := map[string]int{StackKernel: 0, StackGVisor: 1, StackSiwtun: 2, StackPerfPair: 3, StackPerfSpin: 3, StackCLib: 3,
+		StackRouted: 4, StackShared: 5}
+	tool := map[string]int{ToolIperf3: 1, ToolQperf: 2}
 	pair := map[string]int{StackPerfSpin: 1, StackCLib: 2}
 	kind := map[string]int{KindBW: 0, KindOps: 1, KindLat: 2}
 	test := map[string]int{TestTCPBulk: 0, TestTCPRR: 1, "RDMA WRITE": 2, TestWriteImm: 3, "RDMA READ": 4, "SEND": 5, TestAtomic: 6}
@@ -760,7 +782,7 @@ func (r *runner) sortRows() {
 	slices.SortStableFunc(r.res.Rows, func(a, b Row) int {
 		for _, d := range []int{a.MTU - b.MTU, group(a) - group(b), stack[a.Stack] - stack[b.Stack], kind[a.Kind] - kind[b.Kind],
 			test[a.Test] - test[b.Test], a.Clients - b.Clients, a.QPs - b.QPs, a.Size - b.Size, crc(a.CRC) - crc(b.CRC),
-			pair[a.Stack] - pair[b.Stack]} {
+			pair[a.Stack] - pair[b.Stack], tool[a.Tool] - tool[b.Tool]} {
 			if d != 0 {
 				return d
 			}

@@ -22,12 +22,12 @@ const (
 	SuiteMemory = "memory"
 	// SuiteCLib is Debian's perftest (ib_write_lat, ib_write_bw -R)
 	// through libsiwtun, each figure next to siwtun perf's with the same
-	// arguments (issue 13).
+	// arguments: what C programs pay for the library, measured side by side.
 	SuiteCLib = "clib"
 )
 
 // AllSuites are the suites of a full run, in the order measured.
-var AllSuites = []string{SuitePerf, SuiteCLib, SuiteConnect, SuiteScale, SuiteMemory}
+var AllSuites = []string{SuitePerf, SuiteCLib, SuiteConnect, SuiteScale, SuiteMemory, SuiteShared}
 
 // ran reports whether the run measured suite (a run that does not say
 // measured all).
@@ -35,7 +35,8 @@ func (r *Results) ran(suite string) bool {
 	return len(r.Suites) == 0 || slices.Contains(r.Suites, suite)
 }
 
-// The targets of the set-up, scale and memory rows (issue 14).
+// The targets of the set-up, scale and memory rows: what an application
+// that opens many connections may expect of a daemon.
 const (
 	// TargetConnectMS is the most a connect between the daemons may take
 	// (the median), in milliseconds.
@@ -205,7 +206,7 @@ func (r *Results) writeScaleTable(w io.Writer) error {
 		if row.Kind == KindMem {
 			rss = fmt.Sprintf("%.0f -> %.0f", row.RSSBaseKiB, row.RSSKiB)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack), test, row.QPs, clients,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%s\n", row.MTU, stackName(row.Stack, row.Tool), test, row.QPs, clients,
 			row.Value, unit, ratio(row.VsOneQP), ratio(row.VsKernel), rss)
 	}
 	return tw.Flush()

@@ -135,7 +135,7 @@ func connTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*20
 func (r *runner) connRun(mtu int, stack string, clients int) {
 	per := max(r.cfg.Connections/clients, 1)
 	total := per * clients
-	what := fmt.Sprintf("MTU %d %s %d connections, %s", mtu, stackName(stack), total, clientsName(clients))
+	what := fmt.Sprintf("MTU %d %s %d connections, %s", mtu, stackName(stack, ""), total, clientsName(clients))
 	r.logf("%s", what)
 	srvNS, cliNS, _, srvArgs, cliArgs := r.connArgs(stack)
 	srv, err := r.startConnServer(srvNS, srvArgs, total)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
@@ -30,7 +31,9 @@ var siwCaptures = []struct {
 // segment aligned (siw sends one FPDU per segment), every CRC good.
 func TestSiwCaptures(t *testing.T) {
 	dirs := []string{filepath.Join("..", "offload", "mpa", "testdata")}
-	if d := "/work/shared/captures"; dirExists(d) {
+	// The shared captures beside the checkout (../shared/captures), when
+	// they are there: the originals the testdata copies came from.
+	if d, ok := testkit.SharedDir("captures"); ok {
 		dirs = append(dirs, d)
 	}
 	for _, dir := range dirs {
@@ -70,11 +73,6 @@ func TestSiwCaptures(t *testing.T) {
 			})
 		}
 	}
-}
-
-func dirExists(d string) bool {
-	fi, err := os.Stat(d)
-	return err == nil && fi.IsDir()
 }
 
 // synthetic returns the packets of a connection between two siwtun-like

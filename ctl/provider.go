@@ -104,6 +104,32 @@ func (p *engineProvider) DevInfo() DevInfo {
 	}
 }
 
+// WithShared returns p with the shared-address view shared() added to its
+// Link.
+func WithShared(p Provider, shared func() *SharedLink) Provider {
+	return sharedProvider{p, shared}
+}
+
+// sharedProvider adds a SharedLink to a Provider's Link.
+type sharedProvider struct {
+	Provider
+	shared func() *SharedLink
+}
+
+func (p sharedProvider) Link() Link {
+	l := p.Provider.Link()
+	l.Shared = p.shared()
+	return l
+}
+
+// MRs implements MRLister when the wrapped Provider does.
+func (p sharedProvider) MRs() []MR {
+	if l, ok := p.Provider.(MRLister); ok {
+		return l.MRs()
+	}
+	return nil
+}
+
 // Link implements Provider.Link.
 func (p *engineProvider) Link() Link {
 	return Link{

@@ -110,7 +110,9 @@ func WriteDevInfo(w io.Writer, d DevInfo, verbose bool) error {
 // ("link siwtun0/1 state ACTIVE physical_state LINK_UP netdev siwtun0"),
 // followed on the same line by the RNIC's addresses and the host's
 // ("addrs 198.18.0.2/24 host_addrs 198.18.0.1/24", comma-separated, each
-// pair left out when empty).
+// pair left out when empty), and for an RNIC on a shared address its TUN
+// device, private address and nftables table ("shared tun siwtun0 private
+// 169.254.1.5 table \"ip siwtun-siwtun0\"").
 func WriteLinks(w io.Writer, links []Link) error {
 	bw := bufio.NewWriter(w)
 	for _, l := range links {
@@ -120,6 +122,9 @@ func WriteLinks(w io.Writer, links []Link) error {
 		}
 		if len(l.HostAddrs) > 0 {
 			fmt.Fprintf(bw, " host_addrs %s", strings.Join(l.HostAddrs, ","))
+		}
+		if sh := l.Shared; sh != nil {
+			fmt.Fprintf(bw, " shared tun %s private %s table %q", sh.TUN, sh.Private, sh.Table)
 		}
 		bw.WriteByte('\n')
 	}

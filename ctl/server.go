@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 // Defaults of the control socket.
@@ -63,6 +65,8 @@ const (
 	// OpProc asks for the daemon process's footprint: goroutines, RSS,
 	// descriptors, mappings (see proc.go).
 	OpProc = "proc"
+	// OpAnatomy drives the recorder of hop stamps (see anatomy.go).
+	OpAnatomy = "anatomy"
 )
 
 // SocketPath is the control socket of device dev in directory dir (empty:
@@ -86,6 +90,13 @@ type Request struct {
 	// freed memory to the operating system (debug.FreeOSMemory), so that
 	// the resident set says what the daemon still holds.
 	GC bool `json:"gc,omitempty"`
+	// Headers, with OpWatch, leaves the segments' payloads out of the
+	// stream (WatchSegment.Len says how long they were): a viewer that
+	// only matches the segments of a second device sends its daemon a
+	// fraction of the data, and falls behind much later.
+	Headers bool `json:"headers,omitempty"`
+	// Anatomy is the action of OpAnatomy.
+	Anatomy *AnatomyRequest `json:"anatomy,omitempty"`
 }
 
 // Response is one line the server answers with: OK and one payload, or
@@ -109,6 +120,8 @@ type Response struct {
 	MRs []MR `json:"mrs,omitempty"`
 	// Proc answers OpProc.
 	Proc *Proc `json:"proc,omitempty"`
+	// Anatomy answers OpAnatomy.
+	Anatomy *AnatomyState `json:"anatomy,omitempty"`
 }
 
 // Server serves a Provider on a control socket.
@@ -119,6 +132,10 @@ type Server struct {
 	// TCPPerf runs the tcpperf op; nil answers that the daemon cannot run
 	// TCP workloads. Set it before Serve.
 	TCPPerf TCPPerfFunc
+	// Anatomy is the device's recorder of hop stamps (the stack's) for
+	// the anatomy op; nil answers that the daemon records none. Set it
+	// before Serve.
+	Anatomy *anatomy.Recorder
 
 	ln   *net.UnixListener
 	path string
@@ -387,6 +404,8 @@ func (s *Server) handle(line []byte) (resp Response) {
 		return s.mrs()
 	case OpProc:
 		return s.proc(req.GC)
+	case OpAnatomy:
+		return s.anatomyOp(*req.Anatomy)
 	}
 	return errorResponse(fmt.Errorf("unknown op %q", req.Op))
 }
@@ -412,8 +431,11 @@ func ParseRequest(line []byte) (Request, error) {
 	if req.TCPPerf != nil && req.Op != OpTCPPerf {
 		return Request{}, fmt.Errorf("field tcpperf is only valid with op %q", OpTCPPerf)
 	}
+	if req.Anatomy != nil && req.Op != OpAnatomy {
+		return Request{}, fmt.Errorf("field anatomy is only valid with op %q", OpAnatomy)
+	}
 	switch req.Op {
-	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR, OpProc:
+	case OpDevInfo, OpLink, OpStats, OpWatch, OpTCPPerf, OpMR, OpProc, OpAnatomy:
 		if req.QP != nil {
 			return Request{}, fmt.Errorf("field qp is only valid with op %q", OpQP)
 		}
@@ -425,11 +447,19 @@ func ParseRequest(line []byte) (Request, error) {
 				return Request{}, err
 			}
 		}
+		if req.Op == OpAnatomy {
+			if req.Anatomy == nil {
+				return Request{}, fmt.Errorf("op %q needs the field anatomy", OpAnatomy)
+			}
+			if err := req.Anatomy.Check(); err != nil {
+				return Request{}, err
+			}
+		}
 	case OpQP:
 	case "":
 		return Request{}, errors.New(`malformed request: missing "op"`)
 	default:
-		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf, mr or proc)", req.Op)
+		return Request{}, fmt.Errorf("unknown op %q (want devinfo, link, qp, stats, watch, tcpperf, mr, proc or anatomy)", req.Op)
 	}
 	return req, nil
 }

@@ -378,7 +378,7 @@ func TestSocketPath(t *testing.T) {
 }
 
 func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{`{"op":"devinfo"}`, `{"op":"qp","qp":3}`, `{"op":"qp","qp":-1}`, `{`, `[]`, `{"op":"link"} x`} {
+	for _, s := range []string{`{"op":"devinfo"}`, `{"op":"qp","qp":3}`, `{"op":"qp","qp":-1}`, `{`, `[]`, `{"op":"link"} x`, `{"op":"anatomy","anatomy":{"action":"app","app":[[1,2,3,4,5,6]]}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -392,6 +392,10 @@ func FuzzParseRequest(f *testing.F) {
 				t.Errorf("accepted qp with op %q", req.Op)
 			}
 		case OpQP:
+		case OpAnatomy:
+			if req.Anatomy == nil || req.Anatomy.Check() != nil {
+				t.Errorf("accepted anatomy request %+v", req.Anatomy)
+			}
 		default:
 			t.Errorf("accepted op %q", req.Op)
 		}

@@ -104,6 +104,27 @@ type Link struct {
 	// HostAddrs are the host's addresses on Netdev (the kernel side of the
 	// TUN device).
 	HostAddrs []string `json:"host_addrs"`
+	// Shared is set when the RNIC shares an address of the host's
+	// (siwtun up --shared): Addrs is then that address and Netdev the
+	// interface that has it.
+	Shared *SharedLink `json:"shared,omitempty"`
+}
+
+// SharedLink is how an RNIC shares an address of the host's: the host's
+// NAT (nftables table Table) carries the RNIC's ports of the shared
+// address to its private address on its TUN device, and kernel sockets
+// hold those ports in the host's port space.
+type SharedLink struct {
+	// TUN is the RNIC's TUN device.
+	TUN string `json:"tun"`
+	// Private is the RNIC stack's own address on TUN.
+	Private string `json:"private"`
+	// Table is the nftables table ("ip siwtun-<dev>").
+	Table string `json:"table"`
+	// Reserved are the ports held in the host's port space for the RNIC,
+	// Published those of its listeners (new connections go to the RNIC).
+	Reserved  []uint16 `json:"reserved"`
+	Published []uint16 `json:"published"`
 }
 
 // QP describes one queue pair as `rdma resource show qp` does, plus its

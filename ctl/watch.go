@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/siwtun/siwtun/internal/monoclock"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 )
@@ -23,19 +24,55 @@ type Watcher interface {
 }
 
 // WatchEvent is one line of an OpWatch stream: exactly one of Segment,
-// Place and WC is set, or only Dropped.
+// Place, WC and Gap is set, or none (a heartbeat: the daemon had nothing
+// to report between the previous event and Mono).
 type WatchEvent struct {
-	// Time is when the event happened.
+	// Time is when the event happened (wall clock, for people).
 	Time time.Time `json:"time"`
+	// Mono is when it happened in CLOCK_MONOTONIC nanoseconds, the clock
+	// every daemon on a host shares: the events of two daemons are put in
+	// one order by it. One daemon's events never go back in it.
+	Mono int64 `json:"mono,omitempty"`
 	// Segment is a TCP segment at the device's link.
 	Segment *WatchSegment `json:"seg,omitempty"`
 	// Place is the payload of a received FPDU placed into memory.
 	Place *WatchPlace `json:"place,omitempty"`
 	// WC is a work completion.
 	WC *WatchWC `json:"wc,omitempty"`
-	// Dropped is the number of events the daemon dropped so far because
-	// this client did not keep up; sent when it grows.
+	// Gap is a window of events the daemon left out, just before this
+	// point of the stream (this client did not keep up).
+	Gap *WatchGap `json:"gap,omitempty"`
+	// Dropped is the number of events the daemon left out so far; sent
+	// when it grows.
 	Dropped uint64 `json:"dropped,omitempty"`
+}
+
+// WatchGap is a window of events the daemon left out (offload.TapGap):
+// from the first to the last of them (wall clock and CLOCK_MONOTONIC
+// nanoseconds), how many of each kind, and per connection direction the
+// sequence range of the segments among them.
+type WatchGap struct {
+	From     time.Time     `json:"from"`
+	To       time.Time     `json:"to"`
+	FromMono int64         `json:"from_mono"`
+	ToMono   int64         `json:"to_mono"`
+	Segments uint64        `json:"segs"`
+	Places   uint64        `json:"places,omitempty"`
+	WCs      uint64        `json:"wcs,omitempty"`
+	Dirs     []WatchGapDir `json:"dirs,omitempty"`
+	// MoreDirs: segments of more directions were left out than Dirs
+	// lists (offload.MaxGapDirs): any direction may have lost some.
+	MoreDirs bool `json:"more_dirs,omitempty"`
+}
+
+// WatchGapDir is one direction's segments in a WatchGap: every octet left
+// out lies in [Seq, End) (sequence numbers, modulo 2^32).
+type WatchGapDir struct {
+	Src      netip.AddrPort `json:"src"`
+	Dst      netip.AddrPort `json:"dst"`
+	Seq      uint32         `json:"seq"`
+	End      uint32         `json:"end"`
+	Segments int            `json:"segs"`
 }
 
 // WatchSegment is a TCP segment: Dir is "out" (sent by the RNIC) or "in"
@@ -50,6 +87,17 @@ type WatchSegment struct {
 	Window  uint16         `json:"win"`
 	MSS     uint16         `json:"mss,omitempty"`
 	Payload []byte         `json:"payload,omitempty"`
+	// Len is the payload's length when the stream leaves payloads out
+	// (Request.Headers); 0 otherwise.
+	Len int `json:"len,omitempty"`
+}
+
+// PayloadLen returns the length of the segment's payload.
+func (s *WatchSegment) PayloadLen() int {
+	if s.Payload != nil {
+		return len(s.Payload)
+	}
+	return s.Len
 }
 
 // WatchPlace says where a received FPDU's payload went (offload.Placement).
@@ -77,7 +125,7 @@ type WatchWC struct {
 
 // NewWatchEvent converts an engine event.
 func NewWatchEvent(e offload.TapEvent) WatchEvent {
-	out := WatchEvent{Time: e.Time}
+	out := WatchEvent{Time: e.Time, Mono: monoclock.Nanos(e.Time)}
 	switch {
 	case e.Segment != nil:
 		s := e.Segment
@@ -92,9 +140,37 @@ func NewWatchEvent(e offload.TapEvent) WatchEvent {
 	case e.Completion != nil:
 		c := e.Completion
 		out.WC = &WatchWC{QP: c.QPNum, ID: c.ID, Opcode: c.Opcode.String(), Status: c.Status.String(), ByteLen: c.ByteLen}
+	case e.Gap != nil:
+		g := e.Gap
+		wg := &WatchGap{From: g.From, To: g.To, FromMono: monoclock.Nanos(g.From), ToMono: monoclock.Nanos(g.To),
+			Segments: g.Segments, Places: g.Places, WCs: g.Completions, MoreDirs: g.MoreDirs}
+		for _, d := range g.Dirs {
+			wg.Dirs = append(wg.Dirs, WatchGapDir{Src: d.Src, Dst: d.Dst, Seq: d.Seq, End: d.End, Segments: d.Segments})
+		}
+		out.Gap = wg
 	}
 	return out
 }
+
+// Heartbeat reports whether e carries nothing but its time.
+func (e *WatchEvent) Heartbeat() bool {
+	return e.Segment == nil && e.Place == nil && e.WC == nil && e.Gap == nil
+}
+
+// MonoTime returns e's CLOCK_MONOTONIC time: Mono, or for an event without
+// it (from an older daemon) its wall clock time read on this host's
+// monotonic scale.
+func (e *WatchEvent) MonoTime() int64 {
+	if e.Mono != 0 {
+		return e.Mono
+	}
+	return monoclock.Nanos(e.Time)
+}
+
+// heartbeatPeriod is how long a watch stream stays silent before the
+// daemon sends a heartbeat (a reader merging several daemons' streams by
+// time waits for each to pass a time before showing what came before it).
+const heartbeatPeriod = 50 * time.Millisecond
 
 // isWatch reports whether a request line asks for OpWatch.
 func isWatch(line []byte) bool {
@@ -106,6 +182,7 @@ func isWatch(line []byte) bool {
 // line until the client closes its side (or sends anything), the client
 // stops reading for writeTimeout, or the server closes.
 func (s *Server) watch(c net.Conn, br *bufio.Reader, line []byte) {
+	req, _ := ParseRequest(line)
 	w, ok := s.p.(Watcher)
 	if !ok {
 		s.reply(c, errorResponse(errors.New("this daemon cannot stream its traffic")))
@@ -126,15 +203,26 @@ func (s *Server) watch(c net.Conn, br *bufio.Reader, line []byte) {
 	}()
 	enc := json.NewEncoder(c)
 	var dropped uint64
+	beat := time.NewTicker(heartbeatPeriod)
+	defer beat.Stop()
+	sent := false // something was sent since the last tick
 	for {
 		select {
 		case <-gone:
 			return
+		case <-beat.C:
+			if !sent {
+				ws.Idle()
+			}
+			sent = false
 		case e, ok := <-ws.Events():
 			if !ok {
 				return
 			}
 			ev := NewWatchEvent(e)
+			if req.Headers && ev.Segment != nil {
+				ev.Segment.Len, ev.Segment.Payload = len(ev.Segment.Payload), nil
+			}
 			if d := ws.Dropped(); d != dropped {
 				dropped = d
 				ev.Dropped = d
@@ -144,6 +232,7 @@ func (s *Server) watch(c net.Conn, br *bufio.Reader, line []byte) {
 				s.log.Debug("ctl: watch ended", "path", s.path, "err", err)
 				return
 			}
+			sent = true
 		}
 	}
 }
@@ -155,8 +244,14 @@ type WatchStream struct {
 
 // Watch asks the daemon to stream its device's traffic. The Client is
 // dedicated to the stream from then on; Close it to end the stream.
-func (c *Client) Watch() (*WatchStream, error) {
-	if _, err := c.Call(Request{Op: OpWatch}); err != nil {
+func (c *Client) Watch() (*WatchStream, error) { return c.watch(false) }
+
+// WatchHeaders is Watch with the segments' payloads left out (their
+// lengths in WatchSegment.Len).
+func (c *Client) WatchHeaders() (*WatchStream, error) { return c.watch(true) }
+
+func (c *Client) watch(headers bool) (*WatchStream, error) {
+	if _, err := c.Call(Request{Op: OpWatch, Headers: headers}); err != nil {
 		return nil, err
 	}
 	if err := c.conn.SetDeadline(time.Time{}); err != nil {

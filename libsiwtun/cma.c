@@ -53,6 +53,12 @@ struct sw_cm_id {
 	int sync;                        /* created without a channel: calls wait for their events */
 	struct ibv_qp_init_attr *ep_qp;  /* rdma_create_ep's QP attributes, for rdma_get_request */
 	struct ibv_pd *ep_pd;
+	/* Events rdma_get_cm_event handed out for the id, and those acked:
+	 * rdma_destroy_id waits until they are equal, as librdmacm does, so
+	 * no thread still handles an event of an id that is gone. */
+	unsigned reported, acked;
+	uint32_t port_res; /* the daemon's reservation of the bound port (rdma_bind_addr to port 0) */
+	int has_port_res;
 	struct sw_cm_id *next;
 };
 
@@ -76,8 +82,10 @@ struct orphan {
 /* cm_mu guards the ids' flags and the id list. Lock order: a context's mu,
  * then cm_mu, then a channel's mu. */
 static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ack_cv = PTHREAD_COND_INITIALIZER; /* an event acked (with cm_mu) */
 static void *linger_main(void *arg);
 static void free_own_cqs(struct sw_cm_id *sid);
+static void release_port(struct sw_cm_id *sid);
 static struct sw_cm_id *ids;
 
 /* The contexts rdma_cm opened, one per device, kept open. */
@@ -144,9 +152,21 @@ static int in_prefix(const struct sockaddr *a, const struct sockaddr_storage *b,
 	       (ntohl(((const struct sockaddr_in *)b)->sin_addr.s_addr) & m);
 }
 
-/* The device for an id: the RNIC owning the bound source address; else the
- * only device (SIWTUN_DEV narrows the list to one); else the one whose
- * subnet holds the destination; else the first. */
+static int is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return 0;
+}
+
+/* The device for an id: the RNIC owning the bound source address; a
+ * loopback address binds the first device, as rdma_cm binds loopback to
+ * the first device with an active port (cma_bind_loopback; every siwtun
+ * port is active while its daemon runs); else the only device (SIWTUN_DEV
+ * narrows the list to one); else the one whose subnet holds the
+ * destination; else the first. */
 static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr *dst, int *err)
 {
 	int n;
@@ -157,7 +177,9 @@ static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr 
 		free(l);
 		return NULL;
 	}
-	if (src && !is_any(src)) {
+	if (src && is_loopback(src)) {
+		d = l[0];
+	} else if (src && !is_any(src)) {
 		for (int i = 0; i < n && !d; i++)
 			for (int j = 0; j < l[i]->naddrs; j++)
 				if (same_ip(src, &l[i]->addrs[j]))
@@ -176,6 +198,40 @@ static struct sw_device *pick(const struct sockaddr *src, const struct sockaddr 
 	}
 	free(l);
 	return d;
+}
+
+static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out);
+
+/* on_device gives, for a loopback address, the device's own address of
+ * that family with sa's port: the RNIC runs its own TCP/IP stack, where
+ * "this host" is its own address. Other addresses are copied as they are.
+ * Returns 0, or EADDRNOTAVAIL when the device has no address of the
+ * family. */
+static int on_device(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out, sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+	if (!is_loopback(sa))
+		return 0;
+	return own_addr(d, sa, out);
+}
+
+/* own_addr puts into out the device's own address of sa's family, with
+ * sa's port. */
+static int own_addr(const struct sw_device *d, const struct sockaddr *sa, struct sockaddr_storage *out)
+{
+	for (int i = 0; i < d->naddrs; i++)
+		if (d->addrs[i].ss_family == sa->sa_family) {
+			in_port_t port = sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
+								  : ((const struct sockaddr_in6 *)sa)->sin6_port;
+			*out = d->addrs[i];
+			if (sa->sa_family == AF_INET)
+				((struct sockaddr_in *)out)->sin_port = port;
+			else
+				((struct sockaddr_in6 *)out)->sin6_port = port;
+			return 0;
+		}
+	return EADDRNOTAVAIL;
 }
 
 /* ---- events ---- */
@@ -264,6 +320,16 @@ static void learn_local_port(struct sw_cm_id *sid)
 	memcpy(&sid->id.route.addr.src_storage, &local, sizeof(local));
 }
 
+/* counted is the id an event counts against until acked (rdma_destroy_id
+ * waits for it): a connection request's listener, as librdmacm counts it,
+ * else the event's id. */
+static struct sw_cm_id *counted(const struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->listen_id)
+		return (struct sw_cm_id *)ev->listen_id;
+	return (struct sw_cm_id *)ev->id;
+}
+
 SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct sw_channel *ch = (struct sw_channel *)channel;
@@ -280,15 +346,21 @@ SW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 	pthread_mutex_unlock(&ch->mu);
 	if (!e)
 		return fail(EAGAIN);
+	pthread_mutex_lock(&cm_mu);
+	counted(&e->ev)->reported++;
+	pthread_mutex_unlock(&cm_mu);
 	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED)
 		learn_local_port((struct sw_cm_id *)e->ev.id);
-	e->ev.id->event = &e->ev;
 	*event = &e->ev;
 	return 0;
 }
 
 SW_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
+	pthread_mutex_lock(&cm_mu);
+	counted(event)->acked++;
+	pthread_cond_broadcast(&ack_cv);
+	pthread_mutex_unlock(&cm_mu);
 	free((struct sw_cm_event *)event);
 	return 0;
 }
@@ -457,12 +529,21 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		if (!sw_call(sid->ctx->conn, SW_OP_REJECT, &e, NULL, 0, &r))
 			sw_close_fds(&r);
 	}
+	release_port(sid);
+	if (id->event) { /* kept by a synchronous call (sync_wait, rdma_get_request) */
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
 	detach_qp(sid);
 	free_own_cqs(sid);
 	free(sid->ep_qp);
 	sid->ep_qp = NULL;
 	purge_events(sid);
 	pthread_mutex_lock(&cm_mu);
+	/* As librdmacm: the events of the id the program took must be acked
+	 * first (another thread may be handling one). */
+	while (sid->acked != sid->reported)
+		pthread_cond_wait(&ack_cv, &cm_mu);
 	sid->destroyed = 1;
 	struct sw_channel *own = sid->sync && !sid->pending ? sid->ch : NULL;
 	if (!sid->pending)
@@ -473,13 +554,93 @@ SW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	return 0;
 }
 
+/* cm_pd is the device's PD that rdma_cm gives every id bound to the device
+ * (id->pd, as librdmacm sets it when it binds an id to a device: programs
+ * create their QPs and regions in it), allocated once per context. */
+static struct ibv_pd *cm_pd(struct sw_context *ctx)
+{
+	pthread_mutex_lock(&ctx_mu);
+	if (!ctx->cm_pd)
+		ctx->cm_pd = ibv_alloc_pd(&ctx->vctx.context);
+	struct ibv_pd *pd = ctx->cm_pd;
+	pthread_mutex_unlock(&ctx_mu);
+	return pd;
+}
+
 static int set_ctx(struct sw_cm_id *sid, struct sw_device *d)
 {
 	struct ibv_context *c = cm_ctx(d);
 	if (!c)
 		return errno ? errno : ENODEV;
+	struct ibv_pd *pd = cm_pd(to_ctx(c));
+	if (!pd)
+		return errno ? errno : ENOMEM;
 	sid->ctx = to_ctx(c);
 	sid->id.verbs = c;
+	sid->id.pd = pd;
+	return 0;
+}
+
+/* release_port gives back the port rdma_bind_addr reserved, once a
+ * listener holds it or the id goes. */
+static void release_port(struct sw_cm_id *sid)
+{
+	if (!sid->has_port_res || !sid->ctx)
+		return;
+	sid->has_port_res = 0;
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_u32(&e, sid->port_res);
+	if (!sw_call(sid->ctx->conn, SW_OP_RELEASE_PORT, &e, NULL, 0, &r))
+		sw_close_fds(&r);
+}
+
+static in_port_t port_of(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+					 : ((const struct sockaddr_in *)sa)->sin_port;
+}
+
+static void set_port(struct sockaddr *sa, in_port_t port)
+{
+	if (sa->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = port;
+	else
+		((struct sockaddr_in *)sa)->sin_port = port;
+}
+
+/* reserve_port asks the daemon for a port of the RNIC on addr (port 0),
+ * as rdma_cm assigns one at bind: programs read it with rdma_get_src_port
+ * before they listen (qperf sends it to its client). */
+static int reserve_port(struct sw_cm_id *sid, struct sockaddr *addr)
+{
+	struct sockaddr_storage on;
+	int err = on_device(sid->ctx->dev, addr, &on);
+	if (err)
+		return err;
+	struct sw_enc e;
+	struct sw_reply r;
+	sw_enc_begin(&e, 0, 0);
+	sw_enc_addr(&e, (struct sockaddr *)&on);
+	err = sw_call(sid->ctx->conn, SW_OP_RESERVE_PORT, &e, NULL, 0, &r);
+	if (err)
+		return err;
+	sw_close_fds(&r);
+	if (r.st != SW_ST_OK) {
+		if (getenv("SIWTUN_DEBUG"))
+			sw_log("rdma_bind_addr: %s", r.msg);
+		return strstr(r.msg, "in use") || strstr(r.msg, "reserved") ? EADDRINUSE : sw_status_errno(&r);
+	}
+	struct sw_dec d = {r.body, r.blen, 0};
+	uint32_t h = sw_dec_u32(&d);
+	struct sockaddr_storage got;
+	sw_dec_addr(&d, &got);
+	if (d.err)
+		return EPROTO;
+	sid->port_res = h;
+	sid->has_port_res = 1;
+	set_port(addr, port_of((struct sockaddr *)&got));
 	return 0;
 }
 
@@ -488,13 +649,24 @@ SW_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
 		return fail(EAFNOSUPPORT);
+	if (sid->ctx)
+		return fail(EINVAL); /* bound already, as rdma_cm: only an idle id binds */
 	int err;
 	struct sw_device *d = pick(addr, NULL, &err);
 	if (!d)
 		return fail(err);
 	if ((err = set_ctx(sid, d)))
 		return fail(err);
-	memcpy(&id->route.addr.src_storage, addr, sa_len(addr));
+	struct sockaddr_storage a;
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, addr, sa_len(addr));
+	if (port_of(addr) == 0 && (err = reserve_port(sid, (struct sockaddr *)&a))) {
+		sid->ctx = NULL; /* still idle: it may bind again */
+		id->verbs = NULL;
+		id->pd = NULL;
+		return fail(err);
+	}
+	memcpy(&id->route.addr.src_storage, &a, sa_len(addr));
 	return 0;
 }
 
@@ -547,6 +719,7 @@ static void deliver(struct sw_cm_id *l, uint32_t h, const struct sockaddr_storag
 	child->ch = l->ch;
 	child->ctx = l->ctx;
 	child->id.verbs = l->id.verbs;
+	child->id.pd = l->id.pd;
 	child->id.channel = l->id.channel;
 	child->id.context = l->id.context;
 	child->id.ps = l->id.ps;
@@ -737,8 +910,13 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	pthread_mutex_unlock(&cm_mu);
 	struct sw_enc e;
 	struct sw_reply r;
+	struct sockaddr_storage on;
+	int lerr = on_device(sid->ctx->dev, &id->route.addr.src_addr, &on);
+	if (lerr)
+		return fail(lerr);
 	sw_enc_begin(&e, 0, 0);
-	sw_enc_addr(&e, &id->route.addr.src_addr);
+	sw_enc_addr(&e, (struct sockaddr *)&on);
+	/* 0 (and less) is the daemon's default backlog, as listen(2)'s. */
 	sw_enc_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
 	int err = sw_call(sid->ctx->conn, SW_OP_LISTEN, &e, NULL, 0, &r);
 	if (err)
@@ -759,6 +937,7 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 		id->route.addr.src_sin6.sin6_port = ((struct sockaddr_in6 *)&bound)->sin6_port;
 	sid->listening = 1;
 	sid->owns = 1;
+	release_port(sid); /* the listener holds the port now */
 	get_request(sid);
 	return 0;
 }
@@ -768,12 +947,19 @@ SW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 static int sync_wait(struct sw_cm_id *sid, enum rdma_cm_event_type want)
 {
 	for (;;) {
+		/* The last event stays in id->event until the id's next
+		 * synchronous call or its destruction, as librdmacm keeps it:
+		 * programs read the peer's private data there (rdma_xclient). */
+		if (sid->id.event) {
+			rdma_ack_cm_event(sid->id.event);
+			sid->id.event = NULL;
+		}
 		struct rdma_cm_event *ev;
 		if (rdma_get_cm_event(&sid->ch->ch, &ev))
 			return -1;
+		sid->id.event = ev;
 		enum rdma_cm_event_type t = ev->event;
 		int st = ev->status;
-		rdma_ack_cm_event(ev);
 		if (t == want)
 			return 0;
 		switch (t) {
@@ -847,11 +1033,11 @@ static void on_connect(struct sw_conn *c, struct sw_reply *r, void *arg)
 			atomic_store(&sid->qp->post_ok, 1);
 			sid->qp->qp.state = IBV_QPS_RTS;
 		}
-		int first = !sid->established && !sid->disconnected;
-		sid->established = 1;
+		/* ESTABLISHED comes with the QP's Established event, which
+		 * carries the peer's accept private data (libfabric's verbs
+		 * provider reads its peer's address there); it may come before
+		 * or after this reply. */
 		pthread_mutex_unlock(&cm_mu);
-		if (first)
-			push(sid, NULL, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0, 0, 0);
 		return;
 	}
 	sid->connecting = 0;
@@ -884,10 +1070,23 @@ SW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	if (!q)
 		return fail(EINVAL);
 	unsigned max = sid->ctx->dev->attr[SW_A_MAX_QP_RD_ATOM];
+	struct sockaddr_storage dst;
+	/* A wildcard destination is this host, as rdma_cm resolves it
+	 * (cma_resolve_loopback): the RNIC's own address. */
+	int derr = is_any(&id->route.addr.dst_addr) ? own_addr(sid->ctx->dev, &id->route.addr.dst_addr, &dst)
+						    : on_device(sid->ctx->dev, &id->route.addr.dst_addr, &dst);
+	if (derr)
+		return fail(derr);
+	if (sid->has_port_res) {
+		/* The daemon picks the connection's own port: the one bound
+		 * goes back, and ESTABLISHED reports the real one. */
+		release_port(sid);
+		set_port(&id->route.addr.src_addr, 0);
+	}
 	struct sw_enc e;
 	sw_enc_begin(&e, 0, 0);
 	sw_enc_u32(&e, q->h);
-	sw_enc_addr(&e, &id->route.addr.dst_addr);
+	sw_enc_addr(&e, (struct sockaddr *)&dst);
 	sw_enc_bytes(&e, p ? p->private_data : NULL, p && p->private_data ? p->private_data_len : 0);
 	sw_enc_u16(&e, clamp_rd(sid, p ? p->responder_resources : max));
 	sw_enc_u16(&e, clamp_rd(sid, p ? p->initiator_depth : max));
@@ -1028,12 +1227,8 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	if (!sid->ctx || sid->qp)
 		return fail(EINVAL);
 	struct ibv_context *c = id->verbs;
-	if (!pd) {
-		if (!sid->ctx->cm_pd)
-			sid->ctx->cm_pd = ibv_alloc_pd(c);
-		if (!(pd = sid->ctx->cm_pd))
-			return -1;
-	}
+	if (!pd && !(pd = id->pd ? id->pd : cm_pd(sid->ctx)))
+		return -1;
 	struct ibv_qp_init_attr a = *attr;
 	if (!a.srq && id->srq)
 		a.srq = id->srq; /* rdma_create_srq's, as librdmacm */
@@ -1087,8 +1282,9 @@ fail_cq: {
 
 SW_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
-	if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD)
-		return fail(EOPNOTSUPP);
+	if ((attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) ||
+	    ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags))
+		return fail(EOPNOTSUPP); /* as ibv_create_qp_ex (verbs.c) */
 	struct ibv_qp_init_attr a = {
 		.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq, .srq = attr->srq,
 		.cap = attr->cap, .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all,
@@ -1125,6 +1321,18 @@ void sw_cm_qp_event(struct sw_context *ctx, struct sw_qp *qp, uint32_t type, int
 		if (sid->id.qp == &qp->qp)
 			sid->id.qp = NULL;
 		qp->cm = NULL;
+		/* Destroying the QP of a connection ends the connection (the
+		 * daemon closes it), and the connection's events rode on the
+		 * QP: the id gets its DISCONNECTED now, as rdma_cm's comes from
+		 * the connection, not the QP (cmtime destroys the QP right
+		 * after rdma_disconnect and waits for the event). */
+		pthread_mutex_lock(&cm_mu);
+		int send = sid->established && !sid->disconnected && !sid->destroyed;
+		if (send)
+			sid->disconnected = 1;
+		pthread_mutex_unlock(&cm_mu);
+		if (send)
+			push(sid, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0, 0, 0);
 		return;
 	}
 	pthread_mutex_lock(&cm_mu);
@@ -1161,15 +1369,40 @@ void sw_cm_device_removed(struct sw_context *ctx)
 
 /* ---- the rest of the API ---- */
 
+/* rdma_set_option checks options as the kernel's rdma_cm does (ucma) for an
+ * iWARP id; none changes what the RNIC does: TOS (a u8; the RNIC's TCP sends
+ * without one), REUSEADDR and AFONLY (an int; its listeners always reuse
+ * addresses, and IPv6 ids take IPv6 only), ACK_TIMEOUT (a u8, RC ids only:
+ * the IB transport's retry timer, which iWARP leaves to TCP). Anything else
+ * is ENOSYS, or EINVAL for IB path records. */
 SW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	(void)id;
-	(void)optval;
-	(void)optlen;
-	if (level == RDMA_OPTION_ID &&
-	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR || optname == RDMA_OPTION_ID_AFONLY))
-		return 0; /* accepted, not applied (README) */
-	return fail(ENOSYS);
+	if (!id)
+		return fail(EINVAL);
+	if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH)
+		return fail(EINVAL); /* no IB path records on iWARP */
+	if (level != RDMA_OPTION_ID)
+		return fail(ENOSYS);
+	size_t want;
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		want = sizeof(uint8_t);
+		break;
+	case RDMA_OPTION_ID_REUSEADDR:
+	case RDMA_OPTION_ID_AFONLY:
+		want = sizeof(int);
+		break;
+	default:
+		return fail(ENOSYS);
+	}
+	if (optlen != want)
+		return fail(EINVAL);
+	if (!optval)
+		return fail(EFAULT);
+	if (optname == RDMA_OPTION_ID_ACK_TIMEOUT && id->qp_type != IBV_QPT_RC)
+		return fail(EINVAL);
+	return 0;
 }
 
 SW_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
@@ -1203,9 +1436,58 @@ SW_EXPORT struct ibv_context **rdma_get_devices(int *num)
 
 SW_EXPORT void rdma_free_devices(struct ibv_context **list) { free(list); }
 
+/* copy_sa copies an address of n bytes into a new allocation. */
+static struct sockaddr *copy_sa(const struct sockaddr *sa, socklen_t n)
+{
+	struct sockaddr *c = malloc(n);
+	if (c)
+		memcpy(c, sa, n);
+	return c;
+}
+
+/* hint_addrinfo is rdma_getaddrinfo without a node or service: the hints'
+ * own addresses, as librdmacm takes them (libfabric's verbs provider asks
+ * this way with the addresses it already has). */
+static int hint_addrinfo(const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
+{
+	if (!hints->ai_src_len && !hints->ai_dst_len)
+		return fail(EINVAL);
+	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+	if (!r)
+		return fail(ENOMEM);
+	r->ai_flags = hints->ai_flags;
+	r->ai_family = hints->ai_family;
+	r->ai_port_space = hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+	r->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type :
+		(r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC);
+	if (hints->ai_dst_len && hints->ai_dst_addr) {
+		if (!(r->ai_dst_addr = copy_sa(hints->ai_dst_addr, hints->ai_dst_len)))
+			goto nomem;
+		r->ai_dst_len = hints->ai_dst_len;
+		if (!r->ai_family)
+			r->ai_family = hints->ai_dst_addr->sa_family;
+	}
+	if (hints->ai_src_len && hints->ai_src_addr) {
+		if (!(r->ai_src_addr = copy_sa(hints->ai_src_addr, hints->ai_src_len)))
+			goto nomem;
+		r->ai_src_len = hints->ai_src_len;
+		if (!r->ai_family)
+			r->ai_family = hints->ai_src_addr->sa_family;
+	}
+	*res = r;
+	return 0;
+nomem:
+	rdma_freeaddrinfo(r);
+	return fail(ENOMEM);
+}
+
 SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			       struct rdma_addrinfo **res)
 {
+	if (!res || (!node && !service && !hints))
+		return fail(EINVAL);
+	if (!node && !service)
+		return hint_addrinfo(hints, res);
 	struct addrinfo h = {.ai_socktype = SOCK_STREAM}, *ai;
 	if (hints) {
 		if (hints->ai_flags & RAI_PASSIVE)
@@ -1214,8 +1496,14 @@ SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const stru
 			h.ai_flags |= AI_NUMERICHOST;
 		h.ai_family = hints->ai_family;
 	}
-	if (getaddrinfo(node, service, &h, &ai))
-		return fail(EADDRNOTAVAIL);
+	int g = getaddrinfo(node, service, &h, &ai);
+	if (g) {
+		/* As librdmacm: getaddrinfo's own code (rdma_xserver prints it
+		 * with gai_strerror), errno saying the address is not one. */
+		if (g != EAI_SYSTEM)
+			errno = EADDRNOTAVAIL;
+		return g;
+	}
 	struct rdma_addrinfo *r = calloc(1, sizeof(*r));
 	struct sockaddr *sa = malloc(ai->ai_addrlen);
 	if (!r || !sa) {
@@ -1227,7 +1515,8 @@ SW_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const stru
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
 	r->ai_family = ai->ai_family;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
-	r->ai_qp_type = r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type :
+		(r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC);
 	r->ai_flags = hints ? hints->ai_flags : 0;
 	if (hints && (hints->ai_flags & RAI_PASSIVE)) {
 		r->ai_src_addr = sa;
@@ -1263,8 +1552,8 @@ SW_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
 	}
 }
 
-/* Not offered yet (README): synchronous endpoints, multicast, SRQs,
- * migration, ECE. */
+/* rdma_create_ep makes a synchronous id for res: passive, bound, with the
+ * QP attributes rdma_get_request uses; active, resolved and with its QP. */
 SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 			     struct ibv_qp_init_attr *qp_init_attr)
 {
@@ -1317,6 +1606,10 @@ SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	if (!l->sync || !l->listening)
 		return fail(EINVAL);
 	struct rdma_cm_event *ev;
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
 	for (;;) {
 		if (rdma_get_cm_event(&l->ch->ch, &ev))
 			return -1;
@@ -1328,7 +1621,9 @@ SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 			return fail(ENODEV);
 	}
 	struct sw_cm_id *child = (struct sw_cm_id *)ev->id;
-	rdma_ack_cm_event(ev);
+	/* The request stays in the new id's event, as librdmacm keeps it
+	 * (its private data). */
+	child->id.event = ev;
 	/* The new id is synchronous too, with a channel of its own. */
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	if (!ch) {
@@ -1353,16 +1648,22 @@ SW_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 
 /* rdma_migrate_id moves an id to another event channel: its events still
  * queued on the old one move along (rsockets gives each accepted id a
- * channel of its own). Moving to no channel (synchronous use) is not
- * supported. */
+ * channel of its own). A synchronous id (created without a channel) moved
+ * to a channel becomes asynchronous, its own channel destroyed; an
+ * asynchronous id moved to no channel becomes synchronous on a channel of
+ * its own, as librdmacm does. */
 SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
-	if (!id || !channel || sid->sync || !sid->ch)
-		return fail(!id ? EINVAL : EOPNOTSUPP);
+	if (!id || !sid->ch || (sid->sync && !channel))
+		return fail(EINVAL);
+	int to_sync = !channel;
+	if (to_sync && !(channel = rdma_create_event_channel()))
+		return -1;
 	struct sw_channel *from = sid->ch, *to = (struct sw_channel *)channel;
 	if (from == to)
 		return 0;
+	int was_sync = sid->sync;
 	pthread_mutex_lock(&cm_mu);
 	pthread_mutex_lock(&from->mu);
 	struct sw_cm_event *moved = NULL, **mt = &moved;
@@ -1395,6 +1696,7 @@ SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	}
 	sid->ch = to;
 	sid->id.channel = channel;
+	sid->sync = to_sync;
 	pthread_mutex_unlock(&from->mu);
 	pthread_mutex_lock(&to->mu);
 	if (moved) {
@@ -1408,6 +1710,15 @@ SW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		if (write(to->ch.fd, &one, sizeof(one)) < 0) {
 			/* cannot overflow in practice */
 		}
+	if (was_sync) {
+		/* The id's own channel: no other id uses it. The event its
+		 * last synchronous call kept goes with it, as in librdmacm. */
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		rdma_destroy_event_channel(&from->ch);
+	}
 	return 0;
 }
 
@@ -1458,12 +1769,8 @@ SW_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct i
 		return fail(EINVAL);
 	if (!pd)
 		pd = id->pd;
-	if (!pd) {
-		if (!sid->ctx->cm_pd)
-			sid->ctx->cm_pd = ibv_alloc_pd(id->verbs);
-		if (!(pd = sid->ctx->cm_pd))
-			return -1;
-	}
+	if (!pd && !(pd = id->pd ? id->pd : cm_pd(sid->ctx)))
+		return -1;
 	struct ibv_srq *srq = ibv_create_srq(pd, attr);
 	if (!srq)
 		return -1;

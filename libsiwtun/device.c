@@ -111,6 +111,17 @@ static void query_addrs(struct sw_device *d)
 	}
 	close(fd);
 	buf[n] = 0;
+	/* "netdev":"siwtun0": the GID's interface (ibv_query_gid_ex). */
+	d->netdev[0] = 0;
+	char *nd = strstr(buf, "\"netdev\":\"");
+	if (nd) {
+		nd += strlen("\"netdev\":\"");
+		size_t l = strcspn(nd, "\"");
+		if (l < sizeof(d->netdev)) {
+			memcpy(d->netdev, nd, l);
+			d->netdev[l] = 0;
+		}
+	}
 	char *p = strstr(buf, "\"addrs\":[");
 	if (!p)
 		return;
@@ -428,7 +439,10 @@ int sw_ctx_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sw_ctx_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int sw_ctx_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sw_ctx_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+struct ibv_qp *sw_ctx_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a);
 static int sw_query_port_ex(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t len);
+static int sw_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size);
 
 SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -474,6 +488,8 @@ SW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	}
 	ctx->vctx.sz = sizeof(struct verbs_context);
 	ctx->vctx.query_port = sw_query_port_ex;
+	ctx->vctx.query_device_ex = sw_query_device_ex;
+	ctx->vctx.create_qp_ex = sw_ctx_create_qp_ex;
 	ctx->vctx.priv = (struct verbs_ex_private *)ctx->rc_priv;
 	c->device = device;
 	c->cmd_fd = ctx->conn->fd;
@@ -560,6 +576,25 @@ static enum ibv_mtu mtu_enum(int mtu)
 	return IBV_MTU_256;
 }
 
+/* verbs_context.query_device_ex: ibv_query_device's attributes and the
+ * extended ones an iWARP RNIC has (none of the RoCE/IB offloads). Without
+ * it libibverbs falls back to ibv_query_device and leaves the extended
+ * fields zero (phys_port_cnt_ex 0 where phys_port_cnt is 1). */
+static int sw_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	if (input && input->comp_mask)
+		return EINVAL;
+	if (attr_size < sizeof(attr->orig_attr))
+		return EINVAL;
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof(a));
+	ibv_query_device(context, &a.orig_attr);
+	a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+	memcpy(attr, &a, attr_size < sizeof(a) ? attr_size : sizeof(a));
+	return 0;
+}
+
 static int sw_query_port_ex(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr, size_t len)
 {
 	struct sw_device *d = to_ctx(context)->dev;
@@ -591,18 +626,29 @@ SW_EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num, stru
 	return 0;
 }
 
+void sw_device_mac(const struct sw_device *d, uint8_t mac[6])
+{
+	/* The daemon's node GUID is the modified EUI-64 of the device's MAC
+	 * (verbs.NodeMAC: ff:fe in the middle, the universal/local bit
+	 * flipped), as siw's is of its interface's: undo it. */
+	uint64_t g = d->guid;
+	mac[0] = (uint8_t)(g >> 56) ^ 0x02;
+	mac[1] = (uint8_t)(g >> 48);
+	mac[2] = (uint8_t)(g >> 40);
+	mac[3] = (uint8_t)(g >> 16);
+	mac[4] = (uint8_t)(g >> 8);
+	mac[5] = (uint8_t)g;
+}
+
 static int gid_of(struct sw_device *d, int index, union ibv_gid *gid)
 {
 	memset(gid, 0, sizeof(*gid));
-	if (index != 0 || d->naddrs == 0)
-		return index == 0 ? 0 : EINVAL;
-	/* The RNIC's IP address, IPv4-mapped, as the GID (iWARP addresses by IP). */
-	if (d->addrs[0].ss_family == AF_INET) {
-		gid->raw[10] = gid->raw[11] = 0xff;
-		memcpy(gid->raw + 12, &((struct sockaddr_in *)&d->addrs[0])->sin_addr, 4);
-	} else {
-		memcpy(gid->raw, &((struct sockaddr_in6 *)&d->addrs[0])->sin6_addr, 16);
-	}
+	if (index != 0)
+		return EINVAL;
+	/* An iWARP device's GID, as Linux siw, cxgb4 and irdma build it: the
+	 * interface's MAC address, the rest zero (programs and rdma-core's
+	 * tests tell iWARP from RoCE by it; iWARP addresses peers by IP). */
+	sw_device_mac(d, gid->raw);
 	return 0;
 }
 
@@ -626,7 +672,7 @@ SW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, 
 	entry->gid_index = 0;
 	entry->port_num = 1;
 	entry->gid_type = IBV_GID_TYPE_IB;
-	entry->ndev_ifindex = if_nametoindex(d->dev.name);
+	entry->ndev_ifindex = if_nametoindex(d->netdev[0] ? d->netdev : d->dev.name);
 	return 0;
 }
 

@@ -18,7 +18,7 @@
  *
  * The copy and the remap of a range run in one assembly routine (x86-64)
  * that makes both system calls without touching the stack, so registering
- * the caller's own stack frame is safe. Limits (README): another thread
+ * the caller's own stack frame is safe. Limits (doc/c-programs.md): another thread
  * writing to those pages between the copy and the remap loses its write;
  * after fork() parent and child share the pages (no copy-on-write); the
  * file's pages stay allocated after the application frees or unmaps a

@@ -394,9 +394,13 @@ static void cm_event(struct rs *s, struct rdma_cm_event *e)
 			s->reqs[s->nreqs++] = e;
 			return; /* acked when accepted */
 		}
-		rdma_reject(e->id, NULL, 0);
-		rdma_destroy_id(e->id);
-		break;
+		{
+			struct rdma_cm_id *cid = e->id;
+			rdma_reject(cid, NULL, 0);
+			rdma_ack_cm_event(e); /* before the id goes (rdma_destroy_id waits for it) */
+			rdma_destroy_id(cid);
+		}
+		return;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (s->state == RS_CONNECTING)
 			s->state = RS_CONNECTED;

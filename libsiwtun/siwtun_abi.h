@@ -9,7 +9,7 @@
 #define SW_MSG_HEADER_LEN                12
 #define SW_MAX_MSG                       4096
 #define SW_MAX_FDS                       2
-#define SW_VERSION                       6
+#define SW_VERSION                       7
 #define SW_REPLY_BIT                     0x8000
 #define SW_OP_HELLO                      0x1
 #define SW_OP_ALLOC_PD                   0x2
@@ -38,6 +38,8 @@
 #define SW_OP_REREG_MR                   0x18
 #define SW_OP_ALLOC_MW                   0x19
 #define SW_OP_DEALLOC_MW                 0x1a
+#define SW_OP_RESERVE_PORT               0x1b
+#define SW_OP_RELEASE_PORT               0x1c
 #define SW_EV_QP                         1
 #define SW_EV_DEVICE_REMOVED             2
 #define SW_EV_SRQ                        3

@@ -1,11 +1,12 @@
 /* libsiwtun internals: a libibverbs/librdmacm-compatible client of a
- * siwtun daemon's verbs socket (see README "Running existing verbs
- * programs"). Everything here is private to the library. */
+ * siwtun daemon's verbs socket (see doc/c-programs.md). Everything here is
+ * private to the library. */
 #ifndef SW_H
 #define SW_H
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -153,6 +154,7 @@ struct sw_device {
 	char fw[64];
 	uint32_t attr[SW_A_COUNT]; /* Hello's u32s: vendor, part, limits, atomic_cap, max_mw */
 	int mtu;
+	char netdev[IF_NAMESIZE]; /* the interface the RNIC sits on (ctl link's netdev) */
 	int naddrs;
 	struct sockaddr_storage addrs[SW_MAX_ADDRS];
 	int prefix[SW_MAX_ADDRS];
@@ -193,6 +195,9 @@ static inline struct sw_context *to_ctx(struct ibv_context *c)
 }
 
 struct sw_device **sw_devices(int *n);
+/* The device's MAC-like address: its GID (iWARP's form) and node GUID
+ * derive from it (device.c). */
+void sw_device_mac(const struct sw_device *d, uint8_t mac[6]);
 struct sw_device *sw_device_by_name(const char *name);
 void sw_async_push(struct sw_context *ctx, enum ibv_event_type type, void *obj);
 

@@ -1,6 +1,6 @@
 /* Verbs an iWARP RC-only software RNIC does not offer: each fails as
  * rdma-core fails a verb a provider lacks (EOPNOTSUPP; NULL with errno set
- * for the constructors). README lists them. */
+ * for the constructors). doc/c-programs.md lists them. */
 #define _GNU_SOURCE
 #include <errno.h>
 

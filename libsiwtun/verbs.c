@@ -522,8 +522,12 @@ int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
 /* ---- QP ---- */
 
+int sw_qp_modify_state(struct sw_qp *q, enum ibv_qp_state s);
+
 SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 {
+	if (!ibpd || !attr)
+		return fail_null(EINVAL); /* (an rdma_cm id's PD before it has a device) */
 	struct sw_context *ctx = to_ctx(ibpd->context);
 	struct ibv_qp_cap *cap = &attr->cap;
 	if (attr->qp_type != IBV_QPT_RC)
@@ -615,6 +619,37 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	q->next = ctx->qps;
 	ctx->qps = q;
 	pthread_mutex_unlock(&ctx->mu);
+	/* An iWARP QP starts ready for receives and for connection
+	 * management: Linux siw's new QP is IDLE, which ibv_query_qp reports
+	 * as INIT (rdma-core's tests expect INIT for an RNIC's new QP), while
+	 * the ibv_qp's state field says RESET until a query or a modify, as
+	 * libibverbs sets it at creation. */
+	if ((err = sw_qp_modify_state(q, IBV_QPS_INIT))) {
+		ibv_destroy_qp(qp);
+		return fail_null(err);
+	}
+	qp->state = IBV_QPS_RESET;
+	return qp;
+}
+
+/* verbs_context.create_qp_ex (ibv_create_qp_ex): an RC QP in a PD, with
+ * no creation flags and no TSO (an iWARP QP has neither), as siw creates
+ * it through libibverbs; the extended work request interface
+ * (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS), XRC and the rest are EOPNOTSUPP. */
+struct ibv_qp *sw_ctx_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
+{
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || (a->comp_mask & ~known) ||
+	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
+	    ((a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && a->max_tso_header))
+		return fail_null(EOPNOTSUPP);
+	if (!a->pd || a->pd->context != context)
+		return fail_null(EINVAL);
+	struct ibv_qp_init_attr ia = {.qp_context = a->qp_context, .send_cq = a->send_cq, .recv_cq = a->recv_cq,
+				      .srq = a->srq, .cap = a->cap, .qp_type = a->qp_type, .sq_sig_all = a->sq_sig_all};
+	struct ibv_qp *qp = ibv_create_qp(a->pd, &ia);
+	if (qp)
+		a->cap = ia.cap;
 	return qp;
 }
 

@@ -21,6 +21,11 @@ type Conn struct {
 	remote netip.AddrPort
 	flow   *flow
 	key    flowKey
+	// port is the local port reserved in the host's port space (Shared),
+	// 0 if none; hold: keep it reserved for a while after the connection
+	// (an active one's ephemeral port; see timeWaitHold).
+	port uint16
+	hold bool
 
 	closed      chan struct{}
 	closeOnce   sync.Once // closes closed
@@ -66,9 +71,16 @@ type Conn struct {
 	dlCh    chan struct{} // guarded by dlMu; closed when the read deadline passes
 	dlTimer *time.Timer   // guarded by dlMu
 	dlFired bool          // guarded by dlMu
+
+	// hopEntry stays registered for readable events: it stamps TCP's
+	// queueing of received data while the stack's recorder is on
+	// (hops.go).
+	hopEntry waiter.Entry
 }
 
-func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
+// newConn wraps an established endpoint; port is the local port reserved
+// for it in the host's port space (0: none), released with the connection.
+func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue, port uint16) (*Conn, error) {
 	// TCP_NODELAY: an FPDU must leave as soon as it is written.
 	ep.SocketOptions().SetDelayOption(false)
 	if t := s.peerTimeout; t > 0 {
@@ -84,17 +96,20 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
 	la, terr := ep.GetLocalAddress()
 	if terr != nil {
 		ep.Close()
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("local address: %w", convertError(terr))
 	}
 	ra, terr := ep.GetRemoteAddress()
 	if terr != nil {
 		ep.Close()
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("remote address: %w", convertError(terr))
 	}
 	c := &Conn{
 		s:      s,
 		ep:     ep,
 		wq:     wq,
+		port:   port,
 		local:  fullToAddrPort(la),
 		remote: fullToAddrPort(ra),
 		closed: make(chan struct{}),
@@ -104,19 +119,23 @@ func newConn(s *Stack, ep tcpip.Endpoint, wq *waiter.Queue) (*Conn, error) {
 	// do not allocate.
 	c.rEntry, c.rNotify = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wNotify = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	c.hopEntry = waiter.NewFunctionEntry(waiter.ReadableEvents, c.stampQueued)
+	wq.EventRegister(&c.hopEntry)
 	c.key = flowKey{local: c.local, remote: c.remote}
 	c.flow = s.flows.claim(c.key)
 	if !s.addConn(c) {
 		ep.Abort()
 		ep.Close()
 		s.flows.remove(c.key, c.flow)
+		s.hostRelease(port, 0)
 		return nil, net.ErrClosed
 	}
 	return c, nil
 }
 
-// LocalAddr returns the local address (IPv4 in 4-byte form).
-func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+// LocalAddr returns the local address (IPv4 in 4-byte form): the shared
+// address on a stack with one (Shared), as the peer sees it.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.s.toPublic(c.local) }
 
 // RemoteAddr returns the peer's address (IPv4 in 4-byte form).
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
@@ -236,8 +255,19 @@ func (c *Conn) release(abort bool) {
 			c.ep.Abort()
 		}
 		c.ep.Close()
+		c.wq.EventUnregister(&c.hopEntry)
 		c.s.flows.remove(c.key, c.flow)
+		if a := c.s.ep.acks; a != nil {
+			a.forget(c.key)
+		}
 		c.s.removeConn(c)
+		// A reset connection leaves no TIME_WAIT behind; a closed one
+		// may.
+		hold := time.Duration(0)
+		if c.hold && !abort {
+			hold = timeWaitHold
+		}
+		c.s.hostRelease(c.port, hold)
 		c.dlMu.Lock()
 		if c.dlTimer != nil {
 			c.dlTimer.Stop()

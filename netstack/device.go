@@ -12,6 +12,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 // PacketDevice is a raw-IP packet device such as a TUN opened with
@@ -93,7 +95,7 @@ func NewDeviceLink(dev PacketDevice) *Link {
 	if mtu <= 0 {
 		mtu = DefaultMTU
 	}
-	e := &deviceEndpoint{dev: dev, mtu: uint32(mtu), scratch: make([]byte, mtu)}
+	e := &deviceEndpoint{dev: dev, mtu: uint32(mtu), scratch: make([]byte, mtu), hops: anatomy.NewRecorder()}
 	if sr, ok := dev.(SuperReader); ok && sr.SupportsSuper() {
 		e.super = sr
 		e.whole.Store(true)
@@ -116,6 +118,7 @@ func NewDeviceLink(dev PacketDevice) *Link {
 		shutdown:   e.shutdown,
 		splitSuper: func() { e.whole.Store(false) },
 		gso:        func() bool { return e.frames != nil && e.whole.Load() },
+		hops:       e.hops,
 	}
 }
 
@@ -134,6 +137,8 @@ type deviceEndpoint struct {
 	frames FrameWriter
 	tx     dirCounters
 	rx     dirCounters
+	// hops stamps the device's writes and reads (hops.go).
+	hops *anatomy.Recorder
 	// spare is the read buffer a short frame left (only the reading
 	// goroutine uses it).
 	spare *buffer.View
@@ -172,6 +177,9 @@ func (e *deviceEndpoint) readLoop() {
 	defer e.wg.Done()
 	for {
 		buf, gso, err := e.read()
+		if e.hops.On() && err == nil {
+			stampRead(e.hops, buf, anatomy.Now())
+		}
 		if err != nil {
 			if e.closed.Load() || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return
@@ -397,6 +405,9 @@ func (e *deviceEndpoint) writeEach(pkts stack.PacketBufferList, write func(*devi
 	for _, pkt := range pkts.AsSlice() {
 		size := pkt.Size()
 		e.tx.sent.Add(1)
+		if e.hops.On() {
+			stampPacket(e.hops, anatomy.TUNWrite, pkt, anatomy.Now())
+		}
 		if err := write(e, pkt); err != nil {
 			e.tx.errorsCount.Add(1)
 			if n == 0 {
@@ -445,6 +456,9 @@ func (e *deviceEndpoint) writeBatch(pkts stack.PacketBufferList) (int, tcpip.Err
 			size += len(b)
 		}
 		e.tx.sent.Add(uint64(k))
+		if e.hops.On() {
+			stampOut(e.hops, anatomy.TUNWrite, all[:k])
+		}
 		w, err := e.batch.WritePackets(e.pending)
 		e.tx.delivered.Add(uint64(w))
 		if err != nil || w < k {

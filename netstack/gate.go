@@ -56,6 +56,7 @@ func NewGate(l *Link) (*Link, *Gate) {
 		mtu:   l.mtu,
 		batch: l.batch,
 		stats: l.stats,
+		hops:  l.hops,
 		shutdown: func() {
 			g.drop()
 			l.Close()

@@ -186,6 +186,7 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 		start, end := int(s[0]-iss), int(s[1]-iss)
 		re := start < sentEnd
 		if re {
+			// A retransmission (a slow machine's spurious ones too).
 			retrans++
 		}
 		sentEnd = max(sentEnd, end)

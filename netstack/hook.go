@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 // hookEndpoint sits between the NIC and the Link's endpoint (as
@@ -22,6 +24,8 @@ type hookEndpoint struct {
 	gso bool // gVisor builds super-segments (the link takes offloaded frames)
 	// lists recycles the one-packet lists of emit (gso.go).
 	lists sync.Pool
+	// acks holds pure ACKs (ackhold.go); nil without Options.DelayedACK.
+	acks *ackHolder
 }
 
 var _ stack.LinkEndpoint = (*hookEndpoint)(nil)
@@ -64,6 +68,17 @@ func (e *hookEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, p
 
 // WritePackets implements stack.LinkWriter (outbound).
 func (e *hookEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if e.s.hops.On() {
+		stampOut(e.s.hops, anatomy.TCPOut, pkts.AsSlice())
+	}
+	if e.acks != nil && !e.acks.filter(pkts) {
+		return pkts.Len(), nil // a pure ACK held (ackhold.go)
+	}
+	return e.writeNow(pkts)
+}
+
+// writeNow hands pkts to the hooks and the link.
+func (e *hookEndpoint) writeNow(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	if e.gso {
 		return e.writeGSO(pkts)
 	}
@@ -263,7 +278,9 @@ func (s *Stack) outbound(pkt *stack.PacketBuffer) {
 		payload = p
 	}
 	vl, voff := pkt.AsViewList()
-	if mss, _, ok := tcpGSO(pkt); ok {
+	// A packet built for offload with no more than one segment's payload
+	// (a pure ACK, a FIN) is one wire segment as it is.
+	if mss, _, ok := tcpGSO(pkt); ok && h.plen > mss {
 		s.callHooksWire(fh, fhPayload, tap, Outbound, &h, payload, vl.Front(), voff+pkt.Size()-h.plen, mss)
 		return
 	}

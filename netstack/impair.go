@@ -44,8 +44,9 @@ func Impair(l *Link, imp Impairments) *Link {
 	go e.forward(e.outQ, imp.Seed, &e.tx, e.writeOut)
 	go e.forward(e.inQ, imp.Seed+1, &e.rx, e.deliverIn)
 	return &Link{
-		ep:  e,
-		mtu: l.mtu,
+		ep:   e,
+		mtu:  l.mtu,
+		hops: l.hops,
 		stats: func() LinkStats {
 			s := l.Stats()
 			addImpairments(&s.Tx, e.tx.snapshot())

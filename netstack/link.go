@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 // Link is the packet link a Stack's single NIC runs on. It is opaque: build
@@ -27,7 +29,10 @@ type Link struct {
 	splitSuper func()
 	// gso, when set, reports whether the link takes super-segments for
 	// the kernel to cut (segmentation offload on the way out).
-	gso       func() bool
+	gso func() bool
+	// hops is the recorder of hop stamps the link's device stamps into;
+	// the Stack on the link creates it when the link has none.
+	hops      *anatomy.Recorder
 	closeOnce sync.Once
 }
 

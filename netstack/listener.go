@@ -13,10 +13,13 @@ import (
 
 // Listener accepts TCP connections.
 type Listener struct {
-	s      *Stack
-	ep     tcpip.Endpoint
-	wq     *waiter.Queue
-	addr   netip.AddrPort
+	s    *Stack
+	ep   tcpip.Endpoint
+	wq   *waiter.Queue
+	addr netip.AddrPort
+	// port is the port reserved in the host's port space (Shared), 0 if
+	// none.
+	port   uint16
 	closed chan struct{}
 	once   sync.Once
 }
@@ -41,7 +44,15 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		}
 		ep, wq, terr := l.ep.Accept(nil)
 		if terr == nil {
-			c, err := newConn(l.s, ep, wq)
+			// The connection holds the listener's port too: it keeps
+			// using it after the listener closes.
+			port := l.port
+			if port != 0 {
+				if _, err := l.s.hostReserve(port); err != nil {
+					port = 0 // the mapper has closed with the stack
+				}
+			}
+			c, err := newConn(l.s, ep, wq, port)
 			if err != nil {
 				// The connection died in the accept queue (its peer
 				// reset it right after the handshake: it has no remote
@@ -74,8 +85,10 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
+		l.s.unpublish(l.port)
 		l.ep.Close()
 		l.s.removeListener(l)
+		l.s.hostRelease(l.port, 0)
 	})
 	return nil
 }

@@ -53,11 +53,19 @@ func (c *Conn) readDeadline() <-chan struct{} {
 type readWriter struct {
 	w   io.Writer
 	err error
+	// c and done serve the Handover stamps: the connection, and the
+	// octets handed over so far in this read.
+	c    *Conn
+	done uint32
 }
 
 func (r *readWriter) Write(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
+	}
+	if r.c.s.hops.On() {
+		r.c.stampHandover(p, r.done)
+		r.done += uint32(len(p))
 	}
 	n, err := r.w.Write(p)
 	if n < 0 {
@@ -92,7 +100,7 @@ func (r *readWriter) Write(p []byte) (int, error) {
 func (c *Conn) ReadTo(w io.Writer) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	c.rw = readWriter{w: w}
+	c.rw = readWriter{w: w, c: c}
 	defer func() { c.rw = readWriter{} }()
 	n, err := c.read(&c.rw)
 	if c.rw.err != nil {

@@ -14,8 +14,8 @@ import (
 // TestListenRebindWhileDraining: a server's port can be listened on again
 // right after a run, while the connections it accepted still drain — one
 // in TIME_WAIT after the server closed first, one still open — as
-// SO_REUSEADDR allows on Linux (issue 18: perf write then perf read on
-// port 18515 failed for a minute with "address already in use"). A second
+// SO_REUSEADDR allows on Linux, so that perf write then perf read on port
+// 18515 do not fail for a minute with "address already in use". A second
 // listener next to a live one is still refused, and the error names the
 // port instead of "invalid AddrPort".
 func TestListenRebindWhileDraining(t *testing.T) {

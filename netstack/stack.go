@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 const (
@@ -78,12 +80,18 @@ type Options struct {
 	// busy host, where the ACKs of a 100 µs path lag by more, probes fire
 	// for segments that were not lost, and each counts as a loss and
 	// halves the window. Many connections on few cores then share far less
-	// than one (README: Set-up, scale and memory).
+	// than one (doc/performance.md: many queue pairs).
 	NoRACK bool
 	// NoGSO turns segmentation offload off on a link that has it (a
 	// device link whose device takes offloaded frames): gVisor then builds
 	// every segment itself, as on any other link.
 	NoGSO bool
+	// DelayedACK holds pure ACKs at the link for an answer to carry them
+	// (ackhold.go).
+	DelayedACK bool
+	// Shared, if set, puts the stack on an address the host shares with
+	// it (see Shared); nil: the stack's addresses are its own.
+	Shared *Shared
 }
 
 // DefaultPeerTimeout is the default Options.PeerTimeout.
@@ -98,6 +106,8 @@ type Stack struct {
 	mtu   int
 	addrs []netip.Prefix
 	hook  SegmentHook
+	// shared is Options.Shared (nil: no shared address).
+	shared *Shared
 	// gso: gVisor builds super-segments that the link's device cuts
 	// (gso.go); tailsHeld and tailsAlone count the tails held back
 	// (gsohold.go) and those that left without their rest.
@@ -122,11 +132,14 @@ type Stack struct {
 	runPool sync.Pool
 	// tap is the hook SetTap installed, or nil.
 	tap atomic.Pointer[hookBox]
+	// hops records the hop stamps of round trips (hops.go): the link's.
+	hops *anatomy.Recorder
 
 	mu        sync.Mutex
-	closed    bool                   // guarded by mu
-	conns     map[*Conn]struct{}     // guarded by mu
-	listeners map[*Listener]struct{} // guarded by mu
+	closed    bool                      // guarded by mu
+	conns     map[*Conn]struct{}        // guarded by mu
+	listeners map[*Listener]struct{}    // guarded by mu
+	reserved  map[*Reservation]struct{} // guarded by mu (reserve.go)
 	closeOnce sync.Once
 
 	// rescueDone stops rescueLoop; tailRescues counts the packets it
@@ -175,6 +188,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 			return nil, fmt.Errorf("netstack: invalid address %v", p)
 		}
 	}
+	if err := checkShared(opts); err != nil {
+		return nil, err
+	}
 	if !link.inUse.CompareAndSwap(false, true) {
 		return nil, ErrLinkInUse
 	}
@@ -184,12 +200,18 @@ func New(link *Link, opts Options) (*Stack, error) {
 		mtu:         mtu,
 		addrs:       slices.Clone(opts.Addrs),
 		hook:        opts.Hook,
+		shared:      opts.Shared,
 		hookPayload: wantsPayload(opts.Hook),
 		peerTimeout: peerTimeout(opts.PeerTimeout),
 		conns:       make(map[*Conn]struct{}),
 		listeners:   make(map[*Listener]struct{}),
+		reserved:    make(map[*Reservation]struct{}),
 	}
 	st.flows.init()
+	if link.hops == nil {
+		link.hops = anatomy.NewRecorder()
+	}
+	st.hops = link.hops
 	st.s = stack.New(stack.Options{
 		NetworkProtocols: []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		// tcp.NewProtocol is Reno; set again below so the choice is
@@ -250,6 +272,9 @@ func New(link *Link, opts Options) (*Stack, error) {
 
 	st.gso = link.gso != nil && link.gso() && !opts.NoGSO
 	st.ep = newHookEndpoint(link.ep, st, uint32(mtu), st.gso)
+	if opts.DelayedACK {
+		st.ep.acks = newAckHolder(st.ep)
+	}
 	var qdisc stack.QueueingDiscipline = &directQDisc{ep: st.ep}
 	if link.batch && !st.gso {
 		// Queue outbound packets so that a burst reaches the device in one
@@ -300,8 +325,17 @@ func New(link *Link, opts Options) (*Stack, error) {
 // MTU returns the link MTU the stack uses.
 func (s *Stack) MTU() int { return s.mtu }
 
-// Addrs returns a copy of the stack's addresses.
-func (s *Stack) Addrs() []netip.Prefix { return slices.Clone(s.addrs) }
+// Addrs returns a copy of the stack's addresses; with a shared address,
+// the shared one stands in place of the private one.
+func (s *Stack) Addrs() []netip.Prefix {
+	out := slices.Clone(s.addrs)
+	for i, p := range out {
+		if s.shared != nil && p.Addr() == s.shared.Private {
+			out[i] = s.shared.Public
+		}
+	}
+	return out
+}
 
 // Close aborts every connection (RST) and listener of the stack, closes the
 // NIC and its Link and waits for all goroutines of the stack and the link.
@@ -379,71 +413,21 @@ func (s *Stack) hasFamily(v6 bool) bool {
 // Listen listens for TCP connections on addr. Port 0 picks an ephemeral
 // port; an unspecified address (the zero netip.Addr, 0.0.0.0 or ::) listens
 // on every address of the stack (the zero Addr and :: are dual-stack when
-// the stack has IPv6 addresses).
+// the stack has IPv6 addresses). On a stack with a shared address (Shared)
+// the port is reserved in the host's port space first: a port a host
+// socket holds fails with an error wrapping syscall.EADDRINUSE.
 func (s *Stack) Listen(addr netip.AddrPort) (*Listener, error) {
-	at := AddrPortString(addr)
-	if s.isClosed() {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
+	l, err := s.listen(addr)
+	if err != nil {
+		return nil, fmt.Errorf("netstack: listen on %s: %w", AddrPortString(addr), err)
 	}
-	a := addr.Addr().Unmap()
-	v6 := a.Is6() || (!a.IsValid() && s.hasFamily(true))
-	proto := ipv4.ProtocolNumber
-	if v6 {
-		proto = ipv6.ProtocolNumber
-	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
-	if terr != nil {
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
-	}
-	if v6 && (!a.IsValid() || a.IsUnspecified()) {
-		ep.SocketOptions().SetV6Only(false)
-	}
-	ep.SocketOptions().SetDelayOption(false)
-	// SO_REUSEADDR, as Linux servers and siw's listening socket (siw_cm.c)
-	// set it: the port can be bound again while connections accepted on it
-	// earlier still drain (FIN_WAIT, TIME_WAIT for a minute), and perftest
-	// -R listens twice on its port, the second time with its control
-	// connection up. Two listeners on one port are still refused (the
-	// demuxer keeps one listening endpoint per address). Accepted
-	// connections inherit the flag, which is what lets a later listener
-	// share the port with them.
-	ep.SocketOptions().SetReuseAddress(true)
-	full := tcpip.FullAddress{Port: addr.Port()}
-	if a.IsValid() && !a.IsUnspecified() {
-		full.Addr = tcpip.AddrFromSlice(a.AsSlice())
-	}
-	if terr := ep.Bind(full); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: bind: %w", at, convertError(terr))
-	}
-	if terr := ep.Listen(listenBacklog); terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, convertError(terr))
-	}
-	l := &Listener{s: s, ep: ep, wq: &wq, closed: make(chan struct{})}
-	local, terr := ep.GetLocalAddress()
-	if terr != nil {
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: local address: %w", at, convertError(terr))
-	}
-	l.addr = fullToAddrPort(local)
-	if !a.IsValid() || a.IsUnspecified() {
-		l.addr = netip.AddrPortFrom(a, l.addr.Port())
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ep.Close()
-		return nil, fmt.Errorf("netstack: listen on %s: %w", at, net.ErrClosed)
-	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
 	return l, nil
 }
 
 // Dial opens a TCP connection to remote. local may be the zero Addr (the
 // stack picks the source address by route). ctx bounds the handshake only.
+// On a stack with a shared address (Shared) the local port is one the
+// host's port space reserves for the connection.
 func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPort) (*Conn, error) {
 	if s.isClosed() {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, net.ErrClosed)
@@ -462,44 +446,61 @@ func (s *Stack) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPor
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
 	}
 	ep.SocketOptions().SetDelayOption(false)
+	la := s.toPrivate(local.Unmap())
+	if la.IsValid() && la.Is6() != ra.Is6() {
+		ep.Close()
+		return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
+	}
+	full := tcpip.FullAddress{}
+	if la.IsValid() {
+		full.Addr = tcpip.AddrFromSlice(la.AsSlice())
+	}
+	var port uint16
+	var err error
+	if la.IsValid() || s.shared != nil {
+		if port, err = s.bindPort(ep, full, 0); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, err)
+		}
+	}
+	return s.connect(ctx, ep, &wq, ra, remote.Port(), port)
+}
+
+// connect connects ep (bound already, or not: then the stack picks its
+// local address and port) to ra:rport and wraps the connection; port is
+// the local port reserved in the host's port space (0: none), given back
+// if the connection fails.
+func (s *Stack) connect(ctx context.Context, ep tcpip.Endpoint, wq *waiter.Queue, ra netip.Addr, rport, port uint16) (*Conn, error) {
+	remote := netip.AddrPortFrom(ra.Unmap(), rport)
 	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
-
-	if la := local.Unmap(); la.IsValid() {
-		if la.Is6() != ra.Is6() {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v from %v: address family mismatch", remote, local)
-		}
-		if terr := ep.Bind(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(la.AsSlice())}); terr != nil {
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: bind %v: %w", remote, local, convertError(terr))
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	fail := func(err error) (*Conn, error) {
+		s.forgetFlow(ep)
 		ep.Close()
+		s.hostRelease(port, 0)
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
-	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: remote.Port()})
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	terr := ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ra.AsSlice()), Port: rport})
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():
-			s.forgetFlow(ep)
-			ep.Close()
-			return nil, fmt.Errorf("netstack: dial %v: %w", remote, ctx.Err())
+			return fail(ctx.Err())
 		case <-notify:
 		}
 		terr = ep.LastError()
 	}
 	if terr != nil {
-		s.forgetFlow(ep)
-		ep.Close()
-		return nil, fmt.Errorf("netstack: dial %v: %w", remote, convertError(terr))
+		return fail(convertError(terr))
 	}
-	c, err := newConn(s, ep, &wq)
+	c, err := newConn(s, ep, wq, port)
 	if err != nil {
 		return nil, fmt.Errorf("netstack: dial %v: %w", remote, err)
 	}
+	c.hold = true
 	return c, nil
 }
 

@@ -249,14 +249,19 @@ func (r *rxState) atomicResponse() error {
 		return errAborted
 	}
 	if len(qp.orq) == 0 || !qp.orq[0].atomic || qp.orq[0].reqID != m.ReqID {
-		what := "no request outstanding"
+		// An Atomic Response with no atomic due (none outstanding, or a
+		// Read Response due first) is unexpected (RFC 5040 §7.1: Remote
+		// Operation Error, Unexpected OpCode); one that names another
+		// request than the one due is an RDMAP error the registry has no
+		// code for (Remote Operation Error, Unspecified).
+		code, what := rdmap.TermRDMAPUnexpectedOp, "no request outstanding"
 		if len(qp.orq) > 0 && !qp.orq[0].atomic {
 			what = "an RDMA Read outstanding first"
 		} else if len(qp.orq) > 0 {
-			what = fmt.Sprintf("request %d outstanding first", qp.orq[0].reqID)
+			code, what = rdmap.TermRDMAPUnspecified, fmt.Sprintf("request %d outstanding first", qp.orq[0].reqID)
 		}
 		qp.mu.Unlock()
-		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, fmt.Errorf("Atomic Response for request %d with %s", m.ReqID, what))
+		return r.fail(code, 0, fmt.Errorf("Atomic Response for request %d with %s", m.ReqID, what))
 	}
 	binary.NativeEndian.PutUint64(qp.orq[0].dst, m.Value)
 	qp.stats.AtomicsCompleted.Add(1)

@@ -153,7 +153,7 @@ func TestRxAtomicErrors(t *testing.T) {
 			var b [rdmap.AtomicResponseLen]byte
 			(&rdmap.AtomicResponse{ReqID: 1, Value: 2}).Marshal(b[:])
 			p.fpdu(ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpAtomicResponse), QN: ddp.QNAtomicResponse, MSN: 1}, b[:])
-		}, code: rdmap.TermDDPLocalCatastrophic},
+		}, code: rdmap.TermRDMAPUnexpectedOp},
 		{name: "response not negotiated", ext: mpa.ExtImmediate, ird: 4, build: func(p *peerStream, reg, plain *Region) {
 			var b [rdmap.AtomicResponseLen]byte
 			p.fpdu(ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpAtomicResponse), QN: ddp.QNAtomicResponse, MSN: 1}, b[:])

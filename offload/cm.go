@@ -20,12 +20,19 @@ import (
 
 // mpaConfig merges the device defaults with one connection's parameters.
 func (d *Device) mpaConfig(p ibv.ConnParam) mpa.Config {
-	// Ready: a responder's QP owns the connection before its Reply
-	// leaves (Accept writes the Reply, then starts the QP; FPDUs arriving
-	// in between wait in TCP's receive queue for the receive loop).
+	// Ready (mpa.ExtReady, to siwtun initiators): a responder's QP owns
+	// the connection before its Reply leaves (Accept writes the Reply,
+	// then starts the QP; FPDUs arriving in between wait in TCP's receive
+	// queue for the receive loop).
 	c := mpa.Config{
 		Rev: d.cfg.MPARev, CRC: d.cfg.CRC, Markers: d.cfg.Markers, P2P: d.cfg.P2P,
 		IRD: d.cfg.IRD, ORD: d.cfg.ORD, PrivateData: p.PrivateData, Ready: true,
+		// What the device advertises (max_qp_rd_atom): a peer asking
+		// for that many Reads gets them, as from Linux siw.
+		MaxIRD: ibv.MaxIRDORD,
+	}
+	if c.Rev < 2 {
+		c.P2P = 0 // RFC 6581's block, which offers it, is revision 2's
 	}
 	if d.cfg.RDMAPExt {
 		c.Ext = mpa.ExtAll
@@ -134,7 +141,8 @@ func (qp *QP) connect(ctx context.Context, remote netip.AddrPort, cfg mpa.Config
 	}
 	if d.cfg.FirstFPDUDelay > 0 && !params.PeerReady {
 		// Give the peer time to hand its socket to its receive path
-		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP meanwhile.
+		// (see Config.FirstFPDUDelay); its own FPDUs wait in TCP
+		// meanwhile. A siwtun responder says it needs none (ExtReady).
 		qp.stats.FirstFPDUDelays.Add(1)
 		t := time.NewTimer(d.cfg.FirstFPDUDelay)
 		select {
@@ -221,7 +229,28 @@ func (w *frameWriter) Write(p []byte) (int, error) {
 // disconnected or moved to ERR while its connection was set up.
 var errClosedWhileConnecting = fmt.Errorf("%w: QP closed while connecting", ibv.ErrQPState)
 
-// start puts a negotiated connection under the QP and starts its engine.
+// observeLocked puts the QP's segment observer on conn, whose FPDU
+// streams start after ahead more octets sent (a responder's Reply, not
+// written yet) and at the next octet received. A responder does so
+// before its Reply leaves, so that the segments of an initiator that
+// answers at once (its RTR) are counted and classified too.
+func (qp *QP) observeLocked(conn *netstack.Conn, p *mpa.Params, ahead int) {
+	var pl *oooPlacer
+	if tx, rx, ok := conn.StreamSeqs(); ok {
+		qp.alignTx.SetStart(tx + uint32(ahead))
+		qp.alignRx.SetStart(rx)
+		qp.initHops(conn, tx+uint32(ahead), rx)
+		qp.alignTx.Configure(p.MarkersTx)
+		qp.alignRx.Configure(p.MarkersRx)
+		// It places nothing before the QP is in RTS.
+		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
+	}
+	qp.placer = pl
+	conn.SetSegmentHook(&segmentObserver{qp: qp, pl: pl})
+}
+
+// start puts a negotiated connection under the QP and starts its engine;
+// a responder has put the observer on it already (observeLocked).
 // replyPD is the MPA Reply's private data (the initiator's), given with
 // EventEstablished. It fails, closing conn, if the QP was closed
 // (Disconnect, Destroy, Modify to ERR) while the connection was set up:
@@ -235,16 +264,12 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 		return errClosedWhileConnecting
 	}
 	qp.conn = conn
-	var pl *oooPlacer
-	if tx, rx, ok := conn.StreamSeqs(); ok {
-		qp.alignTx.SetStart(tx)
-		qp.alignRx.SetStart(rx)
-		qp.alignTx.Configure(p.MarkersTx)
-		qp.alignRx.Configure(p.MarkersRx)
-		pl = newPlacer(qp, conn, rx, p.CRC, p.MarkersRx)
+	if initiator {
+		qp.observeLocked(conn, &p, 0)
 	}
+	pl := qp.placer
+	qp.placer = nil
 	qp.rx.place = pl
-	conn.SetSegmentHook(&segmentObserver{qp: qp, pl: pl})
 	// With Markers, one FPDU per segment exactly (Wireshark follows Markers
 	// only so).
 	conn.SetOneWritePerSegment(p.MarkersTx)
@@ -268,25 +293,13 @@ func (qp *QP) start(conn *netstack.Conn, p mpa.Params, initiator bool, replyPD [
 	if p.MarkersTx || emss != conn.MSS() || emss%4 != 0 {
 		qp.tx.perWrite = 1
 	}
-	qp.tx.bufs = &qp.dev.writeBufs
-	var await mpa.RTR
-	established := true
-	switch {
-	case p.P2P && initiator:
-		qp.p2pRTR = p.RTR
-		if p.RTR == mpa.RTRRead {
-			qp.orq = append(qp.orq, orqEntry{sq: rtrSlot, sinkSTag: rtrSTag})
-		}
-		qp.state = ibv.QPRTS
-	case p.P2P:
-		await = p.RTR
-		qp.state = ibv.QPRTR
-		established = false
-	default:
-		qp.state = ibv.QPRTS
-	}
+	qp.tx.bufs, qp.tx.hops = &qp.dev.writeBufs, qp.dev.hops
+	await, established := qp.peerToPeer(&p, initiator)
 	qp.rx.init(qp, &p, await, pl)
 	qp.done = make(chan struct{})
+	if !initiator && !p.P2P {
+		qp.beginStartupHold(conn)
+	}
 	qp.live.Store(2)
 	qp.mu.Unlock()
 	if established {
@@ -490,16 +503,25 @@ func (r *ConnRequest) Accept(qp *QP, p ibv.ConnParam) error {
 	if d.cfg.MarkersPrefer && !r.req.Markers {
 		cfg.Markers = false
 	}
+	cfg.P2P = d.cfg.P2PAccept
 	if cfg.P2P == 0 {
 		// A responder takes whichever RTR the initiator offers.
 		cfg.P2P = mpa.RTRWrite | mpa.RTRRead | mpa.RTRSend
 	}
 	rep, params, nerr := mpa.Respond(&cfg, r.req)
 	b, err := rep.Append(nil)
+	if err == nil && nerr == nil {
+		qp.mu.Lock()
+		qp.observeLocked(r.conn, &params, len(b))
+		qp.mu.Unlock()
+	}
 	if err == nil {
 		_, err = r.conn.WriteAligned(b)
 	}
 	if nerr != nil || err != nil {
+		qp.mu.Lock()
+		qp.placer = nil
+		qp.mu.Unlock()
 		qp.unclaim()
 		r.conn.Close()
 		if nerr != nil {

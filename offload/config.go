@@ -25,10 +25,18 @@ type Config struct {
 	// M clear) connects again without asking for markers, and a responder
 	// asks for them only when the initiator asked for markers too.
 	MarkersPrefer bool
-	// P2P is the set of RTR types offered as initiator and accepted as
-	// responder (0: no peer-to-peer mode as initiator; as responder any
-	// type a peer offers is accepted).
+	// P2P is the set of RTR types offered as initiator (RFC 6581
+	// peer-to-peer mode; 0: none, the connection starts as RFC 5044 has
+	// it). DefaultConfig offers the Write and the Read RTR, as Linux siw
+	// with peer_to_peer=1 and Intel's irdma do: siw accepts the offer
+	// whatever its own setting, another siwtun ends its startup hold
+	// (StartupHold) as soon as the RTR comes, and a responder of MPA
+	// revision 1 just runs the connection without it. Only at MPA
+	// revision 2.
 	P2P mpa.RTR
+	// P2PAccept is the set of RTR types accepted as responder; 0: every
+	// type a peer offers (Write preferred, then Read, then Send).
+	P2PAccept mpa.RTR
 	// IRD and ORD are the default inbound and outbound RDMA Read depths
 	// when a connection does not set them.
 	IRD, ORD uint16
@@ -49,14 +57,25 @@ type Config struct {
 	MaxQP, MaxMR int
 	// FirstFPDUDelay is how long an initiator waits after the MPA Reply
 	// before it lets its first FPDU (or RTR) go, unless the Reply says
-	// that the responder reads at once (mpa.Frame.Ready, which siwtun's
-	// Replies carry and Linux siw's never do). Linux siw sends its Reply
+	// that the responder reads at once (mpa.ExtReady in its extension
+	// block, which siwtun's Replies to siwtun Requests carry and Linux
+	// siw's never do). Linux siw sends its Reply
 	// before it hands the socket to its receive path (or, in peer-to-peer
 	// mode, to its RTR handler); an FPDU arriving in that gap sits unread
 	// in siw's socket until more data comes, which a request/response
 	// protocol (rping) never sends: the connection stalls. 0 sends at
 	// once to every peer.
 	FirstFPDUDelay time.Duration
+	// StartupHold bounds how long a responder holds its sends after its
+	// MPA Reply when the connection has no peer-to-peer mode and the
+	// initiator's first FPDU has not arrived: RFC 5044 §7.1.2 has a
+	// responder send no FPDU before it has received one (see startup.go),
+	// which would leave a server that speaks first waiting for ever
+	// towards an initiator that does not offer peer-to-peer mode (Linux
+	// siw's default). The hold ends once the Reply has been acknowledged
+	// by TCP and StartupHold has passed since. Negative: no bound, the
+	// rule kept strictly. In peer-to-peer mode the RTR ends the wait.
+	StartupHold time.Duration
 	// FINDelay is how long the connection of a QP whose peer is not known
 	// to be siwtun holds its FIN back when the application disconnects or
 	// destroys the QP (the QP is gone at once; only TCP's close waits).
@@ -65,7 +84,7 @@ type Config struct {
 	// checks tx_suspend before the message's last flag: LOC_QP_OP_ERR,
 	// perftest's "Bad wc status 2"), which a peer that answers and closes
 	// at once triggers. A peer is known to be siwtun by its Reply's
-	// mpa.Frame.Ready or its Request's extension block. 0 closes at once.
+	// mpa.ExtReady or its Request's extension block. 0 closes at once.
 	FINDelay time.Duration
 	// ConnectTimeout bounds the wait for the MPA Reply (siw: 10 s).
 	ConnectTimeout time.Duration
@@ -81,15 +100,17 @@ type Config struct {
 	// FPDUTimeout bounds how long a connection waits, with an FPDU half
 	// received, for the next octet of it (0: DefaultFPDUTimeout; negative:
 	// for ever). A peer writes each FPDU whole, so a gap that long in the
-	// middle of one is no peer's pause: its ULPDU_Length was damaged upwards
-	// on the wire (TCP's checksum missed it) and announces octets the
-	// peer, idle, will never send. Without the bound such a connection
-	// waits silently for ever, both applications included. When it passes
-	// the connection ends with the MPA CRC Terminate (the FPDU's CRC can
-	// never be checked; without CRC, MPA's local catastrophic error) and
-	// counts in mpaFpduTimeouts. TCP retransmitting a
-	// lost segment (its timeout doubling from 200 ms) waits longer than
-	// this only after six losses of that segment in a row.
+	// middle of one is no peer's pause: the peer stopped in the middle of
+	// an FPDU (or its ULPDU_Length was damaged upwards on the wire, TCP's
+	// checksum missing it, and announces octets the peer will never send).
+	// Without the bound such a connection waits silently for ever, both
+	// applications included. When it passes the connection ends with the
+	// Terminate LLP / MPA 0x01 "TCP connection closed, terminated or lost"
+	// (RFC 5044 §8: the stream is given up in the middle of an FPDU; no
+	// CRC was checked, so never the CRC error) and counts in
+	// mpaFpduTimeouts. TCP retransmitting a lost segment (its timeout
+	// doubling from 200 ms) waits longer than this only after six losses
+	// of that segment in a row.
 	FPDUTimeout time.Duration
 	// Logger receives the engine's log lines (nil: discarded).
 	Logger *slog.Logger
@@ -97,6 +118,16 @@ type Config struct {
 
 // DefaultFirstFPDUDelay is the default Config.FirstFPDUDelay.
 const DefaultFirstFPDUDelay = 20 * time.Millisecond
+
+// DefaultStartupHold is the default Config.StartupHold. Linux siw's
+// initiator, woken by the Reply's arrival, reads it from a work queue
+// and only then hands its socket to its receive path. Against siw in the
+// peer VM (qemu without KVM, on a loaded 2-core machine), a server that
+// sent first failed 32 of 50 connections when the hold ended with the
+// Reply's acknowledgement, 8 of 150 at 20 ms after it, 1 of 100 at 50 ms
+// and none of 100 at 100 ms; the default keeps twice that (see
+// doc/connection-setup.md).
+const DefaultStartupHold = 200 * time.Millisecond
 
 // DefaultFINDelay is the default Config.FINDelay.
 const DefaultFINDelay = 20 * time.Millisecond
@@ -110,18 +141,22 @@ const DefaultFPDUTimeout = 10 * time.Second
 const DefaultAcceptTimeout = 5 * time.Second
 
 // DefaultConfig returns the defaults of a siwtun device: MPA rev 2, CRC on,
-// markers off, no P2P, IRD = ORD = 16, FPDUs ≤ 16 KiB, whole MSS-sized
+// markers off, P2P with the Write and Read RTR offered (every RTR type
+// accepted), IRD = ORD = 16, FPDUs ≤ 16 KiB, whole MSS-sized
 // FPDUs batched into TCP writes of up to 64 KiB where TCP's cuts fall
-// between them (FPDUsPerWrite 0; 100 % aligned on the wire, see README),
-// RFC 7306
-// extensions offered, the first FPDU of an initiator DefaultFirstFPDUDelay after the
-// MPA Reply of a peer that does not say it reads at once, the FIN to a peer
-// not known to be siwtun DefaultFINDelay after the QP's end.
+// between them (FPDUsPerWrite 0; 100 % aligned on the wire, see
+// doc/segmentation-offload.md), RFC 7306 extensions offered, the first
+// FPDU of an initiator DefaultFirstFPDUDelay after the MPA Reply of a peer
+// that does not say it reads at once, the FIN to a peer not known to be
+// siwtun DefaultFINDelay after the QP's end, a responder's startup hold
+// bounded by DefaultStartupHold.
 func DefaultConfig(name string) Config {
 	return Config{
 		Name: name, MPARev: 2, CRC: true, IRD: 16, ORD: 16, RDMAPExt: true,
 		MaxFPDU: 16384, FPDUsPerWrite: 0, MaxQP: 4096, MaxMR: 65536,
+		P2P:            mpa.RTRWrite | mpa.RTRRead,
 		FirstFPDUDelay: DefaultFirstFPDUDelay, FINDelay: DefaultFINDelay,
+		StartupHold:    DefaultStartupHold,
 		ConnectTimeout: 10 * time.Second, AcceptTimeout: DefaultAcceptTimeout,
 	}
 }

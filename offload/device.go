@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/siwtun/siwtun/anatomy"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/verbs/ibv"
 )
@@ -31,6 +32,8 @@ type Device struct {
 	closed    bool
 
 	tap tap // segment tap and event fan-out (tap.go)
+	// hops records the hop stamps of round trips (hops.go): the stack's.
+	hops *anatomy.Recorder
 
 	badRevLogged atomic.Bool // the first unsupported MPA revision was logged
 
@@ -52,6 +55,7 @@ func NewDevice(stack *netstack.Stack, cfg Config) (*Device, error) {
 	d := &Device{
 		cfg: cfg, stack: stack, regions: NewRegions(cfg.MaxMR), log: log,
 		qps: make(map[uint32]*QP), nextQPN: 1, listeners: make(map[*Listener]struct{}),
+		hops: hopRecorder(stack),
 	}
 	d.writeBufs.New = func() any {
 		b := make([]byte, 0, maxBatch)

@@ -116,11 +116,15 @@ func immQP(tb testing.TB, crc, markers bool, ext mpa.Ext, n int) (*QP, *Region, 
 }
 
 // feed hands stream to the receive engine in chunks of the sizes given in
-// turn (the TCP Reads), and returns the first error.
+// turn (the TCP Reads, each ending as rxLoop ends one), and returns the
+// first error.
 func feed(qp *QP, stream []byte, chunks ...int) error {
 	for i := 0; len(stream) > 0; i++ {
 		n := min(chunks[i%len(chunks)], len(stream))
 		if _, err := qp.rx.mpa.Write(stream[:n]); err != nil {
+			return err
+		}
+		if err := qp.rx.readDone(); err != nil {
 			return err
 		}
 		stream = stream[n:]

@@ -13,8 +13,8 @@ import (
 // unsplittable ULPDU is a Terminate that copies a DDP header and a Read
 // Request header; its FPDU with a Marker is 80 octets; with 20 + 20 + 40
 // octets of IPv4, TCP and TCP options the MTU is 160. Below it CheckMTU
-// refuses and names 160 (issue 18: --mtu 100 gave EMSS 20 and flushed
-// work requests).
+// refuses and names 160, rather than letting --mtu 100 connect with an
+// EMSS of 20 and then flush work requests without saying why.
 func TestMinMTU(t *testing.T) {
 	term := rdmap.Terminate{HasDDPHeader: true, HasRDMAPHeader: true, DDPHeader: make([]byte, ddp.UntaggedHeaderLen)}
 	if got := ddp.UntaggedHeaderLen + term.Len(); got != MaxControlULPDU {

@@ -3,7 +3,6 @@ package offload
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload/ddp"
@@ -209,5 +208,5 @@ func (pl *oooPlacer) tap(op rdmap.Opcode, h *ddp.Header, n int) {
 	if reg, ok := qp.dev.regions.Lookup(h.STag); ok && h.TO >= reg.Addr() {
 		p.Offset = h.TO - reg.Addr()
 	}
-	t.send(TapEvent{Time: time.Now(), Place: &p})
+	t.send(TapEvent{Place: &p})
 }

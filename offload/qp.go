@@ -51,6 +51,7 @@ type sendWQE struct {
 	cmpAdd    uint64     // an atomic's compare_add
 	swap      uint64     // an atomic's swap
 	reqID     uint32     // an atomic's Request Identifier (set when it enters the ORQ)
+	picked    int64      // when it was posted, for the hop stamps (0: not stamped)
 	state     wqeState
 	status    ibv.WCStatus
 	byteLen   uint32
@@ -174,26 +175,35 @@ type QP struct {
 	irq      []irqEntry
 	irqBurst int // mu; TX: Read Responses sent in a row (see irqMaxBurst)
 
-	ird, ord  int                             // mu; set by start
-	p2pRTR    mpa.RTR                         // mu; RTR still to send (initiator)
-	term      *rdmap.Terminate                // mu; the Terminate RX queued for TX to send
-	termSent  bool                            // mu; no (further) Terminate goes out
-	termDone  chan struct{}                   // mu; closed by TX once term is on the wire (or failed to go)
-	closing   bool                            // mu; the local side ends the connection
-	connected bool                            // mu; a connection is set up or runs (claim to supervise)
-	conn      *netstack.Conn                  // fixed by start; Close is safe from any goroutine
-	params    mpa.Params                      // mu; set by start
-	local     netip.AddrPort                  // mu; set by start
-	remote    netip.AddrPort                  // mu; set by start
-	done      chan struct{}                   // mu; closed by supervise when both goroutines have ended
-	live      atomic.Int32                    // atomic; RX and TX goroutines still running
-	events    chan ibv.Event                  // any goroutine (emit never blocks); nil with onEvent
-	onEvent   atomic.Pointer[func(ibv.Event)] // atomic; replaces events (SetEventHandler)
-	evDrops   atomic.Uint64                   // atomic
-	inErr     atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
-	stats     QPStats                         // atomic counters
-	wc        ibv.WorkCompletion              // mu; scratch for pushing completions
-	flushErr  ibv.WCStatus                    // mu
+	ird, ord int     // mu; set by start
+	p2pRTR   mpa.RTR // mu; RTR still to send (initiator)
+	// placer (mu): the out-of-order placer observeLocked made, until
+	// start takes it.
+	placer *oooPlacer
+	// startupHold (mu): a responder's send queue waits for the
+	// initiator's first FPDU (see startup.go).
+	startupHold bool
+	term        *rdmap.Terminate                // mu; the Terminate RX queued for TX to send
+	termSent    bool                            // mu; no (further) Terminate goes out
+	termDone    chan struct{}                   // mu; closed by TX once term is on the wire (or failed to go)
+	closing     bool                            // mu; the local side ends the connection
+	connected   bool                            // mu; a connection is set up or runs (claim to supervise)
+	conn        *netstack.Conn                  // fixed by start; Close is safe from any goroutine
+	params      mpa.Params                      // mu; set by start
+	local       netip.AddrPort                  // mu; set by start
+	remote      netip.AddrPort                  // mu; set by start
+	done        chan struct{}                   // mu; closed by supervise when both goroutines have ended
+	live        atomic.Int32                    // atomic; RX and TX goroutines still running
+	events      chan ibv.Event                  // any goroutine (emit never blocks); nil with onEvent
+	onEvent     atomic.Pointer[func(ibv.Event)] // atomic; replaces events (SetEventHandler)
+	evDrops     atomic.Uint64                   // atomic
+	inErr       atomic.Bool                     // atomic, written under mu: state == QPErr, read between FPDUs
+	stats       QPStats                         // atomic counters
+	wc          ibv.WorkCompletion              // mu; scratch for pushing completions
+	flushErr    ibv.WCStatus                    // mu
+
+	// hops keys the QP's hop stamps (hops.go); fixed.
+	hops qpHops
 
 	// rxAwaiting and rxLast are what the receive goroutine saw after its
 	// latest read, for RxProgress: the octets the FPDU being received
@@ -343,6 +353,7 @@ func (qp *QP) Modify(s ibv.QPState) error {
 		qp.state = ibv.QPReset
 		qp.inErr.Store(false)
 		qp.closing, qp.term, qp.termSent, qp.termDone, qp.p2pRTR = false, nil, false, nil, 0
+		qp.startupHold = false
 		qp.sqHead, qp.sqNext, qp.sqTail = 0, 0, 0
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.orq, qp.irq = qp.orq[:0], qp.irq[:0]
@@ -384,6 +395,7 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 		w.raddr, w.rkey, w.invRKey, w.imm = wr.RemoteAddr, wr.RKey, wr.InvalidateRKey, wr.ImmData
 		w.cmpAdd, w.swap, w.bind = wr.CompareAdd, wr.Swap, wr.Bind
 		w.state, w.status, w.byteLen = wqePending, ibv.WCSuccess, 0
+		w.picked = qp.dev.hopNow()
 		if wr.Flags&ibv.FlagInline != 0 {
 			w.nsge = 0
 			w.inlineLen = copy(w.inline[:], wr.Inline)

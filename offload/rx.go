@@ -38,13 +38,16 @@ func (qp *QP) rxLoop() {
 	for {
 		_, err := qp.conn.ReadTo(&qp.rx.mpa)
 		if err == nil {
+			err = qp.rx.readDone()
+		}
+		if err == nil {
 			w.read(time.Now())
 			if idle != nil {
 				idle()
 			}
 			continue
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && w.armed && qp.rx.deferred == nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && w.armed {
 			if w.waitOn() {
 				continue
 			}
@@ -75,8 +78,6 @@ func (w *fpduWatch) read(now time.Time) {
 	aw := qp.rx.mpa.Awaiting()
 	qp.rxAwaiting.Store(int64(aw))
 	switch {
-	case qp.rx.deferred != nil:
-		// Its own, shorter deadline runs (fail).
 	case aw > 0 && w.gap > 0:
 		w.last = now
 		if !w.armed {
@@ -102,16 +103,19 @@ func (w *fpduWatch) waitOn() bool {
 }
 
 // fpduTimedOut ends the connection of an FPDU whose rest did not come
-// within gap: its length was damaged (a peer writes every FPDU whole) and
-// the peer is idle.
+// within gap. A peer writes every FPDU whole, so the stream stopped in
+// the middle of one: the peer stalled (or its ULPDU_Length was damaged
+// upwards on the wire and announces octets it will never send). The
+// Terminate says so with RFC 5044 §8's first error, LLP / MPA 0x01 "TCP
+// connection closed, terminated or lost" in IANA's RDDP registry: the
+// stream this end was reading is given up in mid-FPDU. IANA's registry
+// has no code for an FPDU left incomplete; the FPDU's CRC never arrived,
+// so it is not the CRC error (0x02), nothing failed here, so not the
+// local catastrophic error (0x05), and no Marker disagreed, so not 0x03.
 func (qp *QP) fpduTimedOut(gap time.Duration) {
 	qp.stats.FPDUTimeouts.Add(1)
-	code := rdmap.TermLLPCRC
-	if !qp.rx.crc {
-		code = rdmap.TermLLPLocalCatastrophic
-	}
 	qp.rx.inFPDU, qp.rx.deferred = false, nil
-	_ = qp.rx.fail(code, ibv.WCLocQPOpErr, fmt.Errorf("an FPDU of ULPDU_Length %d still lacks %d octets after %v without one (its length damaged on the wire?)",
+	_ = qp.rx.fail(rdmap.TermLLPConnLost, ibv.WCLocQPOpErr, fmt.Errorf("an FPDU of ULPDU_Length %d still lacks %d octets after %v without one: the peer stopped in its middle",
 		qp.rx.ulpduLen, qp.rx.mpa.Awaiting(), gap))
 	qp.drain()
 }
@@ -124,21 +128,10 @@ func (qp *QP) rxEnd(err error) {
 	case errors.As(err, &te):
 		qp.drain()
 	case errors.Is(err, errTerminated):
-	case errors.Is(err, os.ErrDeadlineExceeded) && qp.rx.deferred != nil:
-		// A header error waited for its FPDU's CRC, and the rest of the
-		// FPDU did not come: its length was damaged with the header (a
-		// peer writes every FPDU whole), so the header's error is the
-		// damage's too. As for any FPDU left half received
-		// (FPDUTimeout), the CRC Terminate.
-		d := qp.rx.deferred
-		qp.rx.inFPDU, qp.rx.deferred = false, nil
-		qp.conn.SetReadDeadline(time.Time{})
-		qp.stats.FPDUTimeouts.Add(1)
-		_ = qp.rx.fail(rdmap.TermLLPCRC, d.local, fmt.Errorf("the rest of an FPDU did not come within %v; its header had failed: %v: %w", deferredFailTimeout, d.code, d.cause))
-		qp.drain()
 	case errors.As(err, &me):
-		// A framing error found by the MPA layer (bad marker): no CRC to
-		// wait for.
+		// A framing error found by the MPA layer (a bad Marker: with CRC
+		// on, its FPDU's CRC has proved good, see mpa.Receiver.Pending):
+		// nothing more to wait for.
 		qp.rx.inFPDU = false
 		_ = qp.rx.fail(rdmapCodeForMPA(me.Code), ibv.WCLocQPOpErr, err)
 		qp.drain()
@@ -251,8 +244,10 @@ type rxState struct {
 	writeLen, lastWrite uint64
 
 	// awaitRTR is the RTR type a P2P responder waits for: every FPDU is
-	// checked against it until it arrives (then 0).
-	awaitRTR mpa.RTR
+	// checked against it until it arrives (then 0). awaitFirst: a
+	// responder without P2P holds its sends until the first FPDU.
+	awaitRTR   mpa.RTR
+	awaitFirst bool
 
 	// place is the connection's out-of-order placer (nil when the stream
 	// start is not known): payload copies into tagged memory and remote
@@ -261,11 +256,9 @@ type rxState struct {
 
 	// crc: the connection checks MPA CRCs. inFPDU: between BeginFPDU and
 	// EndFPDU, before the FPDU's CRC is known. An error found there (in
-	// the FPDU's DDP or RDMAP header) is deferred until it is: the rest
-	// of the FPDU is dropped, and EndFPDU sends the MPA CRC Terminate if
-	// the CRC is bad, else the deferred error's. A header corrupted on the
-	// wire thus ends in the CRC's Terminate (RFC 5044 §8: a bad CRC is an
-	// MPA error), not in the DDP or RDMAP error its damage looks like.
+	// the FPDU's DDP or RDMAP header) is deferred (see readDone for how
+	// long): the rest of the FPDU is dropped, and EndFPDU sends the MPA
+	// CRC Terminate if the CRC is bad, else the deferred error's.
 	crc, inFPDU bool
 	deferred    *deferredFail
 }
@@ -300,10 +293,6 @@ func (r *rxState) BeginFPDU(ulpduLen int) error {
 	}
 	return nil
 }
-
-// deferredFailTimeout bounds the wait of a header error for the rest of
-// its FPDU and the CRC (rxState.deferred).
-const deferredFailTimeout = 2 * time.Second
 
 // errDeferred is fail's answer when it defers the error to the FPDU's CRC:
 // the header's processing stops there, the rest of the FPDU is dropped.
@@ -483,9 +472,6 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	r.inFPDU = false
 	d := r.deferred
 	r.deferred = nil
-	if d != nil && qp.conn != nil {
-		qp.conn.SetReadDeadline(time.Time{})
-	}
 	if !crcOK {
 		qp.stats.CRCErrors.Add(1)
 		if d != nil {
@@ -498,12 +484,18 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	}
 	qp.stats.FPDUsRx.Add(1)
 	qp.stats.BytesRx.Add(uint64(r.ulpduLen))
+	if r.awaitFirst {
+		r.firstFPDU()
+	}
 	if r.aborted {
 		r.aborted = false
 		return nil
 	}
 	if r.awaitRTR != 0 {
 		return r.rtrArrived()
+	}
+	if qp.dev.hops.On() {
+		r.stampPlaced()
 	}
 	r.tapPlace()
 	return rxOps[r.op].end(r)
@@ -525,12 +517,6 @@ func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 	if r.inFPDU && r.crc {
 		if r.deferred == nil {
 			r.deferred = &deferredFail{code: code, local: local, cause: cause}
-			// The rest of the FPDU may never come (its length was
-			// damaged upwards and the peer has nothing more to send):
-			// the error then goes out when deferredFailTimeout passes.
-			if qp.conn != nil { // nil in engine unit tests
-				qp.conn.SetReadDeadline(time.Now().Add(deferredFailTimeout))
-			}
 		}
 		r.phase = rxDiscard
 		return errDeferred

@@ -1,9 +1,12 @@
 package offload
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -129,6 +132,96 @@ func BenchmarkRecvEngine(b *testing.B) {
 			for range b.N {
 				if _, err := qp.rx.mpa.Write(chunk); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestHeaderErrorCutThrough: a Send whose DDP header announces 65,517
+// octets toward a 16-octet receive is refused with DDP untagged error 0x05
+// when its header arrives, as a cut-through RNIC refuses it: with CRC off
+// at once; with CRC on at the end of the read that brought the header when
+// the FPDU's CRC did not come with it (counted in ErrorsBeforeCRC), and
+// after the CRC when it did, which then decides (a bad one is the MPA CRC
+// error: the header may have been damaged on the wire).
+func TestHeaderErrorCutThrough(t *testing.T) {
+	const hdrLen, payload = ddp.UntaggedHeaderLen, 65517
+	tests := []struct {
+		name     string
+		crc      bool
+		reads    []int // octets of the FPDU each read hands over (0: the rest)
+		badCRC   bool
+		code     rdmap.Code
+		early    uint64 // ErrorsBeforeCRC
+		wantRead int    // the read that ends in the Terminate (from 0)
+	}{
+		{name: "crc off, header only", reads: []int{2 + hdrLen + 16}, code: rdmap.TermDDPTooLong},
+		{name: "crc off, header in two reads", reads: []int{2 + 10, hdrLen - 10}, code: rdmap.TermDDPTooLong, wantRead: 1},
+		{name: "crc on, header only", crc: true, reads: []int{2 + hdrLen + 16}, code: rdmap.TermDDPTooLong, early: 1},
+		{name: "crc on, header in two reads", crc: true, reads: []int{2 + 10, hdrLen - 10}, code: rdmap.TermDDPTooLong, early: 1, wantRead: 1},
+		{name: "crc on, whole FPDU in one read", crc: true, reads: []int{0}, code: rdmap.TermDDPTooLong},
+		{name: "crc on, whole FPDU with a bad CRC", crc: true, reads: []int{0}, badCRC: true, code: rdmap.TermLLPCRC},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			qp, reg, _ := rxQP(t, tt.crc, false, 64)
+			if _, err := qp.PostRecv([]ibv.RecvWR{{ID: 7, SGL: []ibv.SGE{{Addr: rxAddr, Length: 16, LKey: reg.STag()}}}}); err != nil {
+				t.Fatal(err)
+			}
+			var s mpa.Sender
+			s.Init(tt.crc, false)
+			h := ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), QN: ddp.QNSend, MSN: 1}
+			var hdr [hdrLen]byte
+			h.Marshal(hdr[:])
+			s.Begin(nil, hdrLen+payload)
+			s.Write(hdr[:])
+			s.Write(make([]byte, payload))
+			stream := s.Finish()
+			if tt.badCRC {
+				stream[len(stream)-1] ^= 0x10
+			}
+			var err error
+			read := 0
+			for ; read < len(tt.reads) && err == nil; read++ {
+				n := tt.reads[read]
+				if n == 0 {
+					n = len(stream)
+				}
+				if _, err = qp.rx.mpa.Write(stream[:n]); err == nil {
+					err = qp.rx.readDone()
+				}
+				stream = stream[n:]
+			}
+			var te *terminateError
+			if !errors.As(err, &te) || read-1 != tt.wantRead {
+				t.Fatalf("after read %d: %v, want a Terminate at read %d", read-1, err, tt.wantRead)
+			}
+			qp.mu.Lock()
+			term := qp.term
+			close(qp.termDone) // no TX goroutine sends it here: Close need not wait
+			qp.termDone = nil
+			qp.mu.Unlock()
+			if term.Code != tt.code {
+				t.Fatalf("Terminate %v, want %v", term.Code, tt.code)
+			}
+			if got := qp.stats.ErrorsBeforeCRC.Load(); got != tt.early {
+				t.Fatalf("ErrorsBeforeCRC %d, want %d", got, tt.early)
+			}
+			if tt.code == rdmap.TermDDPTooLong {
+				// Golden: DDP / untagged 0x05, M and D, the segment's
+				// length (65,535) and its DDP header (L, DV 1, RV 1,
+				// Send, QN 0, MSN 1, MO 0) copied.
+				want := testkit.Hex(t, "1205c000 ffff 4143 00000000 00000000 00000001 00000000")
+				got := make([]byte, term.Len())
+				term.Marshal(got)
+				if !bytes.Equal(got, want) {
+					t.Fatalf("Terminate header %x, want %x", got, want)
+				}
+			}
+			for i, b := range reg.Bytes() {
+				if b != 0 {
+					t.Fatalf("byte %d of the region written", i)
 				}
 			}
 		})

@@ -83,14 +83,19 @@ func (r *rxState) endWrite() error {
 func (r *rxState) beginReadResponse() error {
 	qp, h := r.qp, &r.h
 	qp.mu.Lock()
+	// A Read Response that answers no Read Request (none outstanding, or
+	// an Atomic Response due first: responses come in request order) is
+	// an RDMAP message this end did not expect: RFC 5040 §7.1's Remote
+	// Operation Error, Unexpected OpCode. (Linux siw reports a DDP local
+	// catastrophic error, which names no cause.)
 	if len(qp.orq) == 0 {
 		qp.mu.Unlock()
-		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with no Read outstanding"))
+		return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, errors.New("RDMA Read Response with no Read outstanding"))
 	}
 	e := &qp.orq[0]
 	if e.atomic {
 		qp.mu.Unlock()
-		return r.fail(rdmap.TermDDPLocalCatastrophic, 0, errors.New("RDMA Read Response with an atomic outstanding first"))
+		return r.fail(rdmap.TermRDMAPUnexpectedOp, 0, errors.New("RDMA Read Response with an atomic outstanding first"))
 	}
 	placed, size, dst, stag, to := e.placed, e.size, e.dst, e.sinkSTag, e.sinkTO
 	qp.mu.Unlock()

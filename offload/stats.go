@@ -45,10 +45,14 @@ type QPStats struct {
 	// CRCErrors counts FPDUs whose MPA CRC did not match.
 	CRCErrors atomic.Uint64 `stat:"mpaCrcErrors"`
 	// FPDUTimeouts counts connections ended because an FPDU's remaining
-	// octets did not come within Config.FPDUTimeout, or within 2 s when
-	// its header had failed (its ULPDU_Length damaged upwards on the wire,
-	// the peer idle).
+	// octets did not come within Config.FPDUTimeout (the peer stopped in
+	// the middle of an FPDU, or its ULPDU_Length was damaged upwards on
+	// the wire): LLP / MPA 0x01 Terminates.
 	FPDUTimeouts atomic.Uint64 `stat:"mpaFpduTimeouts"`
+	// ErrorsBeforeCRC counts errors found in an FPDU (a DDP or RDMAP
+	// header's, a Marker's) and sent before that FPDU's CRC had arrived
+	// (CRC on: the read that brought them ended before the FPDU did).
+	ErrorsBeforeCRC atomic.Uint64 `stat:"mpaErrorsBeforeCrc"`
 	// BadRevisions counts MPA Requests of a revision this RNIC does not
 	// speak (above 2), closed without a Reply (RFC 5044 §7.1).
 	BadRevisions atomic.Uint64 `stat:"mpaBadRevisions"`
@@ -62,9 +66,15 @@ type QPStats struct {
 	BadRequests atomic.Uint64 `stat:"mpaBadRequests"`
 	// FirstFPDUDelays counts connections this RNIC initiated whose first
 	// FPDU (or RTR) waited Config.FirstFPDUDelay after the MPA Reply: the
-	// peer's Reply did not say it reads at once (mpa.Frame.Ready), as
+	// peer's Reply did not say it reads at once (mpa.ExtReady), as
 	// Linux siw's never does.
 	FirstFPDUDelays atomic.Uint64 `stat:"mpaFirstFpduDelays"`
+	// StartupHoldsBounded counts connections accepted here without
+	// peer-to-peer mode whose held sends went out when Config.StartupHold
+	// had passed after the MPA Reply's acknowledgement, the initiator
+	// having sent no FPDU yet (a server that speaks first, towards an
+	// initiator such as Linux siw that does not offer peer-to-peer mode).
+	StartupHoldsBounded atomic.Uint64 `stat:"mpaStartupHoldsBounded"`
 	// FINDelays counts connections whose FIN waited Config.FINDelay after
 	// the application ended the QP, the peer not known to be siwtun.
 	FINDelays atomic.Uint64 `stat:"mpaFinDelays"`

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/siwtun/siwtun/anatomy"
 	"github.com/siwtun/siwtun/netstack"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type txState struct {
 	msg  ddp.Header  // the DDP header of the message being sent (fp refers to it)
 	// perWrite caps the FPDUs of one TCP write (1: one FPDU per write).
 	perWrite int
+	// hopPick and hopTX are the Pickup and TXStart stamps of the request
+	// being sent, until its first write stamps them (hops.go).
+	hopPick, hopTX int64
+	// hops is the device's recorder of hop stamps.
+	hops *anatomy.Recorder
 }
 
 // txJob is what the TX goroutine does next.
@@ -65,7 +71,7 @@ func (qp *QP) nextJobLocked() (txJob, *sendWQE) {
 		if qp.p2pRTR != 0 && qp.state == ibv.QPRTS {
 			return jobRTR, nil
 		}
-		if qp.state == ibv.QPRTS {
+		if qp.state == ibv.QPRTS && !qp.startupHold {
 			sqReady := false
 			var w *sendWQE
 			if qp.sqNext < qp.sqTail {
@@ -110,9 +116,11 @@ func (qp *QP) txLoop() {
 				qp.dev.logf("QP %d: sending Terminate: %v", qp.num, err)
 			}
 			// Orderly close: FIN after the Terminate; the RX goroutine
-			// drains until the peer closes too. Disconnect waits for
-			// this before it closes the connection.
+			// drains until the peer closes too (within drainTimeout: it
+			// may be reading still, when the error was a local one).
+			// Disconnect waits for this before it closes the connection.
 			qp.conn.CloseWrite()
+			qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
 			if termDone != nil {
 				close(termDone)
 			}
@@ -160,6 +168,7 @@ func (qp *QP) txLoop() {
 // request moved the QP to ERR).
 func (qp *QP) sendSQ(w *sendWQE) bool {
 	qp.irqBurst = 0
+	qp.tx.hopPick, qp.tx.hopTX = w.picked, qp.dev.hopNow()
 	pos := qp.sqNext
 	qp.sqNext++
 	if w.op.Local() {
@@ -169,9 +178,8 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 		w.state, w.status = wqeDone, st
 		qp.retireLocked()
 		if st != ibv.WCSuccess {
-			qp.localErrorLocked(st, fmt.Errorf("%v WR %d failed (%v)", w.op, w.id, st))
-			qp.mu.Unlock()
-			return false
+			qp.localError(fmt.Errorf("%v WR %d failed (%v)", w.op, w.id, st))
+			return true
 		}
 		qp.mu.Unlock()
 		return true
@@ -184,9 +192,8 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 		if st := prepare(w, pos); st != ibv.WCSuccess {
 			w.state, w.status = wqeDone, st
 			qp.retireLocked()
-			qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local sink (%v)", w.op, w.id, st))
-			qp.mu.Unlock()
-			return false
+			qp.localError(fmt.Errorf("%v WR %d: bad local sink (%v)", w.op, w.id, st))
+			return true
 		}
 	}
 	if !w.responded() {
@@ -212,7 +219,8 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 	}
 	qp.retireLocked()
 	if err == nil && st != ibv.WCSuccess && qp.state != ibv.QPErr {
-		qp.localErrorLocked(st, fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
+		qp.localError(fmt.Errorf("%v WR %d: bad local SGE (%v)", w.op, w.id, st))
+		return true
 	}
 	qp.mu.Unlock()
 	switch {
@@ -220,8 +228,6 @@ func (qp *QP) sendSQ(w *sendWQE) bool {
 		// The QP entered ERR: the loop sends its Terminate, if any.
 	case err != nil:
 		qp.txFailed(err)
-		return false
-	case st != ibv.WCSuccess:
 		return false
 	}
 	return true
@@ -242,12 +248,27 @@ func (qp *QP) txFailed(err error) {
 	qp.conn.SetReadDeadline(time.Now().Add(drainTimeout))
 }
 
-// localErrorLocked moves the QP to ERR after a local error on a work request
-// and closes the stream (the peer sees the connection end).
-func (qp *QP) localErrorLocked(st ibv.WCStatus, err error) {
+// localError moves the QP to ERR after a local error on a work request
+// (the request completed with its error status) and queues the Terminate
+// that ends the stream: RDMAP local catastrophic error (RFC 5040 §7.1),
+// the RDMAP stream ended by an error at this end, no header of the peer's
+// to copy. The TX loop sends it, then the FIN (the verbs' rule for a
+// local error of the send queue: the QP enters the error state and a
+// Terminate is sent; Linux siw leaves that to do and only closes). qp.mu
+// is held on entry and released.
+func (qp *QP) localError(err error) {
 	qp.dev.logf("QP %d: %v", qp.num, err)
+	queued := qp.term == nil && qp.state != ibv.QPErr
+	if queued {
+		t := rdmap.NewTerminate(rdmap.TermRDMAPLocalCatastrophic, 0, nil, nil)
+		qp.term, qp.termDone = &t, make(chan struct{})
+		qp.stats.countTerminate(t.Code)
+	}
 	qp.errorLocked(ibv.WCSuccess)
-	go qp.conn.Close()
+	qp.mu.Unlock()
+	if queued {
+		qp.emit(ibv.Event{Type: ibv.EventTerminateSent, Code: rdmap.TermRDMAPLocalCatastrophic, Err: err})
+	}
 }
 
 // prepareReadLocked validates the local sink of an RDMA Read and enters it
@@ -432,8 +453,12 @@ func (qp *QP) sendMessage(h *ddp.Header, base uint64, total uint64, readResponse
 		if qp.aborted() {
 			return errAborted // the rest of the message is not sent
 		}
+		pos := t.mpa.StreamOffset()
 		if _, err := qp.conn.WriteAlignedPayload(b); err != nil {
 			return fmt.Errorf("write FPDU: %w", err)
+		}
+		if t.hopTX != 0 && !readResponse {
+			qp.stampSent(pos, b)
 		}
 		qp.stats.FPDUsTx.Add(uint64(b.count))
 		qp.stats.BytesTx.Add(uint64(b.total))

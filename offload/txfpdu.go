@@ -3,6 +3,8 @@ package offload
 import (
 	"io"
 
+	"github.com/siwtun/siwtun/anatomy"
+
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa"
 )
@@ -27,6 +29,9 @@ type fpduPayload struct {
 	done   int     // bytes handed to gVisor
 	built  []byte  // the fallback copy, if used
 	buf    *[]byte // its buffer, from t.bufs until the copy is handed over
+	// builtAt is when the FPDUs were built, for the hop stamps (0: not
+	// stamped).
+	builtAt int64
 }
 
 // payloadAt returns the payload bytes of a full FPDU starting at stream
@@ -72,11 +77,17 @@ func (f *fpduPayload) Read(p []byte) (int, error) {
 			copy(p, out) // cannot happen: p has room; kept for safety
 		}
 		f.done = f.total
+		if f.t.hops.On() {
+			f.builtAt = anatomy.Now()
+		}
 		return f.total, nil
 	}
 	if f.built == nil {
 		f.buf = f.t.bufs.Get().(*[]byte)
 		f.built = f.build((*f.buf)[:0])
+		if f.t.hops.On() {
+			f.builtAt = anatomy.Now()
+		}
 	}
 	n := copy(p, f.built[f.done:])
 	f.done += n

@@ -176,7 +176,7 @@ func (g *goodClients) round(t testing.TB, round int) time.Duration {
 	return took
 }
 
-// TestConnectionFlood (issue 15): thousands of connection attempts from
+// TestConnectionFlood: thousands of connection attempts from
 // the namespace kernel's TCP (test/interop/hostile flood) against a verbs
 // listener on siwtun1's daemon: connects closed or reset at once, and
 // half-open handshakes — connections that never send an MPA Request, and

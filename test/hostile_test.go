@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// TestHostileTerminateBeforeClose (issue 15, defect 1): a hostile
+// TestHostileTerminateBeforeClose: a hostile
 // initiator, over the namespace kernel's TCP, connects to `siwtun ping -s
 // -P` through the daemon again and again and sends one bad message per
 // connection: a Send with a wrong CRC, a Send with Invalidate naming an
-// STag never advertised, a Send longer than the posted receive. Every
-// connection must end with the right Terminate before the FIN, whatever
-// the server application does on its error completion (before the fix
-// about one connection in ten got the FIN alone).
+// STag never advertised, a Send longer than the posted receive, and a
+// Send whose header announces 65,517 octets toward it of which 16 come
+// (answered as the header shows it, at once). Every connection must end
+// with the right Terminate before the FIN, whatever the server
+// application does on its error completion (before the fix about one
+// connection in ten got the FIN alone).
 func TestHostileTerminateBeforeClose(t *testing.T) {
 	reps := "1000"
 	if testing.Short() {
@@ -23,7 +25,7 @@ func TestHostileTerminateBeforeClose(t *testing.T) {
 	hostile := buildHostile(t)
 	srv := startPingProc(t, r, "-s", "-P", "-a", r.a1.String(), "-d", "--dev", "siwtun1", "--socket-dir", r.d1.socketDir)
 	srv.waitListening(t)
-	for _, c := range []string{"bad-crc", "send-inv-unknown", "send-too-long"} {
+	for _, c := range []string{"bad-crc", "send-inv-unknown", "send-too-long", "send-announces-too-much"} {
 		t.Run(c, func(t *testing.T) {
 			start := time.Now()
 			out, err := r.ns.command(hostile, "repeat", reps, c, r.a1.String()+":7174").CombinedOutput()

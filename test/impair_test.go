@@ -147,10 +147,13 @@ func TestCorruptedLinkDaemons(t *testing.T) {
 	}
 	s0, s1 := ctlStats(t, r.d0), ctlStats(t, r.d1)
 	crc := s0["mpaCrcErrors"] + s1["mpaCrcErrors"]
+	// A corruption that raised an FPDU's length past a buffer is answered
+	// as its header shows it, before the FPDU's CRC (mpaErrorsBeforeCrc).
+	early := s0["mpaErrorsBeforeCrc"] + s1["mpaErrorsBeforeCrc"]
 	term := s0["rdmapTerminateTx"] + s1["rdmapTerminateTx"]
-	t.Logf("%d good messages, then %v; CRC errors %d, Terminates sent %d", good, failed.Status, crc, term)
-	if crc == 0 || term == 0 {
-		t.Errorf("the corruption was not caught by MPA's CRC with a Terminate: crc errors %d, terminates %d", crc, term)
+	t.Logf("%d good messages, then %v; CRC errors %d, errors before a CRC %d, Terminates sent %d", good, failed.Status, crc, early, term)
+	if crc+early == 0 || term == 0 {
+		t.Errorf("the corruption was not caught by MPA's CRC with a Terminate: crc errors %d, errors before a CRC %d, terminates %d", crc, early, term)
 	}
 	waitState(t, cli.qp, verbs.QPErr)
 	waitState(t, srv.qp, verbs.QPErr)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,7 +39,9 @@ func benchNamespaces(t *testing.T, pid int) []string {
 // 1 MiB bandwidth and 4 B latency, 1 s runs, CRC on and off, two rounds
 // merged into medians): every row
 // has positive figures, every target a figure, the JSON parses and
-// agrees with the table, and the namespaces are gone afterwards.
+// agrees with the table, kernel TCP is measured by iperf3 and qperf too
+// (where installed) and every ratio divides by the best kernel figure,
+// and the namespaces are gone afterwards.
 func TestMakeBenchTiny(t *testing.T) {
 	requireRoot(t)
 	bin := siwtunBin(t)
@@ -66,10 +69,19 @@ func TestMakeBenchTiny(t *testing.T) {
 		t.Fatalf("results JSON: %v\n%s", err, b)
 	}
 	// kernel bulk, rr 64 B; gVisor bulk, rr 64 B; RDMA WRITE bw and lat,
-	// each with CRC on and off.
-	if len(res.Rows) != 8 {
-		t.Fatalf("%d rows, want 8:\n%s", len(res.Rows), stdout.String())
+	// each with CRC on and off; iperf3's bulk, qperf's bulk and rr 64 B.
+	rows, skipped := 8, 0
+	for tool, n := range map[string]int{bench.ToolIperf3: 1, bench.ToolQperf: 2} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skipped++
+			continue
+		}
+		rows += n
 	}
+	if len(res.Rows) != rows || len(res.KernelSkipped) != skipped {
+		t.Fatalf("%d rows, want %d; kernel tools skipped %v, want %d:\n%s", len(res.Rows), rows, res.KernelSkipped, skipped, stdout.String())
+	}
+	checkKernelAnchors(t, &res, stdout.String())
 	if res.Rounds != 2 || !strings.Contains(stdout.String(), "medians of 2 rounds") {
 		t.Errorf("rounds %d, want 2 (and the table saying so)", res.Rounds)
 	}
@@ -86,7 +98,7 @@ func TestMakeBenchTiny(t *testing.T) {
 		if r.Stack == bench.StackSiwtun && r.VsGVisor <= 0 {
 			t.Errorf("row without its ratio to raw gVisor TCP: %+v", r)
 		}
-		if r.Kind == bench.KindBW && r.Stack != bench.StackGVisor && r.AppCPUPerGB <= 0 {
+		if r.Kind == bench.KindBW && r.Stack != bench.StackGVisor && r.Tool != bench.ToolQperf && r.AppCPUPerGB <= 0 {
 			t.Errorf("bandwidth row without the receiving application's CPU: %+v", r)
 		}
 		if r.Kind == bench.KindBW && r.Stack != bench.StackKernel && r.RNICCPUPerGB <= 0 {
@@ -108,6 +120,51 @@ func TestMakeBenchTiny(t *testing.T) {
 	}
 	if res.ElapsedS <= 0 || !strings.Contains(stdout.String(), "total elapsed") {
 		t.Errorf("no elapsed time: %v", res.ElapsedS)
+	}
+}
+
+// checkKernelAnchors: the anchors are the best kernel TCP figures of their
+// kind, the table names them, and every ratio to kernel TCP divides by
+// its anchor.
+func checkKernelAnchors(t *testing.T, res *bench.Results, table string) {
+	t.Helper()
+	anchor := map[string]bench.Anchor{}
+	for _, a := range res.Anchors {
+		anchor[a.Kind+" "+strconv.Itoa(a.Size)] = a
+	}
+	tools := 0
+	for _, r := range res.Rows {
+		if r.Stack != bench.StackKernel {
+			continue
+		}
+		if r.Tool != "" {
+			tools++
+		}
+		key := r.Kind + " " + strconv.Itoa(r.Size)
+		a, ok := anchor[key]
+		if !ok {
+			t.Errorf("no anchor for kernel TCP's %s", key)
+			continue
+		}
+		if (r.Kind == bench.KindBW && r.Value > a.Value) || (r.Kind == bench.KindLat && r.Value < a.Value) {
+			t.Errorf("anchor %+v is not the best: %+v", a, r)
+		}
+	}
+	if tools > 0 && !strings.Contains(table, "VS KERNEL divides by the best kernel TCP figure of its kind") {
+		t.Errorf("the table does not name the anchors:\n%s", table)
+	}
+	for _, r := range res.Rows {
+		if r.Stack == bench.StackKernel || r.VsKernel == 0 {
+			continue
+		}
+		size := max(r.Size, bench.RRSmall)
+		if r.Kind == bench.KindBW {
+			size = bench.BulkSize
+		}
+		a := anchor[r.Kind+" "+strconv.Itoa(size)]
+		if want := r.Value / a.Value; r.VsKernel < want*0.999 || r.VsKernel > want*1.001 {
+			t.Errorf("%+v: VS KERNEL %v, want %v (anchor %+v)", r, r.VsKernel, want, a)
+		}
 	}
 }
 
@@ -287,5 +344,42 @@ func TestMakeBenchRFC7306(t *testing.T) {
 		if !strings.Contains(stdout.String(), s) {
 			t.Errorf("the table lacks %q", s)
 		}
+	}
+}
+
+// TestMakeBenchShared runs a tiny `siwtun bench` of the shared suite (MTU
+// 1500, 1 s, 40 connections): routed and shared daemons each give an RDMA
+// WRITE bandwidth, a 4 B round trip, a connect time and a rate, and each
+// of the suite's three targets has a figure. The figures themselves are
+// not judged here.
+func TestMakeBenchShared(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft not installed (tools/setup/debian.sh installs nftables)")
+	}
+	bin := siwtunBin(t)
+	cmd := exec.Command(bin, "bench", "--suites", "shared", "--mtu", "1500", "-D", "1", "--rounds", "1",
+		"--connections", "40", "--out", "")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("siwtun bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("\n%s", stdout.String())
+	if ns := benchNamespaces(t, cmd.Process.Pid); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+	for _, stack := range []string{"siwtun (routed)", "siwtun (shared)"} {
+		for _, row := range []string{"RDMA WRITE bw", "RDMA WRITE lat", "connect time", "connections/s"} {
+			if !regexp.MustCompile(`(?m)^1500\s+` + regexp.QuoteMeta(stack) + `\s+` + row + `\s`).MatchString(stdout.String()) {
+				t.Errorf("no %s %s row", stack, row)
+			}
+		}
+	}
+	if n := strings.Count(stdout.String(), "shared / routed: "); n != 3 {
+		t.Errorf("%d shared / routed targets, want 3", n)
+	}
+	if strings.Contains(stdout.String(), "MISS (") {
+		t.Errorf("a target without a figure:\n%s", stdout.String())
 	}
 }

@@ -98,10 +98,28 @@ type daemon struct {
 // startDaemon runs siwtun up in n and waits until its control socket answers.
 func startDaemon(t testing.TB, n *netns, bin, dev, addr, hostAddr string, mtu int, extra ...string) *daemon {
 	t.Helper()
+	return startUp(t, n, bin, dev, append([]string{"--addr", addr, "--host-addr", hostAddr, "--mtu", fmt.Sprint(mtu)}, extra...)...)
+}
+
+// startUp runs `siwtun up --dev dev flags...` (with a socket directory of
+// its own and debug logs) in n and waits until its sockets answer.
+func startUp(t testing.TB, n *netns, bin, dev string, flags ...string) *daemon {
+	t.Helper()
+	return startUpWith(t, n, nil, bin, dev, flags...)
+}
+
+// startUpWith is startUp with the command line of `siwtun up` put after
+// wrapper (a program that runs it: setpriv, unshare, ...).
+func startUpWith(t testing.TB, n *netns, wrapper []string, bin, dev string, flags ...string) *daemon {
+	t.Helper()
 	dir := t.TempDir()
-	args := []string{bin, "up", "--dev", dev, "--addr", addr, "--host-addr", hostAddr,
-		"--mtu", fmt.Sprint(mtu), "--socket-dir", dir, "--log-level", "debug"}
-	for _, a := range extra {
+	for i, a := range flags {
+		if a == "--socket-dir" && i+1 < len(flags) {
+			dir = flags[i+1] // daemons sharing one directory (the last flag wins)
+		}
+	}
+	args := append(append([]string{}, wrapper...), bin, "up", "--dev", dev, "--socket-dir", dir, "--log-level", "debug")
+	for _, a := range flags {
 		// {dev} names this daemon's device, so one flag list can give each
 		// daemon a file of its own (SIWTUN_UP_FLAGS=--cpuprofile=/tmp/{dev}.pprof).
 		args = append(args, strings.ReplaceAll(a, "{dev}", dev))

@@ -134,10 +134,10 @@ func maskPerf(s string, timed bool) string {
 	return maskGID(s)
 }
 
-// TestPerfSamePort: README's sequence, every run on the default port
+// TestPerfSamePort: the user guide's sequence, every run on the default port
 // 18515 one right after the other — write, read, write --lat — with the
-// earlier runs' connections still draining (issue 18: the second server
-// failed with "address already in use" for about a minute).
+// earlier runs' connections still draining: the second server must not
+// fail with "address already in use" for the minute those drain.
 func TestPerfSamePort(t *testing.T) {
 	r := newTwoRNICs(t, 1500)
 	for _, args := range [][]string{

@@ -13,8 +13,8 @@ import (
 
 // TestAliasDocsListFields: the structs verbs takes from verbs/ibv are
 // aliases, for which go doc prints only "type SendWR = ibv.SendWR" and the
-// comment; the comments list the fields (issue 18: go doc verbs.SendWR
-// showed none). Every field of each struct must be in its list.
+// comment; the comments list the fields, so that go doc verbs.SendWR shows
+// them. Every field of each struct must be in its list.
 func TestAliasDocsListFields(t *testing.T) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "types.go", nil, parser.ParseComments)

@@ -134,14 +134,28 @@ const VendorID = 0x736977
 // verbs socket they are the daemon's, fetched once at Dial.
 func (d *Device) Query() DeviceAttr { return d.be.Query() }
 
-// NodeGUID derives a device's stable GUID from its name (FNV-1a).
-func NodeGUID(name string) uint64 {
+// NodeMAC is the hardware address a device stands for, derived from its
+// name: iWARP devices build their GID from their interface's MAC (Linux
+// siw, cxgb4, irdma), and siwtun0 is a TUN without one. It is a locally
+// administered unicast address (first octet 0x02) followed by five octets
+// of the name's FNV-1a hash, so it is the same for the same name on every
+// start and host.
+func NodeMAC(name string) [6]byte {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(name); i++ {
 		h ^= uint64(name[i])
 		h *= 1099511628211
 	}
-	return h
+	return [6]byte{0x02, byte(h >> 32), byte(h >> 24), byte(h >> 16), byte(h >> 8), byte(h)}
+}
+
+// NodeGUID is a device's stable GUID: the modified EUI-64 of NodeMAC
+// (ff:fe in the middle, the universal/local bit flipped), as Linux siw
+// derives its node GUID from its interface's MAC.
+func NodeGUID(name string) uint64 {
+	m := NodeMAC(name)
+	return uint64(m[0]^0x02)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xff<<32 | 0xfe<<24 |
+		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
 }
 
 // AllocBuffer returns n bytes of memory to register with RegMR. In-process

@@ -192,8 +192,6 @@ func ExampleDevice_Listen() {
 	if err := <-connected; err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("server:", server.qp.State())
-
 	// The client's EventEstablished carries the server's private data.
 	for e := range client.qp.Events() {
 		if e.Type == verbs.EventEstablished {
@@ -201,10 +199,18 @@ func ExampleDevice_Listen() {
 			break
 		}
 	}
+	// The client offered peer-to-peer mode (RFC 6581): the server's QP
+	// enters RTS when the client's RTR has arrived.
+	for e := range server.qp.Events() {
+		if e.Type == verbs.EventEstablished {
+			fmt.Printf("server: %v, %v\n", e.Type, server.qp.State())
+			break
+		}
+	}
 	// Output:
 	// server: request from 198.18.0.1: "hello from siwtun0"
-	// server: RTS
 	// client: ESTABLISHED "welcome", RTS
+	// server: ESTABLISHED, RTS
 }
 
 // Open an RNIC's verbs device and register memory with it.

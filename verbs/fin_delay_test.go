@@ -11,8 +11,9 @@ import (
 // TestFINDelay: a QP whose peer is not known to be siwtun holds its FIN
 // back for Config.FINDelay after the application disconnects (Linux siw
 // fails a Send it has already sent when the FIN comes before its send
-// call returned); a QP whose peer said it is siwtun (Reply's Ready flag,
-// Request's extension block) closes at once, however long the delay.
+// call returned); a QP whose peer said it is siwtun (the Reply's
+// mpa.ExtReady, the Request's extension block) closes at once, however
+// long the delay.
 // Each device counts the FINs it held (mpaFinDelays).
 func TestFINDelay(t *testing.T) {
 	const delay = time.Second
@@ -28,9 +29,15 @@ func TestFINDelay(t *testing.T) {
 			func(c *offload.Config) { c.FINDelay = delay }, true, true},
 		{"responder, initiator siwtun", nil,
 			func(c *offload.Config) { c.FINDelay = time.Hour }, true, false},
-		// A siwtun responder's Reply says Ready, extensions or not.
-		{"initiator, responder siwtun", func(c *offload.Config) { c.FINDelay = time.Hour; c.RDMAPExt = false },
+		// A siwtun responder's Reply to a Request with an extension
+		// block says it is siwtun (mpa.ExtReady), extensions or not.
+		{"initiator, responder siwtun", func(c *offload.Config) { c.FINDelay = time.Hour },
 			func(c *offload.Config) { c.RDMAPExt = false }, false, false},
+		// Without a block in the Request (the initiator's extensions
+		// off: exactly the application's private data) the initiator
+		// cannot learn it: the FIN waits.
+		{"initiator without extensions, responder siwtun", func(c *offload.Config) { c.FINDelay = delay; c.RDMAPExt = false },
+			nil, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cli, srv := newPair(t, pairOpts{cli: tc.cli, srv: tc.srv, depth: 4})

@@ -16,7 +16,7 @@ import (
 )
 
 // siwMarkersReject is Linux siw's answer to an MPA Request with the M
-// flag (captured from siw 6.12, see /work/shared/peer/README.md): a Reply
+// flag (captured from siw 6.12, the peer VM of ../shared/peer): a Reply
 // with R and the enhanced bit set (flags 0x30), M clear, rev 2, private
 // data IRD 0 / ORD 0.
 var siwMarkersReject = mustHexBytes("4d504120494420526570204672616d65" + "3002" + "0004" + "00000000")
@@ -31,8 +31,8 @@ func mustHexBytes(s string) []byte {
 
 // siwLikeResponder answers every connection on l as siw does: a Request
 // with M gets siwMarkersReject and a close; any other is accepted with
-// the Reply of a siwtun responder (rev 2, IRD 16 / ORD 16, CRC if asked)
-// and kept open. The Requests it saw are sent on reqs.
+// the Reply of a siwtun responder (rev 2, IRD 16 / ORD 16, CRC if asked,
+// the Write RTR picked if peer-to-peer mode is offered) and kept open. The Requests it saw are sent on reqs.
 func siwLikeResponder(ctx context.Context, l *netstack.Listener, reqs chan<- mpa.Frame) {
 	for {
 		c, err := l.Accept(ctx)
@@ -57,7 +57,9 @@ func siwLikeResponder(ctx context.Context, l *netstack.Listener, reqs chan<- mpa
 			c.Close()
 			continue
 		}
-		reply, _, err := mpa.Respond(&mpa.Config{Rev: 2, IRD: 16, ORD: 16}, req)
+		// siw takes a peer-to-peer offer whatever its own setting,
+		// preferring the Write RTR (siw_proc_mpareq).
+		reply, _, err := mpa.Respond(&mpa.Config{Rev: 2, IRD: 16, ORD: 16, P2P: mpa.RTRWrite | mpa.RTRRead}, req)
 		if err != nil {
 			c.Close()
 			continue

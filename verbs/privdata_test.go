@@ -8,8 +8,8 @@ import (
 
 // TestAcceptPrivateDataReachesInitiator: the private data the listener
 // gives its accept reaches the connecting side in its EventEstablished,
-// as librdmacm's ESTABLISHED event carries it (issue 18: a program had to
-// send its rkey in a Send); the listener's own EventEstablished has none.
+// as librdmacm's ESTABLISHED event carries it, so a program can hand over
+// its rkey without a Send; the listener's own EventEstablished has none.
 func TestAcceptPrivateDataReachesInitiator(t *testing.T) {
 	pd := []byte("rkey and address of the listener")
 	cli, srv := newPair(t, pairOpts{srvParam: verbs.ConnParam{PrivateData: pd}, cliParam: verbs.ConnParam{PrivateData: []byte("req")}})

@@ -12,9 +12,10 @@ import (
 // TestTerminateBeforeClose: whatever the application does on the error
 // completion of a peer's bad message, the Terminate goes out before the
 // connection closes (RFC 5040 §7). Here the application destroys its QP
-// the moment the receive completes in error, which used to close the
-// stream before the TX goroutine had sent the Terminate in about one
-// connection of ten (issue 15). Each case runs many connections.
+// the moment the receive completes in error, racing the TX goroutine that
+// sends the Terminate: losing that race (about one connection of ten
+// without the ordering) closes the stream first. Each case runs many
+// connections.
 func TestTerminateBeforeClose(t *testing.T) {
 	reps := 300
 	if testing.Short() {

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/monoclock"
 	"github.com/siwtun/siwtun/offload/ddp"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
 	"github.com/siwtun/siwtun/offload/rdmap"
@@ -37,6 +39,11 @@ type Update struct {
 	Term *Terminate `json:"term,omitempty"`
 	// WC is a new completion, appended to View.WCs.
 	WC *WC `json:"wc,omitempty"`
+	// Conn is the checker's summary of one connection direction,
+	// View.Conns[ConnN], sent with every local segment: the negotiation
+	// table counts exactly what the ladder shows, at every update.
+	Conn  *inspect.DirSummary `json:"conn,omitempty"`
+	ConnN int                 `json:"conn_n,omitempty"`
 	// QPs, Stats and Conns replace the View's.
 	QPs   []QP                  `json:"qps,omitempty"`
 	Stats map[string]*ctl.Stats `json:"stats,omitempty"`
@@ -45,6 +52,10 @@ type Update struct {
 	Step *Step `json:"step,omitempty"`
 	// Dropped is View.Dropped when it grew.
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Gap is a new gap, View.Gaps[Gap.N].
+	Gap *Gap `json:"gap,omitempty"`
+	// Full is set when the view reached its limit (View.Full).
+	Full bool `json:"full,omitempty"`
 	// Addr is a new address pair, the AddrN'th of View.Addrs.
 	Addr  string `json:"addr,omitempty"`
 	AddrN int    `json:"addr_n,omitempty"`
@@ -56,34 +67,50 @@ type Update struct {
 // sent or received each segment, and which never arrived. A Builder is
 // safe for concurrent use.
 type Builder struct {
-	mu      sync.Mutex
-	v       View
-	an      *inspect.Analyzer
-	lookup  RegionLookup
-	peerOn  bool
-	markers map[[2]netip.AddrPort]bool
-	conns   map[[2]netip.AddrPort]int
-	addrs   map[[2]netip.AddrPort]int
-	held    map[heldKey]int
-	pending map[segKey][]pendingSeg
-	byKey   map[segKey][]int // every segment by key (both ends watched)
-	regions map[regionKey]int
-	qps     map[qpKey]int
-	unjoin  []int // placements not yet joined to a segment
-	live    bool
-	log     [][]byte // updates logBase+1, logBase+2, ... (live)
-	logBase int
-	changed chan struct{} // closed and replaced on every update (live)
+	mu       sync.Mutex
+	v        View
+	an       *inspect.Analyzer
+	lookup   RegionLookup
+	peerOn   bool
+	markers  map[[2]netip.AddrPort]bool
+	conns    map[[2]netip.AddrPort]int
+	addrs    map[[2]netip.AddrPort]int
+	held     map[heldKey]int
+	pending  map[segKey][]pendingSeg
+	byKey    map[segKey][]int // every segment by key (both ends watched)
+	regions  map[regionKey]int
+	qps      map[qpKey]int
+	unjoin   []int         // placements not yet joined to a segment
+	gaps     [2][]gapSpan  // the windows each device left out: [0] the peer's, [1] the local device's
+	dropped  [2]uint64     // the Dropped count each device last reported
+	reached  [2]int64      // the time each device's stream has reached (CLOCK_MONOTONIC ns)
+	maxSegs  int           // the most segments the view holds (0: no limit)
+	fullAt   int64         // when the view reached maxSegs (CLOCK_MONOTONIC ns; 0: not yet)
+	sweepAge time.Duration // the age the last Sweep was given
+	live     bool
+	log      [][]byte // updates logBase+1, logBase+2, ... (live)
+	logBase  int
+	changed  chan struct{} // closed and replaced on every update (live)
 }
 
 // maxLog bounds the updates a live Builder keeps for pages that are behind:
 // past it the older half is dropped, and a page that still needs them
 // loads the page again.
-var maxLog = 1 << 18
+var maxLog = 1 << 16
 
+// heldKey names a local segment waiting for the checker's report of it
+// (held ahead of a gap, or behind octets that may have passed unseen).
 type heldKey struct {
 	src, dst netip.AddrPort
 	seq      uint32
+}
+
+// gapSpan is a gap: its window [from, to] (CLOCK_MONOTONIC ns) and the
+// sequence ranges it left out.
+type gapSpan struct {
+	from, to int64
+	dirs     []ctl.WatchGapDir
+	all      bool // segments of any direction may be among them
 }
 
 // segKey identifies a segment on the wire, as both ends see it.
@@ -97,8 +124,8 @@ type segKey struct {
 // pendingSeg is a segment seen by one end only so far.
 type pendingSeg struct {
 	n     int
-	local bool // seen by the local device (else by the peer)
-	at    time.Time
+	local bool  // seen by the local device (else by the peer)
+	at    int64 // when (CLOCK_MONOTONIC ns)
 }
 
 type regionKey struct {
@@ -110,6 +137,11 @@ type qpKey struct {
 	dev string
 	n   uint32
 }
+
+// maxTransit is how long after one end saw a segment the other end may
+// see it: a gap of the other end's events within it leaves the segment's
+// fate unknown.
+const maxTransit = 2 * time.Second
 
 // maxUnjoined bounds the placements kept while their segment is not known.
 const maxUnjoined = 256
@@ -148,11 +180,31 @@ func (b *Builder) SetLive() {
 
 // us returns t in microseconds since the View's start, which the first
 // call sets.
-func (b *Builder) us(t time.Time) int64 {
+func (b *Builder) us(t time.Time) int64 { return b.usMono(t, monoclock.Nanos(t)) }
+
+// usMono returns mono, the CLOCK_MONOTONIC reading of wall, in
+// microseconds since the View's start, which the first call sets.
+func (b *Builder) usMono(wall time.Time, mono int64) int64 {
 	if b.v.Start.IsZero() {
-		b.v.Start = t
+		b.v.Start, b.v.StartMono = wall, mono
 	}
-	return t.Sub(b.v.Start).Microseconds()
+	return (mono - b.v.StartMono) / 1000
+}
+
+// SetMaxSegments bounds the segments the view holds (and so its memory):
+// once it holds n, later events are left out and View.Full says so.
+func (b *Builder) SetMaxSegments(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.maxSegs = n
+}
+
+// SetSampling records how the daemons sample what the view cannot take,
+// for the page to say.
+func (b *Builder) SetSampling(policy string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.v.Sampling = policy
 }
 
 // emit records an update.
@@ -191,27 +243,110 @@ func (b *Builder) Updates(from int) (updates [][]byte, changed <-chan struct{}, 
 }
 
 // Event adds one watch event of the local device (local) or of the peer.
+// Events should come in time order (see Merger).
 func (b *Builder) Event(local bool, e ctl.WatchEvent) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e.Dropped > b.v.Dropped {
-		b.v.Dropped = e.Dropped
-		b.emit(Update{Dropped: e.Dropped})
+	dev := b.v.Local
+	if !local {
+		dev = b.v.Peer
+	}
+	if i := side(local); e.Dropped > b.dropped[i] {
+		b.v.Dropped += e.Dropped - b.dropped[i]
+		b.dropped[i] = e.Dropped
+		b.emit(Update{Dropped: b.v.Dropped})
+	}
+	mono := e.MonoTime()
+	if mono > b.reached[side(local)] {
+		b.reached[side(local)] = mono
+	}
+	if b.maxSegs > 0 && len(b.v.Segments) >= b.maxSegs && !e.Heartbeat() {
+		if !b.v.Full {
+			b.v.Full = true
+			b.fullAt = mono
+			b.emit(Update{Full: true})
+		}
+		return
 	}
 	switch {
 	case e.Segment != nil:
-		b.segment(local, e.Time, e.Segment)
+		b.segment(local, e.Time, mono, e.Segment)
 	case e.Place != nil:
-		b.place(local, e.Time, e.Place)
+		b.place(local, b.usMono(e.Time, mono), e.Place)
 	case e.WC != nil:
-		dev := b.v.Local
-		if !local {
-			dev = b.v.Peer
-		}
-		w := WC{T: b.us(e.Time), Seg: len(b.v.Segments) - 1, Dev: dev, WatchWC: *e.WC}
+		w := WC{T: b.usMono(e.Time, mono), Seg: len(b.v.Segments) - 1, Dev: dev, WatchWC: *e.WC}
 		b.v.WCs = append(b.v.WCs, w)
 		b.emit(Update{WC: &w})
+	case e.Gap != nil:
+		b.gap(local, dev, e)
 	}
+}
+
+// rowTime is a row's time: when the earlier of the two ends saw it.
+func rowTime(s *Segment) int64 {
+	switch {
+	case s.T < 0:
+		return s.PT
+	case s.PT < 0:
+		return s.T
+	}
+	return min(s.T, s.PT)
+}
+
+// side indexes per-device state: 1 for the local device, 0 for the peer.
+func side(local bool) int {
+	if local {
+		return 1
+	}
+	return 0
+}
+
+// gap records a window of events dev's daemon left out. The local
+// device's tell the checker which octets passed unseen; the peer's keep
+// segments it would have seen from being marked dropped.
+func (b *Builder) gap(local bool, dev string, e ctl.WatchEvent) {
+	wg := e.Gap
+	from, to := wg.FromMono, wg.ToMono
+	if from == 0 {
+		from, to = monoclock.Nanos(wg.From), monoclock.Nanos(wg.To)
+	}
+	g := Gap{N: len(b.v.Gaps), Dev: dev, T: b.usMono(wg.From, from), T2: b.usMono(wg.To, to),
+		Segments: wg.Segments, Places: wg.Places, WCs: wg.WCs}
+	// The window's row goes where it began: before the rows (the other
+	// device's) that came while it lasted. The rows are in time order.
+	g.Seg = sort.Search(len(b.v.Segments), func(i int) bool { return rowTime(&b.v.Segments[i]) >= g.T })
+	b.v.Gaps = append(b.v.Gaps, g)
+	b.gaps[side(local)] = append(b.gaps[side(local)], gapSpan{from, to, wg.Dirs, wg.MoreDirs})
+	b.emit(Update{Gap: &g})
+	if !local {
+		return
+	}
+	rs := make([]inspect.Unobserved, len(wg.Dirs))
+	for i, d := range wg.Dirs {
+		rs[i] = inspect.Unobserved{Src: d.Src, Dst: d.Dst, Seq: d.Seq, End: d.End}
+	}
+	b.an.NotObserved(rs, wg.MoreDirs)
+}
+
+// unobserved reports whether the device (local or the peer) may have seen
+// segment k, sent at sent, in a window of events it left out: one whose
+// sequence range of k's direction covers it, or, for a gap that does not
+// list every direction, one open within maxTransit of sent.
+func (b *Builder) unobserved(local bool, k segKey, sent int64) bool {
+	for _, g := range b.gaps[side(local)] {
+		if g.all && g.from <= sent+int64(maxTransit) && sent <= g.to {
+			return true
+		}
+		for _, d := range g.dirs {
+			if d.Src != k.src || d.Dst != k.dst {
+				continue
+			}
+			if int32(k.seq-d.Seq) >= 0 && int32(d.End-(k.seq+uint32(k.n))) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Step starts a step of a demo or lesson.
@@ -285,25 +420,34 @@ func copyStats(m map[string]*ctl.Stats) map[string]*ctl.Stats {
 	return out
 }
 
-// Sweep marks as dropped the segments one end sent at least age ago that
-// the other end never received (only while both are watched).
+// Sweep marks as dropped the segments one end sent that the other end
+// had not received age later, by the time the other end's stream has
+// passed that (only while both are watched): until then a window of
+// events the other end's daemon left out may yet be reported.
 func (b *Builder) Sweep(now time.Time, age time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.sweep(now, age)
+	b.sweepAge = age
+	b.sweep(monoclock.Nanos(now), age, false)
 }
 
-func (b *Builder) sweep(now time.Time, age time.Duration) {
+// sweep marks what has been pending since age before now (all of it when
+// final: the streams have ended).
+func (b *Builder) sweep(now int64, age time.Duration, final bool) {
 	for k, ps := range b.pending {
 		keep := ps[:0]
 		for _, p := range ps {
-			if now.Sub(p.at) < age {
+			due := p.at + int64(age)
+			if !final && (now < due || b.reached[side(!p.local)] < due) {
 				keep = append(keep, p)
 				continue
 			}
 			n := p.n
-			// Only a segment its sender saw and its receiver did not.
-			if b.v.Segments[n].Out != p.local {
+			// Only a segment its sender saw and its receiver did not,
+			// and not while the receiver's daemon was leaving events out,
+			// nor when its arrival may have come after the view was full
+			// (the view itself left that out).
+			if b.v.Segments[n].Out != p.local || b.unobserved(!p.local, k, p.at) || b.pastFull(p.at, age) {
 				continue
 			}
 			if j, ok := b.rematch(n, k); ok {
@@ -319,6 +463,18 @@ func (b *Builder) sweep(now time.Time, age time.Duration) {
 			b.pending[k] = keep
 		}
 	}
+}
+
+// pastFull reports whether the other end of a segment sent at mono time
+// at may have seen it after the view reached its limit: a segment is
+// dropped only when its arrival is missing within age (the last Sweep's
+// age, at Finish) of its sending, so one sent later than that before the
+// view was full may have arrived unrecorded.
+func (b *Builder) pastFull(at int64, age time.Duration) bool {
+	if b.fullAt == 0 {
+		return false
+	}
+	return at+int64(max(age, b.sweepAge)) > b.fullAt
 }
 
 // sendRecv returns when s was sent and received (-1: not seen).
@@ -377,7 +533,7 @@ func (b *Builder) rematch(n int, k segKey) (int, bool) {
 func (b *Builder) Finish() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.sweep(time.Now().Add(time.Hour), 0)
+	b.sweep(monoclock.Now(), 0, true)
 	b.v.Conns = b.an.Summary()
 	b.emit(Update{Conns: b.v.Conns})
 }
@@ -404,9 +560,9 @@ func (b *Builder) Snapshot() View {
 }
 
 // segment adds one TCP segment seen by the local device or the peer.
-func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
-	k := segKey{ws.Src, ws.Dst, ws.Seq, ws.Ack, len(ws.Payload), ws.Flags}
-	now := b.us(t)
+func (b *Builder) segment(local bool, wall time.Time, mono int64, ws *ctl.WatchSegment) {
+	k := segKey{ws.Src, ws.Dst, ws.Seq, ws.Ack, ws.PayloadLen(), ws.Flags}
+	now := b.usMono(wall, mono)
 	// The local device's direction of the segment.
 	out := ws.Dir == "out"
 	if !local {
@@ -429,7 +585,7 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 		}
 		if n < 0 {
 			n = len(b.v.Segments)
-			b.pending[k] = append(b.pending[k], pendingSeg{n: n, local: local, at: t})
+			b.pending[k] = append(b.pending[k], pendingSeg{n: n, local: local, at: mono})
 			b.byKey[k] = append(b.byKey[k], n)
 		}
 	} else {
@@ -438,11 +594,11 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 	if n == len(b.v.Segments) {
 		b.v.Segments = append(b.v.Segments, Segment{
 			N: n, Out: out, T: -1, PT: -1, Src: ws.Src.String(), Dst: ws.Dst.String(), A: b.addrOf(ws.Src, ws.Dst),
-			Seq: ws.Seq, Ack: ws.Ack, Len: len(ws.Payload), Flags: inspect.FlagString(ws.Flags),
+			Seq: ws.Seq, Ack: ws.Ack, Len: ws.PayloadLen(), Flags: inspect.FlagString(ws.Flags),
 		})
 		s := &b.v.Segments[n]
 		s.Conn = b.connOf(ws.Src, ws.Dst)
-		s.Class, s.Label = quickClass(ws.Flags, ws.Payload)
+		s.Class, s.Label = quickClass(ws.Flags, ws.Payload, ws.PayloadLen())
 		s.Kind = "unseen"
 	}
 	s := &b.v.Segments[n]
@@ -452,34 +608,63 @@ func (b *Builder) segment(local bool, t time.Time, ws *ctl.WatchSegment) {
 		return
 	}
 	s.T = now
-	reports := b.an.Add(inspect.Segment{Time: t, Src: ws.Src, Dst: ws.Dst, Seq: ws.Seq, Flags: ws.Flags, Payload: ws.Payload})
+	b.check(n, wall, ws)
+	u := Update{Seg: &b.v.Segments[n]}
+	if sum, i, ok := b.an.DirSummary(ws.Src, ws.Dst); ok {
+		if i >= len(b.v.Conns) {
+			b.v.Conns = b.an.Summary()
+			b.emit(Update{Conns: b.v.Conns})
+		}
+		b.v.Conns[i] = sum
+		u.Conn, u.ConnN = &b.v.Conns[i], i
+	}
+	b.emit(u)
+}
+
+// check runs segment n, just seen by the local device, through the
+// checker, and fills in every segment the checker reports on: n itself,
+// or segments it held before (ahead of a gap, or behind octets that may
+// have passed unseen) and now lets through. A segment waits in b.held
+// for its report.
+func (b *Builder) check(n int, wall time.Time, ws *ctl.WatchSegment) {
+	self := heldKey{ws.Src, ws.Dst, ws.Seq}
+	if len(ws.Payload) > 0 {
+		b.held[self] = n
+	}
+	reports := b.an.Add(inspect.Segment{Time: wall, Src: ws.Src, Dst: ws.Dst, Seq: ws.Seq, Flags: ws.Flags, Payload: ws.Payload})
 	for i := range reports {
 		r := &reports[i]
 		if r.Kind == inspect.KindRequest || r.Kind == inspect.KindReply {
 			b.refreshMarkers()
 		}
-		target := s
-		if i > 0 || r.Held {
-			j, ok := b.held[heldKey{r.Src, r.Dst, r.Seq}]
-			if !ok {
-				continue // the tail of a frame segment: nothing to show
-			}
-			delete(b.held, heldKey{r.Src, r.Dst, r.Seq})
-			target = &b.v.Segments[j]
-			target.OOO = r.Held || target.OOO
-			// A held segment is all FPDU octets (a frame is never held):
-			// ByteMap needs only its length.
-			b.analysed(target, r, make([]byte, r.Len))
-			b.emit(Update{Seg: target})
-			continue
+		hk := heldKey{r.Src, r.Dst, r.Seq}
+		j, ok := b.held[hk]
+		if len(ws.Payload) == 0 && hk == self {
+			j, ok = n, true
 		}
-		b.analysed(target, r, ws.Payload)
+		if !ok {
+			continue // the tail of a frame segment: nothing to show
+		}
+		target := &b.v.Segments[j]
+		payload := ws.Payload
+		if j != n || r.Len != len(payload) {
+			// A segment held before is all FPDU octets (a frame is never
+			// held): ByteMap needs only its length.
+			payload = make([]byte, r.Len)
+		}
 		if r.Kind == inspect.KindHeld {
-			b.held[heldKey{r.Src, r.Dst, r.Seq}] = n
+			// Ahead of octets known not to have arrived: out of order
+			// on the wire. Analysed when they come.
 			target.OOO = true
+		} else {
+			delete(b.held, hk)
+			target.OOO = target.OOO || r.Held
+		}
+		b.analysed(target, r, payload)
+		if j != n {
+			b.emit(Update{Seg: target})
 		}
 	}
-	b.emit(Update{Seg: s})
 }
 
 // refreshMarkers learns which directions carry Markers.
@@ -524,6 +709,7 @@ func (b *Builder) connOf(src, dst netip.AddrPort) int {
 func (b *Builder) analysed(s *Segment, r *inspect.Report, payload []byte) {
 	s.Kind = string(r.Kind)
 	s.Aligned, s.Stream, s.Frame, s.Note = r.Aligned, r.Offset, r.Frame, r.Note
+	s.NotObserved, s.Resync = r.NotObserved, r.Resync
 	s.SplitStart, s.SplitEnd = r.SplitStart, r.SplitEnd
 	s.FPDUs, s.Markers = fpdusOf(r.FPDUs), markersOf(r.Markers)
 	s.MarkersOn = b.markers[[2]netip.AddrPort{r.Src, r.Dst}]
@@ -587,6 +773,8 @@ func classOf(r *inspect.Report, cls, label string) (string, string) {
 		return cls, label
 	case inspect.KindHeld:
 		return cls, label // marked OOO; analysed when the gap fills
+	case inspect.KindUnsynced:
+		return "fpdu", "FPDU octets, not analysed"
 	case inspect.KindOther:
 		return "other", "TCP data"
 	case inspect.KindUndecoded:
@@ -619,10 +807,11 @@ func classOf(r *inspect.Report, cls, label string) (string, string) {
 	return cls, label
 }
 
-// quickClass guesses what a segment carries before (or without) the
-// checker: an MPA frame, or an FPDU at its front.
-func quickClass(flags uint8, p []byte) (string, string) {
-	if len(p) == 0 {
+// quickClass guesses what a segment of n payload octets carries before
+// (or without) the checker: an MPA frame, or an FPDU at its front (p may
+// be nil: a peer's stream without payloads).
+func quickClass(flags uint8, p []byte, n int) (string, string) {
+	if n == 0 {
 		return "ctl", inspect.FlagString(flags)
 	}
 	if bytes.HasPrefix(p, []byte("MPA ID Req")) {
@@ -644,13 +833,13 @@ func quickClass(flags uint8, p []byte) (string, string) {
 }
 
 // place adds a placement made by the local device (local) or the peer.
-func (b *Builder) place(local bool, t time.Time, wp *ctl.WatchPlace) {
+func (b *Builder) place(local bool, t int64, wp *ctl.WatchPlace) {
 	dev := b.v.Local
 	if !local {
 		dev = b.v.Peer
 	}
 	p := Place{
-		N: len(b.v.Places), T: b.us(t), Seg: -1, Region: -1, Dev: dev, QP: wp.QP, Op: wp.Op,
+		N: len(b.v.Places), T: t, Seg: -1, Region: -1, Dev: dev, QP: wp.QP, Op: wp.Op,
 		STag: wp.STag, TO: wp.TO, Offset: wp.Offset, RecvWR: wp.RecvWR, MSN: wp.MSN, MO: wp.MO,
 		Len: wp.Len, OOO: wp.OutOfOrder,
 	}

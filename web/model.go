@@ -25,8 +25,11 @@ type View struct {
 	// side; Peer the device on the right, when it is watched too.
 	Local string `json:"local"`
 	Peer  string `json:"peer,omitempty"`
-	// Start is the time the trace's microsecond times count from.
-	Start time.Time `json:"start"`
+	// Start is the time the trace's microsecond times count from (wall
+	// clock); the times themselves are CLOCK_MONOTONIC differences, the
+	// clock every daemon on a host shares, counted from StartMono.
+	Start     time.Time `json:"start"`
+	StartMono int64     `json:"start_mono,omitempty"`
 	// Live says the page is served by `siwtun web` and follows /events.
 	Live bool `json:"live,omitempty"`
 	// Version is the number of updates the view includes (live pages ask
@@ -55,9 +58,37 @@ type View struct {
 	Stats map[string]*ctl.Stats `json:"stats,omitempty"`
 	// Steps are the steps of a demo or lesson, with their text.
 	Steps []Step `json:"steps,omitempty"`
-	// Dropped counts watch events the daemon dropped (the trace is
-	// incomplete when it is not 0).
+	// Dropped counts watch events the daemons left out (in Gaps).
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Gaps are the windows of events a daemon left out because the view
+	// did not keep up: what was not observed, and where in the ladder.
+	Gaps []Gap `json:"gaps,omitempty"`
+	// Full says the view holds as many segments as it may (its memory is
+	// bounded): later traffic is not in it.
+	Full bool `json:"full,omitempty"`
+	// Sampling says how the view samples a device that sends more than it
+	// can take (the daemons' policy), for the page to show.
+	Sampling string `json:"sampling,omitempty"`
+}
+
+// Gap is a window of one device's events that its daemon left out (ctl
+// WatchGap): the view did not observe them.
+type Gap struct {
+	// N is its index in View.Gaps; Dev the device whose events they were.
+	N   int    `json:"n"`
+	Dev string `json:"dev"`
+	// Seg is the index of the first ladder row at or after the window's
+	// start: the rows before it came earlier; rows of the other device
+	// may follow that came while it lasted.
+	Seg int `json:"seg"`
+	// T and T2 are the times of the first and the last event left out
+	// (µs since View.Start).
+	T  int64 `json:"t"`
+	T2 int64 `json:"t2"`
+	// Segments, Places and WCs count the events left out.
+	Segments uint64 `json:"segs"`
+	Places   uint64 `json:"places,omitempty"`
+	WCs      uint64 `json:"wcs,omitempty"`
 }
 
 // Segment is one TCP segment with what the checker found in it.
@@ -70,7 +101,8 @@ type Segment struct {
 	Out bool `json:"o"`
 	// T is when the local device saw it (sent or received), in
 	// microseconds since View.Start; PT when the peer device saw it (-1:
-	// not seen there).
+	// not seen there). The ladder's rows are in the order of the earlier
+	// of the two.
 	T  int64 `json:"t"`
 	PT int64 `json:"pt"`
 	// Src and Dst are the TCP segment's addresses, as the index in
@@ -108,6 +140,11 @@ type Segment struct {
 	Frame string `json:"fr,omitempty"`
 	// Note is the checker's note.
 	Note string `json:"no,omitempty"`
+	// NotObserved counts the octets in front of it that were not observed
+	// (left out of the watch); Resync says where and how the checker
+	// picked the FPDU stream up again after them.
+	NotObserved int    `json:"nob,omitempty"`
+	Resync      string `json:"rs,omitempty"`
 	// Split says which FPDUs the segment boundaries cut (not aligned).
 	SplitStart *inspect.Split `json:"ss,omitempty"`
 	SplitEnd   *inspect.Split `json:"se,omitempty"`

@@ -3,6 +3,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/siwtun/siwtun/verbs"
@@ -173,12 +174,42 @@ type Config struct {
 	// them (perftest: 10 tries, 100 ms apart).
 	ConnectRetries    int
 	ConnectRetryDelay time.Duration
+	// Stamps, when set, makes a Write latency test (not Imm, one size)
+	// record the application's stamps of the round trip's anatomy
+	// (siwtun perf --anatomy).
+	Stamps *Stamps
 
 	// trace, when set (by tests), sees every control message: its
 	// direction and length.
 	trace func(sent bool, n int)
 	// allUpTo, when set (by tests), ends -a's sizes there instead of 2^23.
 	allUpTo int
+}
+
+// Stamps are a Write latency test's application stamps: the time of each
+// post and of each sight of the peer's Write, read from Clock (the clock
+// the daemons stamp their hops with).
+type Stamps struct {
+	// Clock reads the clock (CLOCK_MONOTONIC nanoseconds).
+	Clock func() int64
+	// Start, if set, is called once before the run's first message, with
+	// the test connection's endpoints (to start the daemons' recording).
+	Start func(local, remote netip.AddrPort) error
+	// Local and Remote are the test connection's endpoints; Posts and
+	// Seen the stamps, in order. The run fills them.
+	Local, Remote netip.AddrPort
+	Posts, Seen   []int64
+}
+
+// begin readies st for a run of about n messages on qp and calls Start.
+func (st *Stamps) begin(qp *verbs.QP, n int) error {
+	info := qp.Info()
+	st.Local, st.Remote = info.Local, info.Remote
+	st.Posts, st.Seen = make([]int64, 0, n+1), make([]int64, 0, n+1)
+	if st.Start != nil {
+		return st.Start(st.Local, st.Remote)
+	}
+	return nil
 }
 
 // NominalDeviceAttr has the limits every siwtun device has (verbs'
@@ -200,6 +231,9 @@ func badf(format string, a ...any) error {
 func (c Config) Normalize(dev verbs.DeviceAttr) (Config, error) {
 	if c.Verb != Send && c.Verb != Write && c.Verb != Read && c.Verb != Atomic {
 		return c, badf("verb %d", int(c.Verb))
+	}
+	if c.Stamps != nil && (c.Verb != Write || !c.Latency || c.Imm || c.All) {
+		return c, badf("the anatomy is taken of the RDMA Write latency test of one size (write --lat, no --imm, no --all)")
 	}
 	if c.Verb == Atomic {
 		if c.Latency {

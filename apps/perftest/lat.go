@@ -167,6 +167,15 @@ func (l *latRun) run() (LatResult, error) {
 	}
 	l.prepare()
 	var err error
+	if st := c.Stamps; st != nil {
+		n := c.Iters
+		if l.timed() {
+			n = 1 << 16
+		}
+		if err := st.begin(l.s.qps[0], n); err != nil {
+			return LatResult{}, err
+		}
+	}
 	switch {
 	case c.Verb == Write && !c.Imm:
 		if err = l.pingPongWrite(); errors.Is(err, errPeerDone) {
@@ -224,6 +233,9 @@ func (l *latRun) postOne(seq uint64) error {
 		l.posted = append(l.posted, l.now())
 	}
 	l.wr[0].ID = seq
+	if st := l.c.Stamps; st != nil {
+		st.Posts = append(st.Posts, st.Clock())
+	}
 	if _, err := l.s.qps[0].PostSend(l.wr[:]); err != nil {
 		return fmt.Errorf("posting %v %d: %w", l.c.Verb, seq, err)
 	}
@@ -338,6 +350,9 @@ func (l *latRun) pingPongWrite() error {
 			rcnt++
 			if err := l.waitByte(pollOff, byte(rcnt)); err != nil || l.ended() {
 				return err
+			}
+			if st := l.c.Stamps; st != nil {
+				st.Seen = append(st.Seen, st.Clock())
 			}
 		}
 		if l.timed() || scnt < iters {

@@ -10,10 +10,10 @@ import (
 )
 
 // TestSizeMismatch: a client with a larger -s than the server's fails,
-// and both sides say it is the size, for Write, Read and Send bandwidth
-// (issue 18: 'remote access error (posted 100, completed 8)' on the client
-// and 'the peer closed the control connection' on the server, neither
-// naming the size).
+// and both sides say it is the size, for Write, Read and Send bandwidth,
+// rather than only 'remote access error (posted 100, completed 8)' on the
+// client and 'the peer closed the control connection' on the server,
+// neither of which names the cause.
 func TestSizeMismatch(t *testing.T) {
 	for i, verb := range []Verb{Write, Read, Send} {
 		t.Run(verb.String(), func(t *testing.T) {

@@ -37,6 +37,7 @@ type benchOptions struct {
 	idleQPs     []int
 	nice        int
 	upFlags     []string
+	kernelTools []string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -46,9 +47,11 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure siwtun next to kernel TCP and raw gVisor TCP (make bench; root)",
 		Long: `bench builds, in network namespaces it creates and removes, two RNICs on
 TUN devices (each its own siwtun up) and a veth pair, and measures in one run:
-kernel TCP over the veth pair (bulk and request/response), raw gVisor TCP
-between the two daemons' own stacks through their TUN devices (the engine's
-floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
+kernel TCP over the veth pair (bulk and request/response) with siwtun's
+own tcpperf and, beside it, Debian's iperf3 (bulk) and qperf (tcp_bw,
+tcp_lat; --kernel-tools), the best of them the anchor of every ratio to
+kernel TCP; raw gVisor TCP between the two daemons' own stacks through
+their TUN devices (the engine's floor), and siwtun's RDMA WRITE, READ and SEND bandwidth (64 KiB, 1 MiB)
 and latency (4 B, 64 KiB), RFC 7306 RDMA WRITE with Immediate Data the
 same way (siwtun perf write --imm) and Fetch-and-Add operations per second
 (siwtun perf atomic), with MPA CRC on and off, at each MTU (the perf
@@ -79,9 +82,10 @@ memory, judges the targets, and writes the same as JSON to --out.`,
 	f.IntVar(&o.rounds, "rounds", 3, "take every measurement this many times, one whole round after another, and show medians (the machine is noisy)")
 	f.BoolVar(&o.quick, "quick", false, "one size per test (1 MiB bandwidth, 4 B latency), RDMA WRITE only, 200 round trips (CRC on and off); 200 connections, 1 and 64 QPs, memory at 1,000 idle QPs")
 	f.StringSliceVar(&o.ops, "ops", nil, "perf suite tests: some of write, read, send, write-imm, atomic (default all; write with --quick)")
-	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory")
+	f.StringSliceVar(&o.suites, "suites", bench.AllSuites, "what to measure: perf (the main table), clib (Debian's ib_write_lat and ib_write_bw -R through libsiwtun next to siwtun perf), connect, scale, memory, shared (shared-address mode next to routed mode: RDMA WRITE 1 MiB, 4 B round trip, connections per second)")
 	f.IntVar(&o.nice, "nice", 0, "run the daemons with siwtun up --nice N (0: as started)")
 	f.StringSliceVar(&o.upFlags, "up-flag", nil, "one more flag for the daemons' siwtun up, such as --up-flag=--gso=false (repeatable)")
+	f.StringSliceVar(&o.kernelTools, "kernel-tools", bench.AllKernelTools, "tools that measure kernel TCP beside tcpperf: some of iperf3, qperf (empty: tcpperf only); one not installed is skipped with a note")
 	f.IntVar(&o.connections, "connections", 0, "connections per connect run (default 1000; 200 with --quick)")
 	f.IntVar(&o.clients, "clients", 4, "client processes of the second connect run, connecting at once")
 	f.IntSliceVar(&o.scaleQPs, "scale-qps", nil, "queue pairs of the aggregate RDMA WRITE runs (default 1,4,16,64; 1,64 with --quick)")
@@ -147,6 +151,12 @@ func benchSuiteFlags(cfg *bench.Config, o benchOptions) error {
 		}
 	}
 	cfg.Suites = o.suites
+	for _, t := range o.kernelTools {
+		if !slices.Contains(bench.AllKernelTools, t) {
+			return fmt.Errorf("--kernel-tools: %q: want some of %s", t, strings.Join(bench.AllKernelTools, ", "))
+		}
+	}
+	cfg.KernelTools = o.kernelTools
 	cfg.DaemonNice = o.nice
 	cfg.UpFlags = o.upFlags
 	for _, op := range o.ops {

@@ -55,7 +55,7 @@ benchmark reads the daemons' memory meanwhile).`,
 	f.IntVarP(&o.n, "connections", "n", 1000, "connections to open (client) or accept (server)")
 	f.BoolVar(&o.hold, "hold", false, "client: keep the connections after printing, until standard input ends")
 	f.StringVar(&o.dev, "dev", "siwtun0", "siwtun device (its daemon's verbs socket)")
-	f.StringVar(&o.socketDir, "socket-dir", defaultSocketDir(), "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR)")
+	socketDirFlag(f, &o.socketDir, "verbs sockets")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
 	return cmd
 }

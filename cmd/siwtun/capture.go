@@ -110,7 +110,7 @@ func (s *captureSink) finish(dropped uint64) error {
 	}
 	fmt.Fprintf(s.log, "siwtun capture: %d packets written to %s", s.packets, name)
 	if dropped > 0 {
-		fmt.Fprintf(s.log, "; the daemon dropped %d events (this capture could not keep up)", dropped)
+		fmt.Fprintf(s.log, "; not observed: the daemon left out %d events in windows this capture could not keep up with", dropped)
 	}
 	fmt.Fprintln(s.log)
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/siwtun/siwtun/capture"
 	"github.com/siwtun/siwtun/ctl"
+	"github.com/siwtun/siwtun/internal/monoclock"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/offload/mpa/inspect"
@@ -198,5 +199,87 @@ func TestCaptureAndTrace(t *testing.T) {
 	}
 	if placed != 20000 || wcs != 3 || fpdus == 0 {
 		t.Errorf("trace: %d octets of Read Response placed, %d completions, %d FPDUs", placed, wcs, fpdus)
+	}
+}
+
+// TestWatchStreamClock: a daemon's watch stream stamps every event with
+// CLOCK_MONOTONIC nanoseconds that never go back, and says it is idle
+// with heartbeats, so a viewer can merge two daemons' streams by time; a
+// stream asked for headers only leaves the payloads out, giving lengths.
+func TestWatchStreamClock(t *testing.T) {
+	p := newWatchedPair(t)
+	c, err := ctl.Dial(ctl.SocketPath(p.dir, "siwtun0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ws, err := c.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan ctl.WatchEvent, 1<<16)
+	go func() {
+		defer close(events)
+		for {
+			e, err := ws.Next()
+			if err != nil {
+				return
+			}
+			events <- e
+		}
+	}()
+	hc, err := ctl.Dial(ctl.SocketPath(p.dir, "siwtun0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	hs, err := hc.WatchHeaders()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p.cli.eng.Watching() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.traffic(t, 20000)
+	// The stream without payloads gives their lengths.
+	for data := 0; data < 5; {
+		e, err := hs.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := e.Segment; s != nil && s.Len > 0 {
+			if s.Payload != nil || s.PayloadLen() != s.Len {
+				t.Fatalf("headers-only segment %+v", s)
+			}
+			data++
+		}
+	}
+	var last int64
+	segs, beats := 0, 0
+	for deadline := time.After(ctlTestTimeout); beats < 3; {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if e.Mono <= 0 || e.Mono < last {
+				t.Fatalf("event at %d after one at %d: %+v", e.Mono, last, e)
+			}
+			if now := monoclock.Now(); e.Mono > now {
+				t.Fatalf("event at %d, later than now (%d)", e.Mono, now)
+			}
+			last = e.Mono
+			if e.Segment != nil {
+				segs++
+			}
+			if e.Heartbeat() {
+				beats++
+			}
+		case <-deadline:
+			t.Fatalf("%d segments, %d heartbeats", segs, beats)
+		}
+	}
+	if segs == 0 {
+		t.Error("no segment in the stream")
 	}
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // TestMTUTooSmall: siwtun demo refuses an MTU too small for MPA before it
-// starts anything, naming the smallest that works (issue 18: demo
-// --in-process --mtu 100 connected with EMSS 20 and then failed with
-// "send: completion status Work Request Flushed Error"). siwtun up runs the
+// starts anything, naming the smallest that works, instead of connecting
+// with an EMSS of 20 and failing later with "send: completion status Work
+// Request Flushed Error", which does not say why. siwtun up runs the
 // same check before it creates its TUN device; it is not run here, where a
 // regression would create a device in the test's own namespace.
 func TestMTUTooSmall(t *testing.T) {
@@ -33,8 +33,8 @@ func TestMTUTooSmall(t *testing.T) {
 }
 
 // TestPerfZeroRefused: -s 0, -n 0, -t 0 (and the other options whose 0
-// means the default) are refused instead of running the defaults (issue
-// 18), before any device is opened.
+// means the default) are refused, before any device is opened, instead of
+// silently running the defaults the user did not ask for.
 func TestPerfZeroRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"perf", "write", "-s", "0"},
@@ -54,7 +54,8 @@ func TestPerfZeroRefused(t *testing.T) {
 }
 
 // TestUsageHint: an unknown flag or a stray argument says where the usage
-// is (issue 18: neither printed a hint).
+// is (the root command silences the full usage, so without the hint the
+// error alone leaves the user guessing).
 func TestUsageHint(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

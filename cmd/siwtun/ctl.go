@@ -58,13 +58,13 @@ whose field names are the text keys; -p prints it indented.`,
 	}
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.dev, "dev", defaultDev, "device to query")
-	f.StringVar(&o.dir, "socket-dir", defaultSocketDir(), "directory of the daemons' control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun)")
+	socketDirFlag(f, &o.dir, "control sockets")
 	f.BoolVarP(&o.json, "json", "j", false, "print JSON")
 	f.BoolVarP(&o.pretty, "pretty", "p", false, "print indented JSON (implies --json)")
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return socketDevs(o.dir), cobra.ShellCompDirectiveNoFileComp
 	})
-	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o))
+	cmd.AddCommand(newCtlDevInfoCmd(o), newCtlLinkCmd(o), newCtlQPCmd(o), newCtlStatsCmd(o), newCtlProcCmd(o), newCtlAnatomyCmd(o))
 	return cmd
 }
 

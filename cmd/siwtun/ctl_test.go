@@ -257,7 +257,7 @@ func TestCtlCommands(t *testing.T) {
 	})
 
 	qpLine := regexp.MustCompile(`^link siwtun0/1 lqpn (\d+) rqpn - type RC state RTS pdn 1 src 198\.18\.0\.1:\d+ dst 198\.18\.0\.2:7174 ` +
-		`mpa_rev 2 crc on markers_tx off markers_rx off p2p none ird \d+ ord \d+ sq_depth 16 sq_used 0 rq_depth 16 rq_used 0 emss 1420 ` +
+		`mpa_rev 2 crc on markers_tx off markers_rx off p2p write ird \d+ ord \d+ sq_depth 16 sq_used 0 rq_depth 16 rq_used 0 emss 1420 ` +
 		`bytes_tx (\d+) bytes_rx (\d+) fpdus_tx (\d+) fpdus_rx (\d+)$`)
 	t.Run("qp", func(t *testing.T) {
 		out := run("qp")

@@ -32,6 +32,8 @@ type demoView struct {
 	engs     [2]*offload.Device // the engines watched now (for the regions' lookup)
 	provs    [2]ctl.Provider
 	watches  [2]*offload.Watch
+	merger   *web.Merger   // the two engines' events in time order
+	beat     chan struct{} // closed to stop the heartbeats
 	wg       sync.WaitGroup
 	srv      *web.Server
 	attached bool // watching engs
@@ -88,17 +90,36 @@ func (v *demoView) attach(engs [2]*offload.Device) {
 	v.mu.Lock()
 	v.engs = engs
 	v.mu.Unlock()
+	v.merger = web.NewMerger(v.b, 2, stallAge)
 	for i, e := range engs {
 		v.provs[i] = ctl.NewProvider(v.names[i], e, nil)
 		v.watches[i] = e.Watch(1 << 16)
 		v.wg.Add(1)
-		go func(local bool, w *offload.Watch) {
+		go func(i int, w *offload.Watch) {
 			defer v.wg.Done()
 			for ev := range w.Events() {
-				v.b.Event(local, ctl.NewWatchEvent(ev))
+				v.merger.Add(i, ctl.NewWatchEvent(ev))
 			}
-		}(i == 0, v.watches[i])
+			v.merger.End(i)
+		}(i, v.watches[i])
 	}
+	// Heartbeats tell the merger an idle engine has nothing older to say.
+	v.beat = make(chan struct{})
+	v.wg.Add(1)
+	go func(ws [2]*offload.Watch, stop chan struct{}) {
+		defer v.wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				ws[0].Idle()
+				ws[1].Idle()
+			}
+		}
+	}(v.watches, v.beat)
 	v.snapshot()
 }
 
@@ -118,7 +139,17 @@ func (v *demoView) step(title, text string) {
 		return
 	}
 	v.snapshot()
+	v.flush()
 	v.b.Step(time.Now(), title, text)
+}
+
+// flush passes on the events the merger holds, before a step begins: the
+// demo's text comes after what it describes.
+func (v *demoView) flush() {
+	if v.attached {
+		time.Sleep(15 * time.Millisecond) // a heartbeat from each engine
+		v.merger.Flush()
+	}
 }
 
 // detach ends the watches of the engines (before they close). Nothing
@@ -131,10 +162,12 @@ func (v *demoView) detach() {
 	v.snapshot()
 	// Let the last events reach the watch queues before closing them.
 	time.Sleep(20 * time.Millisecond)
+	close(v.beat)
 	for _, w := range v.watches {
 		w.Close()
 	}
 	v.wg.Wait()
+	v.merger.Flush()
 }
 
 // stop ends the watches (before the engines close) and completes the view.
@@ -184,6 +217,7 @@ func (s *stepWriter) Write(p []byte) (int, error) {
 		case stepRE.MatchString(l):
 			time.Sleep(s.pace)
 			s.v.snapshot()
+			s.v.flush()
 			s.v.b.Step(time.Now(), l, "")
 			for prefix, note := range s.v.notes {
 				if strings.HasPrefix(l, prefix) {

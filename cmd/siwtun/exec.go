@@ -18,7 +18,7 @@ const libName = "libsiwtun.so"
 
 func newExecCmd() *cobra.Command {
 	var dev, socketDir string
-	var rsockets bool
+	var rsockets, noSysfs bool
 	cmd := &cobra.Command{
 		Use:   "exec [--dev siwtun0] -- PROGRAM [ARGS...]",
 		Short: "Run an unmodified libibverbs/librdmacm program on a siwtun device",
@@ -28,8 +28,9 @@ verbs sockets: ibv_devices, ibv_devinfo, rping, perftest's ib_*_bw/lat -R, ...
 
 --dev limits the devices the program sees to one (SIWTUN_DEV), so a client
 and a server on two daemons of one host each use their own RNIC. The library
-is taken from SIWTUN_LIB, else found next to the siwtun binary. The program
-replaces siwtun: its exit status is exec's.
+is taken from SIWTUN_LIB, else found next to the siwtun binary (make build's
+bin/) or in ../lib/siwtun from it (make install's PREFIX/lib/siwtun). The
+program replaces siwtun: its exit status is exec's.
 
 --rsockets runs an ordinary TCP socket program over rsockets (librdmacm's
 sockets over RDMA): rdma-core's librspreload.so is preloaded after libsiwtun
@@ -38,7 +39,16 @@ to rsocket, rconnect, rsend, ..., which libsiwtun implements on the siwtun
 device. The program's TCP connections to a siwtun RNIC's address then run
 over an RDMA connection; the address must be the RNIC's (the host's kernel
 does not have it). librspreload.so is taken from SIWTUN_RSPRELOAD, else
-rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).`,
+rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).
+
+Run as root, the program also gets a view of /sys/class/infiniband and
+/sys/class/infiniband_verbs showing the running siwtun devices as Linux shows
+a siw device (node_type, node_guid, fw_ver, ports/1/gids and gid_attrs,
+device/net/<interface>, uverbsN/ibdev), which rdma-core's tests and other
+programs read: a mount namespace of the program's own with a tmpfs on
+/sys/class (the host's classes bound into it), never a write to the host's
+/sys. --no-sysfs leaves /sys as it is; without CAP_SYS_ADMIN (a container with
+CAP_NET_ADMIN only) there is no view, and exec says so on stderr.`,
 		Example: `  siwtun exec --dev siwtun1 -- rping -s -a 198.18.2.2 -v
   siwtun exec --dev siwtun0 -- rping -c -a 198.18.2.2 -v -V -C 10
   siwtun exec -- ibv_devinfo -v
@@ -72,17 +82,28 @@ rdma-core's install path (Debian: /usr/lib/<arch>/rsocket/librspreload.so).`,
 			if socketDir != "" {
 				env = setEnv(env, "SIWTUN_SOCKET_DIR", socketDir)
 			}
+			if !noSysfs && os.Geteuid() == 0 {
+				err := enterSysView(viewDevices(socketDir, dev))
+				switch {
+				case errors.Is(err, errNoMountNS):
+					fmt.Fprintf(os.Stderr, "siwtun exec: no /sys/class/infiniband view: %v (--no-sysfs goes without it quietly)\n", err)
+				case err != nil:
+					return fmt.Errorf("the /sys/class/infiniband view (--no-sysfs goes without): %w", err)
+				}
+			}
 			return syscall.Exec(prog, args, env)
 		},
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "the only device the program sees (default: every running siwtun device)")
 	cmd.Flags().BoolVar(&rsockets, "rsockets", false, "run a TCP socket program over rsockets (preload rdma-core's librspreload.so after libsiwtun)")
-	cmd.Flags().StringVar(&socketDir, "socket-dir", "", "directory of the daemons' verbs sockets (default /run/siwtun, or SIWTUN_SOCKET_DIR)")
+	cmd.Flags().BoolVar(&noSysfs, "no-sysfs", false, "do not give the program the /sys/class/infiniband view of the running devices")
+	socketDirFlag(cmd.Flags(), &socketDir, "verbs sockets, passed to the program as SIWTUN_SOCKET_DIR")
 	return cmd
 }
 
 // findLib returns the absolute path of libsiwtun: SIWTUN_LIB, or the file
-// next to the running siwtun binary.
+// next to the running siwtun binary (bin/ of make build), or in
+// ../lib/siwtun from it (make install: PREFIX/bin and PREFIX/lib/siwtun).
 func findLib() (string, error) {
 	if p := os.Getenv("SIWTUN_LIB"); p != "" {
 		abs, err := filepath.Abs(p)

@@ -12,7 +12,7 @@ import (
 )
 
 // TestCaptureNoDevice: capturing a device that is not there fails and
-// leaves no file behind (issue 18: an empty n.pcapng stayed).
+// leaves no file behind (no empty n.pcapng that looks like a capture).
 func TestCaptureNoDevice(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "n.pcapng")
@@ -27,7 +27,7 @@ func TestCaptureNoDevice(t *testing.T) {
 
 // TestWatchStartLine: with --duration or -c, trace's first line says how
 // long it runs instead of "(Ctrl-C to stop)"; --qp takes 0 for all, as
-// ctl qp --qp does, and refuses negative numbers (issue 18).
+// ctl qp --qp does, and refuses negative numbers with the reason.
 func TestWatchStartLine(t *testing.T) {
 	p := newWatchedPair(t)
 	for _, tc := range []struct {
@@ -50,7 +50,7 @@ func TestWatchStartLine(t *testing.T) {
 }
 
 // TestCtlQPNone: ctl qp on a device without queue pairs says so instead
-// of printing nothing (issue 18).
+// of printing nothing, which reads like a hang or a failure.
 func TestCtlQPNone(t *testing.T) {
 	la, _ := netstack.Pipe(1500, netstack.Impairments{})
 	eng := rnictest.New(t, la, cliPrefix, 1500, "siwtun0", nil).Engine

@@ -16,7 +16,7 @@ import (
 // a positional argument ("unknown command"). Such flags use the Values
 // below, which name the words they accept, and joinWordValues rewrites
 // "--flag word" to "--flag=word" before cobra parses, so both spellings
-// work, as README writes them.
+// work, as the user guide (doc/user-guide.md) writes them.
 
 // wordValue is a flag that accepts one of a fixed set of words; a flag
 // with NoOptDefVal set may be given its word after a space.

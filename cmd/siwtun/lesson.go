@@ -51,7 +51,7 @@ var lessons = []lesson{
 		parts: []lessonPart{
 			{
 				title: "Revision 1, CRC off: an RFC 5044 Request and Reply",
-				text:  "Both RNICs speak MPA revision 1 and ask for no CRC. The Request and Reply say Rev 1 with C clear and carry no IRD/ORD block: PD_Length counts the application's private data alone, each side keeps its configured IRD and ORD without telling the other, and there is no peer-to-peer mode, so the initiator's first FPDU is its Send. Without CRC every FPDU still ends in the 4-octet CRC field, which the receiver does not check (the byte map says not negotiated).",
+				text:  "Both RNICs speak MPA revision 1 and ask for no CRC. The Request and Reply say Rev 1 with C clear and carry no IRD/ORD block: PD_Length counts the application's private data alone, each side keeps its configured IRD and ORD without telling the other, and there is no peer-to-peer mode, so the initiator's first FPDU is its Send, and the responder sends no FPDU before that one has arrived (RFC 5044 §7.1.2). Without CRC every FPDU still ends in the 4-octet CRC field, which the receiver does not check (the byte map says not negotiated).",
 				set: func(o *demoOptions) {
 					o.rev, o.crc = 1, false
 				},

@@ -59,7 +59,7 @@ func TestLessons(t *testing.T) {
 				return fmt.Errorf("%d queue pairs at rev 1 without CRC, %d at rev 2 with CRC and P2P: want 2 and 2", rev1, rev2)
 			}
 			// What the checker saw each side send.
-			want := [][2]string{{"mpa req rev 1 pd", ""}, {"mpa rep rev 1 ready pd", ""}, {"mpa req rev 2 C enhanced ird 4 ord 4", "p2p rtr=write pd"}, {"mpa rep rev 2 C ready enhanced", "p2p rtr=write pd"}}
+			want := [][2]string{{"mpa req rev 1 pd", ""}, {"mpa rep rev 1 pd", ""}, {"mpa req rev 2 C enhanced ird 4 ord 4", "p2p rtr=write pd"}, {"mpa rep rev 2 C enhanced", "p2p rtr=write pd"}}
 			for _, w := range want {
 				n := 0
 				for _, c := range v.Conns {
@@ -174,7 +174,7 @@ func TestLessons(t *testing.T) {
 			t.Errorf("lesson %s: console errors: %q", l.name, errs)
 		}
 		shot := br.Screenshot(t, "lesson-"+l.name+".png")
-		// SIWTUN_DOC_SCREENSHOTS=doc/teaching refreshes README's pictures.
+		// SIWTUN_DOC_SCREENSHOTS=doc/teaching refreshes doc/teaching.md's pictures.
 		if docDir := os.Getenv("SIWTUN_DOC_SCREENSHOTS"); docDir != "" {
 			data, err := os.ReadFile(shot)
 			if err != nil {
@@ -204,7 +204,7 @@ func checkNegotiationPage(t *testing.T, br *browsertest.Browser) {
 		}
 	}
 	neg := browsertest.Eval[string](t, br, `document.getElementById('negbody').textContent`)
-	for _, w := range []string{"mpa req rev 1 pd", "mpa rep rev 1 ready pd", "mpa req rev 2 C enhanced", "mpa rep rev 2 C ready enhanced"} {
+	for _, w := range []string{"mpa req rev 1 pd", "mpa rep rev 1 pd", "mpa req rev 2 C enhanced", "mpa rep rev 2 C enhanced"} {
 		if !strings.Contains(neg, w) {
 			t.Errorf("negotiation: the negotiation table does not show %q: %s", w, neg)
 		}

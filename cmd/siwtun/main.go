@@ -10,6 +10,7 @@ import (
 
 	"github.com/siwtun/siwtun/verbs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // version is the tool's version; releases set it with -ldflags "-X main.version=…".
@@ -37,6 +38,7 @@ paths, and a verbs API for applications.`,
 	root.AddCommand(newPerfCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newExecCmd())
+	root.AddCommand(newGenDocCmd())
 	// A mistyped flag says where the usage is (SilenceUsage keeps the
 	// whole usage off every other error).
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -48,6 +50,15 @@ paths, and a verbs API for applications.`,
 // usageHint adds "run 'siwtun up --help' for usage" to err.
 func usageHint(c *cobra.Command, err error) error {
 	return fmt.Errorf("%w (run '%s --help' for usage)", err, c.CommandPath())
+}
+
+// socketDirFlag defines --socket-dir on f, the one way every command
+// takes the directory of the daemons' verbs and control sockets: the flag,
+// else the SIWTUN_SOCKET_DIR environment variable (which verbs.Dial and
+// libsiwtun also read), else /run/siwtun. what says which sockets the
+// command uses there.
+func socketDirFlag(f *pflag.FlagSet, p *string, what string) {
+	f.StringVar(p, "socket-dir", defaultSocketDir(), "directory of the daemons' "+what+" (default: $SIWTUN_SOCKET_DIR, else "+verbs.SocketDir+")")
 }
 
 // defaultSocketDir is the --socket-dir default of every command: the

@@ -14,8 +14,8 @@ import (
 // yielding (perftest's latency tests spin on memory, as they may with a
 // hardware RNIC): on the 2-core machine Debian's ib_write_lat through
 // libsiwtun then had about half the mean round trip, and siwtun perf,
-// which yields while it waits, a quarter more median round trip (README,
-// "Running existing verbs programs"). The default, 0, leaves the priority
+// which yields while it waits, a quarter more median round trip (doc/performance.md,
+// "C programs"). The default, 0, leaves the priority
 // the daemon was started with.
 
 // reniceThreads gives every thread of the process the nice value n. Linux

@@ -40,6 +40,8 @@ type perfOptions struct {
 	legacyUnits   bool
 	imm           bool
 	spin          bool
+	anatomy       bool
+	peerDir       string
 	atomicType    string
 	json          bool
 	rdmaCM        bool
@@ -78,13 +80,9 @@ queue.`,
 		},
 	}
 	d := &perfDevice{}
-	dir := verbs.SocketDir
-	if e := os.Getenv("SIWTUN_SOCKET_DIR"); e != "" {
-		dir = e
-	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&d.dev, "dev", defaultDev, "siwtun device (its daemon's verbs socket)")
-	pf.StringVar(&d.dir, "socket-dir", dir, "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR)")
+	socketDirFlag(pf, &d.dir, "verbs sockets")
 	cmd.RegisterFlagCompletionFunc("dev", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return verbsSocketDevs(d.dir), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -131,6 +129,8 @@ func newPerfTestCmd(verb perftest.Verb, d *perfDevice) *cobra.Command {
 	if verb == perftest.Write {
 		f.BoolVar(&o.imm, "imm", false, "RDMA Write with Immediate Data (RFC 7306, perftest's --write_with_imm): the receiver consumes a receive per message; both sides siwtun")
 		f.BoolVar(&o.spin, "spin", false, "with --lat: wait for the peer's Write in a pure busy loop, never yielding the processor, as ib_write_lat does")
+		f.BoolVar(&o.anatomy, "anatomy", false, "with --lat: take the round trip apart hop by hop (median and 99th percentile of each, both directions) from both daemons' stamps; both daemons on this host, the server run with --anatomy too; the client prints the table")
+		f.StringVar(&o.peerDir, "peer-socket-dir", "", "with --anatomy: the directory of the server's daemon's control socket (default: --socket-dir)")
 	}
 	f.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MiB/sec")
 	f.BoolVar(&o.legacyUnits, "legacy-units", false, "name the columns MB/sec as perftest 4.5 did (the figures stay MiB/sec)")
@@ -211,6 +211,22 @@ func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []stri
 	if _, err := cfg.Normalize(perftest.NominalDeviceAttr()); err != nil {
 		return err
 	}
+	var anat *perfAnatomy
+	if o.anatomy {
+		if o.json {
+			return errors.New("--anatomy prints a table of its own: leave out --json")
+		}
+		anat = newPerfAnatomy(o.dir, o.peerDir, o.dev, server.IsValid())
+		cfg.Stamps = &anat.stamps
+		if server.IsValid() {
+			if err := anat.prepare(server.Addr()); err != nil {
+				return err
+			}
+		}
+		if _, err := cfg.Normalize(perftest.NominalDeviceAttr()); err != nil {
+			return err
+		}
+	}
 	dev, err := verbs.DialPath(filepath.Join(o.dir, o.dev+".sock"))
 	if err != nil {
 		return fmt.Errorf("%s: %w (is `siwtun up --dev %s` running?)", o.dev, err, o.dev)
@@ -230,6 +246,9 @@ func runPerf(cmd *cobra.Command, verb perftest.Verb, o *perfOptions, args []stri
 			return rerr // the cause, not what it broke
 		}
 		return err
+	}
+	if anat != nil {
+		return anat.finish(out)
 	}
 	if o.json {
 		enc := json.NewEncoder(out)

@@ -43,6 +43,15 @@ func TestPerfBadFlags(t *testing.T) {
 		{[]string{"perf", "write", "a", "b"}, "accepts at most 1 arg"},
 		{[]string{"perf", "write", "--dev", "../x"}, `invalid device name "../x"`},
 		{[]string{"perf", "write", "-q", "0"}, "--qp 0"},
+		{[]string{"perf", "write", "--anatomy"}, "the anatomy is taken of the RDMA Write latency test"},
+		{[]string{"perf", "write", "--lat", "--anatomy", "-a"}, "no --all"},
+		{[]string{"perf", "write", "--lat", "--anatomy", "--imm"}, "no --imm"},
+		{[]string{"perf", "write", "--lat", "--anatomy", "--json"}, "leave out --json"},
+		{[]string{"perf", "write", "--lat", "--anatomy", "198.18.2.2"}, "no daemon with a control socket"},
+		{[]string{"perf", "read", "--lat", "--anatomy"}, "unknown flag: --anatomy"},
+		{[]string{"ctl", "anatomy", "show"}, "--peer: name the other daemon's device"},
+		{[]string{"ctl", "anatomy", "start", "--peer", "siwtun0"}, "is --dev itself"},
+		{[]string{"ctl", "anatomy", "look", "--peer", "siwtun1"}, `unknown action "look"`},
 	}
 	for _, c := range cases {
 		_, err := runRoot(t, append(c.args, "--socket-dir", dir)...)

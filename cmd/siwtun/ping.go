@@ -89,7 +89,7 @@ The device is reached through its daemon's verbs socket
 	f.BoolVarP(&o.debug, "debug", "d", false, "debug printfs")
 	f.BoolVarP(&o.persistent, "persistent", "P", false, "persistent server mode allowing multiple connections")
 	f.StringVar(&o.dev, "dev", defaultDev, "device (its daemon's verbs socket)")
-	f.StringVar(&o.socketDir, "socket-dir", verbs.SocketDir, "directory of the daemons' verbs sockets (SIWTUN_SOCKET_DIR overrides the default)")
+	socketDirFlag(f, &o.socketDir, "verbs sockets")
 	cmd.SetFlagErrorFunc(usageError)
 	return cmd
 }
@@ -138,10 +138,7 @@ func (o *pingOptions) check() (netip.AddrPort, error) {
 
 // open opens the device through its daemon's verbs socket.
 func (o *pingOptions) open(cmd *cobra.Command) (*verbs.Device, error) {
-	if cmd.Flags().Changed("socket-dir") {
-		return verbs.DialPath(filepath.Join(o.socketDir, o.dev+".sock"))
-	}
-	return verbs.Dial(o.dev)
+	return verbs.DialPath(filepath.Join(o.socketDir, o.dev+".sock"))
 }
 
 func runPing(cmd *cobra.Command, o *pingOptions) error {

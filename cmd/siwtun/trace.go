@@ -27,7 +27,12 @@ placed the payload (region and offset, or receive and offset) and the
 completions that followed. -j prints one JSON object per line.
 
 FPDUs are decoded for connections whose MPA Request and Reply the trace
-saw: start it before connecting. --qp keeps one queue pair's connection.`,
+saw: start it before connecting. --qp keeps one queue pair's connection.
+
+A trace that cannot keep up gets whole windows left out by the daemon, and
+prints each one where it was ("--- not observed: ..."); the checker skips
+the octets in it and picks the FPDU stream up again at the next FPDU it can
+verify (the block says where and how).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.what, o.log = "trace", cmd.ErrOrStderr()
@@ -49,7 +54,8 @@ saw: start it before connecting. --qp keeps one queue pair's connection.`,
 // checker's Reports: more than one when it let held segments be
 // analysed), or a placement or completion that joined no segment.
 type traceLine struct {
-	Type    string           `json:"type"` // "segment", "place", "wc"
+	Type    string           `json:"type"` // "segment", "place", "wc", "gap"
+	Gap     *ctl.WatchGap    `json:"gap,omitempty"`
 	Dir     string           `json:"dir,omitempty"`
 	Ack     uint32           `json:"ack,omitempty"`
 	Reports []inspect.Report `json:"reports,omitempty"`
@@ -65,6 +71,13 @@ type traceSink struct {
 }
 
 func (s *traceSink) block(b *segBlock) error {
+	if b.gap != nil {
+		if s.json {
+			return s.enc.Encode(traceLine{Type: "gap", Gap: b.gap})
+		}
+		_, err := fmt.Fprintf(s.w, "%s --- %s\n", b.time.Format("15:04:05.000000"), gapString(b.gap))
+		return err
+	}
 	if s.json {
 		l := traceLine{Type: "segment", Reports: b.reports, Places: b.places, WCs: b.wcs}
 		switch {
@@ -104,7 +117,21 @@ func (s *traceSink) finish(dropped uint64) error {
 		if s.json {
 			return s.enc.Encode(map[string]any{"type": "dropped", "dropped": dropped})
 		}
-		fmt.Fprintf(s.w, "(the daemon dropped %d events: this trace could not keep up)\n", dropped)
+		fmt.Fprintf(s.w, "(not observed: the daemon left out %d events in the windows marked above: this trace could not keep up)\n", dropped)
 	}
 	return nil
+}
+
+// gapString renders a window the daemon left out, for example "not
+// observed: the daemon left out 1200 segments, 40 placements, 2 completions
+// from 10:00:01.000000 to 10:00:01.050000 (this trace fell behind)".
+func gapString(g *ctl.WatchGap) string {
+	s := fmt.Sprintf("not observed: the daemon left out %d segments", g.Segments)
+	if g.Places > 0 {
+		s += fmt.Sprintf(", %d placements", g.Places)
+	}
+	if g.WCs > 0 {
+		s += fmt.Sprintf(", %d completions", g.WCs)
+	}
+	return s + fmt.Sprintf(" from %s to %s (this trace fell behind)", g.From.Format("15:04:05.000000"), g.To.Format("15:04:05.000000"))
 }

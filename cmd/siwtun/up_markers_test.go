@@ -43,10 +43,11 @@ func TestUpMarkersFlag(t *testing.T) {
 	}
 }
 
-// TestWordFlagsSpaced: --markers prefer and --crc off, as README and the
-// help write them, parse like --markers=prefer and --crc=off (issue 18:
-// both were "unknown command"), for siwtun up and siwtun demo; a word the
-// flag does not take stays an argument, and --crc alone is still on.
+// TestWordFlagsSpaced: --markers prefer and --crc off, as the docs and
+// the help write them, parse like --markers=prefer and --crc=off (pflag alone
+// takes the word for an argument: "unknown command"), for siwtun up and
+// siwtun demo; a word the flag does not take stays an argument, and --crc
+// alone is still on.
 func TestWordFlagsSpaced(t *testing.T) {
 	tests := []struct {
 		args          []string

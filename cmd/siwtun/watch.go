@@ -33,7 +33,7 @@ type watchOptions struct {
 func addWatchFlags(cmd *cobra.Command, o *watchOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.ctl.dev, "dev", defaultDev, "device to watch")
-	f.StringVar(&o.ctl.dir, "socket-dir", defaultSocketDir(), "directory of the daemons' control sockets (default: $SIWTUN_SOCKET_DIR, else /run/siwtun)")
+	socketDirFlag(f, &o.ctl.dir, "control sockets")
 	f.IntVar(&o.qp, "qp", 0, "only the connection of this queue pair (and its placements and completions); 0: all, as in ctl qp --qp")
 	f.IntVarP(&o.count, "count", "c", 0, "stop after this many segments (0: until interrupted)")
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until interrupted)")
@@ -43,6 +43,7 @@ func addWatchFlags(cmd *cobra.Command, o *watchOptions) {
 // placements and completions that followed it. A block without a segment
 // carries only completions (or placements) that had no segment to join.
 type segBlock struct {
+	gap     *ctl.WatchGap // a window of events the daemon left out (alone)
 	seg     *ctl.WatchSegment
 	time    time.Time
 	reports []inspect.Report
@@ -375,6 +376,20 @@ func runWatch(o *watchOptions, open func() (watchSink, error)) error {
 				dropped = e.Dropped
 			}
 			switch {
+			case e.Gap != nil:
+				// What came before the gap goes out first.
+				if err := j.flush(true); err != nil {
+					return finish(err)
+				}
+				g := e.Gap
+				rs := make([]inspect.Unobserved, len(g.Dirs))
+				for i, d := range g.Dirs {
+					rs[i] = inspect.Unobserved{Src: d.Src, Dst: d.Dst, Seq: d.Seq, End: d.End}
+				}
+				a.NotObserved(rs, g.MoreDirs)
+				if err := sink.block(&segBlock{gap: g, time: e.Time}); err != nil {
+					return finish(err)
+				}
 			case e.Segment != nil:
 				s := e.Segment
 				b := &segBlock{seg: s, time: e.Time, arrived: time.Now()}

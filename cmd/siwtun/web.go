@@ -27,13 +27,22 @@ const defaultWebListen = "127.0.0.1:7180"
 const (
 	webStatePeriod = time.Second
 	dropAge        = 2 * time.Second
+	// stallAge is how long a device's stream may stay silent (its
+	// daemon sends a heartbeat every 50 ms) before the other device's
+	// events stop waiting for it.
+	stallAge = 2 * time.Second
 )
+
+// samplingPolicy says, on the page, how the daemons sample what the view
+// cannot take (offload.Watch, ctl's watch stream).
+const samplingPolicy = "whole windows: when the view falls behind, a daemon leaves out every event until the view has caught up, and the ladder marks each window it left out"
 
 func newWebCmd() *cobra.Command {
 	var (
-		listen string
-		devs   []string
-		dir    string
+		listen  string
+		devs    []string
+		dir     string
+		maxSegs int
 	)
 	cmd := &cobra.Command{
 		Use:   "web [--listen 127.0.0.1:7180] [--dev siwtun0 [--dev siwtun1]]",
@@ -49,25 +58,41 @@ section that defines it.
 
 The first --dev is the ladder's left side. A second --dev (the peer of the
 connections) adds when each segment reached the other end, and marks the
-segments one end sent and the other never received (dropped). Start it
-before connecting: FPDUs are decoded for connections whose MPA Request and
-Reply it saw.`,
+segments one end sent and the other never received (dropped). The rows are
+in time order across both devices (CLOCK_MONOTONIC, which the daemons of
+one host share). Start it before connecting: FPDUs are decoded for
+connections whose MPA Request and Reply it saw.
+
+When the view cannot keep up (a bulk transfer), a daemon leaves out whole
+windows of events rather than single ones, and reports each: the ladder
+shows the window as a row of its own ("not observed"), and the checker
+skips the octets in it and picks the FPDU stream up again at the next FPDU
+it can verify; no segment is flagged out of order because of them.
+--max-segments bounds the view's memory. See doc/live-view.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runWeb(ctx, cmd.OutOrStdout(), listen, dir, devs)
+			return runWeb(ctx, cmd.OutOrStdout(), listen, dir, devs, maxSegs)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultWebListen, "address to serve the page at (keep it on loopback: the page shows memory contents' placement and addresses)")
 	f.StringArrayVar(&devs, "dev", []string{defaultDev}, "device to watch (at most two: the first is the ladder's left side)")
-	f.StringVar(&dir, "socket-dir", ctl.DefaultSocketDir, "directory of the daemons' control sockets")
+	socketDirFlag(f, &dir, "control sockets")
+	f.IntVar(&maxSegs, "max-segments", defaultWebMaxSegments, "the most segments the view holds (its memory grows with them, about 3 KiB each); later traffic is left out, and the page says so; 0: no limit")
 	return cmd
 }
 
+// defaultWebMaxSegments bounds the view of `siwtun web`: some minutes of
+// sampled bulk traffic, a few hundred MB.
+const defaultWebMaxSegments = 100000
+
 // runWeb serves the live view of devs until ctx ends or a watch fails.
-func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string) error {
+func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string, maxSegs int) error {
+	if maxSegs < 0 {
+		return fmt.Errorf("web: --max-segments %d: want a number of segments, or 0 for no limit", maxSegs)
+	}
 	if len(devs) == 0 || len(devs) > 2 {
 		return fmt.Errorf("web: give one or two devices (--dev), not %d", len(devs))
 	}
@@ -86,13 +111,21 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string)
 	}
 	b := web.NewBuilder("siwtun web "+devs[0], devs[0], peer, regionLookup(opts))
 	b.SetLive()
+	b.SetSampling(samplingPolicy)
+	b.SetMaxSegments(maxSegs)
 	streams := make([]*ctl.WatchStream, len(devs))
 	for i := range devs {
 		c, err := opts[i].dial()
 		if err != nil {
 			return err
 		}
-		s, err := c.Watch()
+		// The peer's segments are only matched with the local device's:
+		// their payloads stay in its daemon.
+		watch := c.Watch
+		if i > 0 {
+			watch = c.WatchHeaders
+		}
+		s, err := watch()
 		if err != nil {
 			c.Close()
 			return err
@@ -109,28 +142,30 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, len(devs))
-	var wg sync.WaitGroup
+	// The two daemons' events, put in one order by their common clock.
+	m := web.NewMerger(b, len(devs), stallAge)
+	defer m.Flush()
 	for i, s := range streams {
-		wg.Add(1)
-		go func(local bool, s *ctl.WatchStream) {
-			defer wg.Done()
+		go func(i int, s *ctl.WatchStream) {
 			for {
 				e, err := s.Next()
 				if err != nil {
+					m.End(i)
 					if !errors.Is(err, io.EOF) {
 						errc <- err
 					} else {
-						errc <- fmt.Errorf("web: the daemon ended the watch stream")
+						errc <- fmt.Errorf("web: the daemon of %s ended the watch stream", devs[i])
 					}
 					return
 				}
-				b.Event(local, e)
+				m.Add(i, e)
 			}
-		}(i == 0, s)
+		}(i, s)
 	}
 	tick := time.NewTicker(webStatePeriod)
 	defer tick.Stop()
 	for {
+		m.Tick()
 		pollState(b, opts)
 		if peer != "" {
 			b.Sweep(time.Now(), dropAge)
@@ -212,6 +247,13 @@ func newHTMLSink(o *watchOptions, path string, w io.Writer) *htmlSink {
 }
 
 func (s *htmlSink) block(bl *segBlock) error {
+	if bl.gap != nil {
+		// The blocks' times are wall clock times: the gap's too.
+		g := *bl.gap
+		g.FromMono, g.ToMono = 0, 0
+		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Gap: &g})
+		return nil
+	}
 	if bl.seg != nil {
 		s.b.Event(true, ctl.WatchEvent{Time: bl.time, Segment: bl.seg})
 		s.segs++

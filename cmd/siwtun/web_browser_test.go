@@ -272,7 +272,7 @@ func TestWebLiveAndTraceHTML(t *testing.T) {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		webErr = runWeb(ctx, &webOut, "127.0.0.1:0", p.dir, []string{"siwtun0"})
+		webErr = runWeb(ctx, &webOut, "127.0.0.1:0", p.dir, []string{"siwtun0"}, defaultWebMaxSegments)
 	}()
 	go func() {
 		defer wg.Done()
@@ -323,6 +323,38 @@ func TestWebLiveAndTraceHTML(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("live page: %s arrows before the traffic, %s after", before, live)
+	// The connection has ended: the negotiation table counts the FPDUs
+	// and the aligned segments the ladder shows, direction by direction.
+	type tally struct {
+		FPDUs    int `json:"fpdus"`
+		Aligned  int `json:"aligned"`
+		Verdicts int `json:"verdicts"`
+	}
+	type tallies struct {
+		Table  map[string]tally `json:"table"`
+		Ladder map[string]tally `json:"ladder"`
+	}
+	counts := browsertest.Eval[tallies](t, br, `(() => {
+	  siwtunView.render();
+	  const V = siwtunView.view, table = {}, ladder = {};
+	  document.querySelectorAll('#negbody tbody tr').forEach((r) => { table[r.dataset.src + ' > ' + r.dataset.dst] = {fpdus: +r.dataset.fpdus, aligned: +r.dataset.aligned, verdicts: +r.dataset.fpduSegments}; });
+	  for (const s of V.segs) {
+	    const d = siwtunView.detail(s), k = V.addrs[s.a], c = ladder[k] || (ladder[k] = {fpdus: 0, aligned: 0, verdicts: 0});
+	    c.fpdus += (d.fp || []).filter((f) => f.e).length;
+	    if (s.al !== undefined) { c.verdicts++; if (s.al) c.aligned++; }
+	  }
+	  return {table, ladder};
+	})()`)
+	fpdus := 0
+	for dir, tc := range counts.Table {
+		if lc := counts.Ladder[dir]; lc != tc {
+			t.Errorf("%s: the table counts %+v, the ladder shows %+v", dir, tc, lc)
+		}
+		fpdus += tc.FPDUs
+	}
+	if fpdus == 0 || len(counts.Table) == 0 {
+		t.Errorf("the table counts %d FPDUs in %d directions", fpdus, len(counts.Table))
+	}
 	if before == live {
 		t.Errorf("the live page did not change while traffic ran (%s arrows)", live)
 	}

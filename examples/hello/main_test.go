@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,8 +54,26 @@ func TestHello(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsHello: README's Go program is this file, whole.
-func TestREADMEShowsHello(t *testing.T) {
+// TestGoAPIPageShowsHello: the Go verbs API page shows this file whole.
+func TestGoAPIPageShowsHello(t *testing.T) {
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join("..", "..", "doc", "go-api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := "```go\n" + string(src) + "```\n"
+	if !strings.Contains(string(page), block) {
+		t.Errorf("doc/go-api.md does not show examples/hello/main.go as it is; put the file between ```go and ```")
+	}
+}
+
+// TestREADMEExcerptOfHello: README's Go example is an excerpt of this
+// file: its lines, other than the "// ..." that mark a gap, are lines of
+// main.go, in the file's order.
+func TestREADMEExcerptOfHello(t *testing.T) {
 	src, err := os.ReadFile("main.go")
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +82,25 @@ func TestREADMEShowsHello(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := "```go\n" + string(src) + "```\n"
-	if !strings.Contains(string(readme), block) {
-		t.Errorf("README.md does not show examples/hello/main.go as it is; put the file between ```go and ``` in the Verbs section")
+	_, rest, ok := strings.Cut(string(readme), "```go\n")
+	excerpt, _, closed := strings.Cut(rest, "```\n")
+	if !ok || !closed {
+		t.Fatal("README.md has no ```go block")
+	}
+	lines := strings.Split(string(src), "\n")
+	shown := 0
+	for _, want := range strings.Split(strings.TrimSuffix(excerpt, "\n"), "\n") {
+		if strings.TrimSpace(want) == "// ..." {
+			continue
+		}
+		i := slices.Index(lines, want)
+		if i < 0 {
+			t.Fatalf("README.md's Go example has a line examples/hello/main.go has not (or not after the lines before it):\n%s", want)
+		}
+		lines = lines[i+1:]
+		shown++
+	}
+	if shown < 5 {
+		t.Errorf("README.md's Go example shows %d lines of examples/hello/main.go", shown)
 	}
 }

@@ -72,15 +72,24 @@ static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma
 	return ev;
 }
 
+/* The RNIC's IPv4 address: an iWARP device's GID is its MAC (siw's
+ * form), so the test takes the address from SIWTUN_TEST_ADDRS
+ * ("siwtun0=198.18.1.2,siwtun1=198.18.2.2"), which the Go test sets. */
 static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
 {
-	union ibv_gid gid;
-	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
-	static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	CHECK(!memcmp(gid.raw, v4mapped, 12), "GID is not an IPv4-mapped address");
+	const char *name = ibv_get_device_name(c->device), *all = getenv("SIWTUN_TEST_ADDRS");
+	CHECK(all, "SIWTUN_TEST_ADDRS not set");
+	size_t nl = strlen(name);
+	const char *p = all;
+	while (p && (strncmp(p, name, nl) || p[nl] != '='))
+		p = (p = strchr(p, ',')) ? p + 1 : NULL;
+	CHECK(p, "no address of %s in SIWTUN_TEST_ADDRS=%s", name, all);
+	char a[64];
+	snprintf(a, sizeof(a), "%s", p + nl + 1);
+	a[strcspn(a, ",")] = 0;
 	memset(sin, 0, sizeof(*sin));
 	sin->sin_family = AF_INET;
-	memcpy(&sin->sin_addr, gid.raw + 12, 4);
+	CHECK(inet_pton(AF_INET, a, &sin->sin_addr) == 1, "address %s of %s", a, name);
 }
 
 static struct ibv_context *open_dev(const char *name)
@@ -117,6 +126,8 @@ static void check_queries(struct ibv_context *c)
 	CHECK(ibv_query_pkey(c, 1, 0, &pkey) == 0 && pkey == htobe16(0xffff), "pkey");
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(c, NULL, &dx) == 0 && dx.orig_attr.vendor_id == 0x736977, "query device ex");
+	CHECK(dx.phys_port_cnt_ex == dx.orig_attr.phys_port_cnt, "phys_port_cnt_ex %u, phys_port_cnt %u", dx.phys_port_cnt_ex,
+	      dx.orig_attr.phys_port_cnt);
 	struct ibv_gid_entry ge;
 	CHECK(ibv_query_gid_ex(c, 1, 0, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_IB, "query gid ex");
 	CHECK(ibv_get_pkey_index(c, 1, htobe16(0xffff)) == 0, "pkey index of the default P_Key");
@@ -126,6 +137,12 @@ static void check_queries(struct ibv_context *c)
 	 * the same name (in this namespace). */
 	union ibv_gid gid;
 	CHECK(ibv_query_gid(c, 1, 0, &gid) == 0, "query gid");
+	/* iWARP's GID: a MAC (locally administered, unicast), then zeros;
+	 * the node GUID is the MAC's modified EUI-64, as siw's. */
+	static const uint8_t zeros[10];
+	uint8_t eui[8] = {gid.raw[0] ^ 2, gid.raw[1], gid.raw[2], 0xff, 0xfe, gid.raw[3], gid.raw[4], gid.raw[5]};
+	CHECK((gid.raw[0] & 3) == 2 && !memcmp(gid.raw + 6, zeros, 10), "GID is not a MAC and zeros");
+	CHECK(!memcmp(&da.node_guid, eui, 8), "node GUID is not the EUI-64 of the GID's MAC");
 	struct ibv_gid_entry tab[4];
 	memset(tab, 0x5a, sizeof(tab));
 	ssize_t ng = ibv_query_gid_table(c, tab, 4, 0);
@@ -276,7 +293,9 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
-	CHECK(qp && state_of(qp) == IBV_QPS_RESET, "self-created QP");
+	/* A new iWARP QP queries as INIT (siw's IDLE); its state field says
+	 * RESET until then, as libibverbs sets it. */
+	CHECK(qp && qp->state == IBV_QPS_RESET && state_of(qp) == IBV_QPS_INIT, "self-created QP");
 	struct ibv_qp_attr st = {.qp_state = IBV_QPS_INIT, .port_num = 1};
 	CHECK(ibv_modify_qp(qp, &st, IBV_QP_STATE) == 0 && state_of(qp) == IBV_QPS_INIT, "INIT");
 	struct ibv_sge rs = {(uintptr_t)buf, 256, mr->lkey};
@@ -722,8 +741,13 @@ static int rsockets(const char *deva, const char *devb, int port)
 	struct pollfd mp = {.fd = mx->fd, .events = POLLIN};
 	CHECK(poll(&mp, 1, 0) == 0, "the old channel still readable after the move");
 	rdma_ack_cm_event(wait_event(my, RDMA_CM_EVENT_ADDR_RESOLVED));
+	/* To no channel: synchronous on a channel of its own (librdmacm);
+	 * a synchronous id cannot go to none again; back to a channel. */
+	CHECK(rdma_migrate_id(mid, NULL) == 0 && mid->channel && mid->channel != my && mid->channel != mx,
+	      "migrate to no channel");
 	errno = 0;
-	CHECK(rdma_migrate_id(mid, NULL) == -1 && errno == EOPNOTSUPP, "migrate to no channel");
+	CHECK(rdma_migrate_id(mid, NULL) == -1 && errno == EINVAL, "migrate a synchronous id to no channel");
+	CHECK(rdma_migrate_id(mid, mx) == 0 && mid->channel == mx, "migrate a synchronous id to a channel");
 	CHECK(rdma_destroy_id(mid) == 0, "migrate: destroy");
 	rdma_destroy_event_channel(mx);
 	rdma_destroy_event_channel(my);
@@ -897,6 +921,90 @@ static int rsockets(const char *deva, const char *devb, int port)
 	return 0;
 }
 
+/* check_cm_semantics: what rdma_cm gives programs before they connect
+ * (a port at bind, the device's PD, loopback binds, options, hint-only
+ * address info), and DISCONNECTED on both sides when the connecting side
+ * destroys its QP right after rdma_disconnect (as cmtime does). */
+static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in addr_b, int port)
+{
+	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
+	CHECK(cha && chb, "semantics: channels");
+	struct rdma_cm_id *lid, *aid, *lo;
+	struct sockaddr_in any_b = addr_b;
+	any_b.sin_port = 0;
+	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lid, (struct sockaddr *)&any_b) == 0,
+	      "bind to port 0");
+	uint16_t got = ntohs(rdma_get_src_port(lid));
+	CHECK(got != 0 && lid->verbs && lid->pd, "a port (%u) and the device's PD at bind", got);
+	errno = 0;
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&any_b) == -1 && errno == EINVAL, "binding a bound id");
+	CHECK(rdma_listen(lid, 0) == 0 && ntohs(rdma_get_src_port(lid)) == got, "listen with backlog 0 on the bound port");
+	OK("bind port 0");
+
+	struct sockaddr_in loop = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	CHECK(rdma_create_id(NULL, &lo, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lo, (struct sockaddr *)&loop) == 0 &&
+	      lo->verbs && lo->pd && rdma_get_src_port(lo) != 0 &&
+	      ((struct sockaddr_in *)rdma_get_local_addr(lo))->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+	      "loopback binds the first device");
+	uint8_t t21 = 21, tos = 0;
+	int one = 1;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t21, 1) == 0 &&
+	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0 &&
+	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0, "options");
+	errno = 0;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &one, sizeof(one)) == -1 && errno == EINVAL,
+	      "ack timeout of the wrong size");
+	errno = 0;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, 99, &one, sizeof(one)) == -1 && errno == ENOSYS, "unknown option");
+	/* To no channel and back: a synchronous id moved to a channel. */
+	struct rdma_event_channel *mch = rdma_create_event_channel();
+	CHECK(mch && rdma_migrate_id(lo, mch) == 0 && lo->channel == mch, "migrate a synchronous id to a channel");
+	CHECK(rdma_destroy_id(lo) == 0, "destroy the loopback id");
+	rdma_destroy_event_channel(mch);
+	OK("loopback bind, options");
+
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
+	hints.ai_dst_addr = (struct sockaddr *)&addr_b;
+	hints.ai_dst_len = sizeof(addr_b);
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0 && res->ai_dst_len == sizeof(addr_b) &&
+	      !memcmp(res->ai_dst_addr, &addr_b, sizeof(addr_b)) && res->ai_qp_type == IBV_QPT_RC, "hint-only addrinfo");
+	rdma_freeaddrinfo(res);
+	struct rdma_addrinfo none = {0};
+	errno = 0;
+	CHECK(rdma_getaddrinfo(NULL, NULL, &none, &res) == -1 && errno == EINVAL, "addrinfo of nothing");
+	OK("addrinfo from hints");
+
+	/* Connect to the port 0 listener, then disconnect and destroy the QP
+	 * at once: DISCONNECTED on both sides. */
+	struct sockaddr_in dst = addr_b;
+	dst.sin_port = htons(got);
+	(void)port;
+	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_resolve_addr(aid, (struct sockaddr *)&addr_a, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(aid->pd && rdma_resolve_route(aid, 2000) == 0, "the device's PD at resolve");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
+	CHECK(rdma_create_qp(aid, NULL, &qa) == 0 && aid->qp->pd == aid->pd, "rdma_create_qp in the id's PD");
+	CHECK(rdma_connect(aid, NULL) == 0, "connect");
+	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *sid = ev->id;
+	rdma_ack_cm_event(ev);
+	struct ibv_qp_init_attr qb = qa;
+	CHECK(sid->pd && rdma_create_qp(sid, NULL, &qb) == 0 && rdma_accept(sid, NULL) == 0, "accept");
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	rdma_destroy_qp(aid);
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(sid);
+	CHECK(rdma_destroy_id(sid) == 0 && rdma_destroy_id(aid) == 0 && rdma_destroy_id(lid) == 0, "destroy");
+	rdma_destroy_event_channel(cha);
+	rdma_destroy_event_channel(chb);
+	OK("disconnect, then destroy the QP");
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -922,6 +1030,7 @@ int main(int argc, char **argv)
 	get_addr(cb, &addr_b);
 	addr_b.sin_port = htons((uint16_t)port);
 	OK("devices");
+	check_cm_semantics(addr_a, addr_b, port);
 
 	/* rdma_cm: B listens on its address, A connects from its address. */
 	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();

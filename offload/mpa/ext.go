@@ -5,21 +5,25 @@ import (
 	"strings"
 )
 
-// Ext is a set of RDMAP extensions (RFC 7306) a siwtun RNIC supports on a
-// connection. RFC 7306 gives them no negotiation of their own, and a peer
-// without them (Linux siw) terminates the stream at the first extended
-// opcode, so siwtun announces them in an extension block at the end of
-// the MPA private data (see ExtBlockLen): an initiator that offers
-// extensions appends the block to its Request; a responder that supports
-// some of them answers with a block of its own only to a Request that had
-// one, carrying what both support; the connection uses what the Reply's
-// block says (Params.Ext). The block is not part of the ULP's private data:
+// Ext is what a siwtun RNIC announces to another in the extension block
+// at the end of the MPA private data (see ExtBlockLen): the RDMAP
+// extensions (RFC 7306) it supports on the connection, and, in a Reply,
+// ExtReady. RFC 7306 gives its extensions no negotiation of their own,
+// and a peer without them (Linux siw) terminates the stream at the first
+// extended opcode, so an initiator that offers extensions appends the
+// block to its Request; a responder answers with a block of its own only
+// to a Request that had one, carrying the extensions both support (and
+// ExtReady); the connection uses the extensions the Reply's block names
+// (Params.Ext). The block is not part of the ULP's private data:
 // ParseFrame takes it off, and Config.Request leaves it out when the
 // private data would not fit with it.
 //
-// Why not a reserved bit of the frame header: Linux siw builds its Reply
-// from the Request's flag word (the key swapped), so a reserved bit an
-// initiator set would come back in siw's Reply as if siw had set it.
+// Why not the reserved bits of the frame header: RFC 5044 §7.1 has them
+// sent as zero, a strict peer may refuse a frame that sets one, and Linux
+// siw builds its Reply from the Request's flags octet (the key swapped),
+// so a reserved bit an initiator set would come back in siw's Reply as if
+// siw had set it. The private data is the room the RFCs leave to what
+// the two ends agree between themselves.
 type Ext uint8
 
 // Extensions.
@@ -32,8 +36,18 @@ const (
 	ExtAtomic
 )
 
-// ExtAll is every extension this implementation supports.
+// ExtAll is every RDMAP extension this implementation supports.
 const ExtAll = ExtImmediate | ExtAtomic
+
+// ExtReady, in a Reply's block only, says that the responder reads FPDUs
+// that arrive right after its Reply (its receive path owns the stream
+// before the Reply leaves), so the initiator need not hold its first FPDU
+// or RTR back (the engine's Config.FirstFPDUDelay, for Linux siw, which
+// hands its socket to its receive path only after its Reply has gone).
+// It is not an RDMAP extension. It is safe to trust because a Request
+// never carries it: a peer that echoes the Request's private data in its
+// Reply (an application may) cannot claim it by accident.
+const ExtReady Ext = 0x80
 
 // String returns the extensions joined by "|" ("imm|atomic"), or "none".
 func (e Ext) String() string {
@@ -47,7 +61,10 @@ func (e Ext) String() string {
 	if e&ExtAtomic != 0 {
 		parts = append(parts, "atomic")
 	}
-	if rest := e &^ ExtAll; rest != 0 {
+	if e&ExtReady != 0 {
+		parts = append(parts, "ready")
+	}
+	if rest := e &^ (ExtAll | ExtReady); rest != 0 {
 		parts = append(parts, "0x"+strconv.FormatUint(uint64(rest), 16))
 	}
 	return strings.Join(parts, "|")

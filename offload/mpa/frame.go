@@ -32,9 +32,10 @@ const (
 	flagCRC      = 0x40
 	flagReject   = 0x20
 	flagEnhanced = 0x10
-	// flagReady is a reserved bit of the flags octet that siwtun sets in
-	// a Reply (see Frame.Ready).
-	flagReady = 0x04
+	// The other bits of the flags octet (0x0f, and 0x10 below revision 2)
+	// are reserved: RFC 5044 §7.1 has them sent as zero and not checked
+	// on receipt. Append never sets them; ParseFrame ignores them (Linux
+	// siw echoes its experimental GSO bit 0x08, for one).
 
 	irdP2P     = 0x8000 // IRD word: peer-to-peer mode
 	irdSendRTR = 0x4000 // IRD word: zero-length Send RTR
@@ -85,20 +86,6 @@ type Frame struct {
 	Enhanced bool  // RFC 6581 enhanced flag: a 4-octet IRD/ORD block leads the private data
 	Rev      uint8 // MPA revision: 1 = RFC 5044, 2 = RFC 6581
 
-	// Ready, in a Reply only, says that the responder reads FPDUs arriving
-	// right after its Reply, so the initiator need not hold its first FPDU
-	// back (the engine's Config.FirstFPDUDelay, a workaround for Linux
-	// siw). It is a siwtun extension in reserved bit 0x04 of the flags
-	// octet, which RFC 5044 §7.1 has sent as zero and not checked on
-	// receipt. Append refuses it in a Request, and that is what makes it
-	// safe to trust: Linux siw answers with its copy of the Request's
-	// flags octet (siw_proc_mpareq, siw_accept), so a siw Reply to a
-	// siwtun Request never carries it. Receivers ignore it: siw reads only
-	// reserved bit 0x08 (its experimental GSO flag, off by default) and
-	// Wireshark shows the bits of a Reply as Reserved, without an expert
-	// item (it checks them in Requests only).
-	Ready bool
-
 	// The RFC 6581 IRD/ORD block, only when Enhanced.
 	IRD, ORD uint16 // 14-bit values, at most IRDORDMax
 	P2P      bool   // IRD word bit 15: peer-to-peer (RTR) mode
@@ -147,9 +134,6 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 	if f.RTR&^(RTRWrite|RTRRead|RTRSend) != 0 {
 		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: unknown RTR bits %#x", uint8(f.RTR))
 	}
-	if f.Ready && !f.Reply {
-		return b, newError(CodeLocalCatastrophic, "encoding MPA frame: the ready bit in a Request (it belongs in Replies only)")
-	}
 	if f.Reply {
 		b = append(b, keyRep...)
 	} else {
@@ -167,9 +151,6 @@ func (f *Frame) Append(b []byte) ([]byte, error) {
 	}
 	if f.Enhanced {
 		flags |= flagEnhanced
-	}
-	if f.Ready {
-		flags |= flagReady
 	}
 	b = append(b, flags, f.Rev)
 	b = binary.BigEndian.AppendUint16(b, uint16(f.pdLen()))
@@ -218,8 +199,7 @@ func checkHeader(h []byte) (pdLen int, err error) {
 // private data. A Rev 2 frame without the flag is a plain (non-enhanced)
 // frame, as Linux siw treats it. siwtun's extension block at the end of
 // the private data, if there is one, goes to Ext and not to PrivateData.
-// The ready bit is read in Replies only; the other reserved bits are
-// ignored. Errors are *Error with CodeInvalidFrame.
+// Reserved bits are ignored. Errors are *Error with CodeInvalidFrame.
 func ParseFrame(b []byte) (Frame, error) {
 	if len(b) < FrameHeaderLen {
 		return Frame{}, newError(CodeInvalidFrame, "short MPA frame: %d octets, the header alone is %d", len(b), FrameHeaderLen)
@@ -242,7 +222,6 @@ func ParseFrame(b []byte) (Frame, error) {
 		Reject:  flags&flagReject != 0,
 		Rev:     b[17],
 	}
-	f.Ready = f.Reply && flags&flagReady != 0
 	pd := b[FrameHeaderLen:]
 	if flags&flagEnhanced != 0 && f.Rev >= 2 {
 		if pdLen < irdOrdBlockLen {
@@ -291,9 +270,6 @@ func (f Frame) String() string {
 	}
 	if f.Reject {
 		sb.WriteString(" R")
-	}
-	if f.Ready {
-		sb.WriteString(" ready")
 	}
 	if f.Enhanced {
 		sb.WriteString(" enhanced ird ")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -95,10 +96,13 @@ func frameVectors(t testing.TB) []struct {
 			str:   "mpa rep rev 1 R pd 0",
 		},
 		{
-			name:  "rep rev2 ready (siwtun)",
-			wire:  testkit.Hex(t, hexRep+"54 02 0004 0010 0004"),
-			frame: Frame{Reply: true, Rev: 2, CRC: true, Ready: true, Enhanced: true, IRD: 16, ORD: 4},
-			str:   "mpa rep rev 2 C ready enhanced ird 16 ord 4 pd 0",
+			// A siwtun Reply to a siwtun Request: the extension block
+			// announces Immediate Data, atomics and ExtReady; the flags
+			// octet's reserved bits are zero.
+			name:  "rep rev2 siwtun block imm atomic ready",
+			wire:  testkit.Hex(t, hexRep+"50 02 000c 0010 0004 7369777475 6e 01 83"),
+			frame: Frame{Reply: true, Rev: 2, CRC: true, Enhanced: true, IRD: 16, ORD: 4, Ext: ExtAll | ExtReady},
+			str:   "mpa rep rev 2 C enhanced ird 16 ord 4 pd 0 ext imm|atomic|ready",
 		},
 		{
 			name:  "rep rev2 without enhanced flag",
@@ -126,9 +130,9 @@ func frameVectors(t testing.TB) []struct {
 		},
 		{
 			name:  "unknown extension bits kept",
-			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 83"),
-			frame: Frame{Rev: 1, Ext: 0x83},
-			str:   "mpa req rev 1 pd 0 ext imm|atomic|0x80",
+			wire:  testkit.Hex(t, hexReq+"00 01 0008 73697774756e 01 43"),
+			frame: Frame{Rev: 1, Ext: 0x43},
+			str:   "mpa req rev 1 pd 0 ext imm|atomic|0x40",
 		},
 		{
 			name:  "block with no extensions is ULP data",
@@ -187,30 +191,63 @@ func TestParseFrameIgnoresEnhancedBelowRev2(t *testing.T) {
 	}
 }
 
-// TestReadyInRepliesOnly: the ready bit (0x04) means something in a Reply
-// only. A Request that carries it parses as if it did not (reserved bits
-// are not checked), and Append refuses to put it in one: a siwtun Request
-// never carries it, so a Reply that echoes the Request's flags octet, as
-// Linux siw's does, never says ready.
-func TestReadyInRepliesOnly(t *testing.T) {
-	f, err := ParseFrame(testkit.Hex(t, hexReq+"54 02 0004 0001 0001"))
-	if err != nil {
-		t.Fatal(err)
+// TestReservedBitsZero: RFC 5044 §7.1 has the flags octet's reserved bits
+// sent as zero and not checked on receipt. Frames with every reserved bit
+// set parse as if they were clear; every frame Config.Request, Respond and
+// RejectReply build, whatever the configuration (Ready included), has
+// them clear, and a Request never carries ExtReady, so a peer that echoes
+// the Request's private data in its Reply cannot claim it.
+func TestReservedBitsZero(t *testing.T) {
+	for _, tt := range []struct{ wire, want string }{
+		{hexReq + "5f 02 0004 0001 0001", "mpa req rev 2 C enhanced ird 1 ord 1 pd 0"},
+		{hexRep + "5f 02 0004 0001 0001", "mpa rep rev 2 C enhanced ird 1 ord 1 pd 0"},
+		{hexRep + "1f 01 0000", "mpa rep rev 1 pd 0"},
+	} {
+		f, err := ParseFrame(testkit.Hex(t, tt.wire))
+		if err != nil || f.String() != tt.want {
+			t.Errorf("ParseFrame(%s) = %q, %v; want %q", tt.wire, f.String(), err, tt.want)
+		}
 	}
-	want := Frame{Rev: 2, CRC: true, Enhanced: true, IRD: 1, ORD: 1}
-	if !reflect.DeepEqual(f, want) {
-		t.Errorf("ParseFrame = %+v, want = %+v", f, want)
+	check := func(what string, f Frame) {
+		t.Helper()
+		b, err := f.Append(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		reserved := byte(0x0f)
+		if f.Rev < 2 {
+			reserved |= flagEnhanced
+		}
+		if b[16]&reserved != 0 {
+			t.Errorf("%s: flags %#02x set reserved bits %#02x", what, b[16], b[16]&reserved)
+		}
 	}
-	if b, err := (&Frame{Rev: 2, Ready: true}).Append(nil); err == nil {
-		t.Errorf("Append of a Request with Ready = %x, want an error", b)
-	}
-	c := Config{Rev: 2, CRC: true, IRD: 4, ORD: 4, Ready: true}
-	req, err := c.Request()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, err := req.Append(nil); err != nil || b[16]&flagReady != 0 {
-		t.Errorf("Request with Config.Ready = %x, %v; want the bit clear", b, err)
+	for _, rev := range []uint8{1, 2} {
+		for _, ext := range []Ext{0, ExtImmediate, ExtAll, ExtAll | ExtReady} {
+			for _, ready := range []bool{false, true} {
+				for _, p2p := range []RTR{0, RTRWrite | RTRRead} {
+					c := Config{Rev: rev, CRC: true, IRD: 4, ORD: 4, Ext: ext, Ready: ready}
+					if rev == 2 {
+						c.P2P = p2p
+					}
+					name := fmt.Sprintf("rev %d ext %v ready %v p2p %v", rev, ext, ready, c.P2P)
+					req, err := c.Request()
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					if req.Ext&ExtReady != 0 {
+						t.Errorf("%s: the Request announces %v", name, req.Ext)
+					}
+					check(name+": Request", req)
+					rep, _, err := Respond(&c, req)
+					if err != nil {
+						t.Fatalf("%s: Respond: %v", name, err)
+					}
+					check(name+": Reply", rep)
+					check(name+": reject", c.RejectReply(req, []byte("no")))
+				}
+			}
+		}
 	}
 }
 

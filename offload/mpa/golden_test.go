@@ -11,8 +11,9 @@ import (
 	"github.com/siwtun/siwtun/internal/testkit"
 )
 
-// Golden captures of Linux kernel siw (rping, both ends siw), see
-// /work/shared/captures/README.md: CRC on and off.
+// Golden captures of Linux kernel siw (rping, both ends siw), CRC on and
+// off; the shared captures beside the checkout (../shared/captures) hold
+// the originals and their README.
 const (
 	pcapCRC   = "testdata/siw-rping-crc-mtu1500.pcap"
 	pcapNoCRC = "testdata/siw-rping-nocrc-mtu1500.pcap"

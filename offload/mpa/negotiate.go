@@ -7,16 +7,24 @@ type Config struct {
 	Markers bool  // ask the peer to send us Markers
 	// P2P is, for an initiator, the RTR types offered (0 = no
 	// peer-to-peer mode); for a responder, the RTR types it accepts.
-	P2P         RTR
-	IRD, ORD    uint16 // local inbound / outbound RDMA Read depth
+	P2P      RTR
+	IRD, ORD uint16 // local inbound / outbound RDMA Read depth
+	// MaxIRD is the most inbound RDMA Reads this side can serve: a peer
+	// whose ORD exceeds IRD but not MaxIRD raises this side's IRD to its
+	// ORD instead of being refused (relaxed IRD negotiation, as Linux siw
+	// and cxgb4 do by default: RFC 6581 §3 has each side size its IRD
+	// for the peer's ORD). Below IRD (0) the IRD is firm.
+	MaxIRD      uint16
 	PrivateData []byte // ULP private data to send
 	// Ext is the RDMAP extensions (RFC 7306) this side supports: an
 	// initiator offers them, a responder accepts those of them the
 	// initiator offered (see Ext).
 	Ext Ext
-	// Ready makes a responder say in its accepting Replies that it reads
-	// FPDUs arriving right after the Reply (Frame.Ready). Only an engine
-	// whose receive path owns the stream before the Reply leaves may set it.
+	// Ready makes a responder announce ExtReady in the extension block of
+	// its accepting Replies to Requests that carried a block (another
+	// siwtun): it reads FPDUs arriving right after the Reply. Only an
+	// engine whose receive path owns the stream before the Reply leaves
+	// may set it. Requests never carry it.
 	Ready bool
 }
 
@@ -42,10 +50,11 @@ type Params struct {
 	PeerPrivateData []byte
 
 	// Ext is the RDMAP extensions both sides support, which the stream
-	// may carry: what the Reply's extension block announced.
+	// may carry: what the Reply's extension block announced (never
+	// ExtReady).
 	Ext Ext
-	// PeerReady (initiator only) is the Reply's Frame.Ready: the responder
-	// reads FPDUs that follow its Reply at once.
+	// PeerReady (initiator only) is the Reply block's ExtReady: the
+	// responder reads FPDUs that follow its Reply at once.
 	PeerReady bool
 }
 
@@ -93,7 +102,7 @@ func (c *Config) Request() (Frame, error) {
 		f.P2P = c.P2P != 0
 		f.RTR = c.P2P
 	}
-	f.Ext = c.extFitting(&f)
+	f.Ext = c.extFitting(&f) &^ ExtReady
 	return f, nil
 }
 
@@ -146,9 +155,10 @@ const MaxRev = 2
 //     the result. Markers per direction: we insert them if the Request had
 //     M, the Reply's M says whether we want them.
 //   - IRD/ORD ("relaxed", like siw): the Request's IRD/ORD are the peer's.
-//     We refuse (CodeInsufficientIRD) only if the peer's ORD exceeds our
-//     IRD, since then its Read Requests could overrun us; otherwise our
-//     IRD stays c.IRD and our ORD becomes min(c.ORD, peer IRD) so we never
+//     A peer ORD above c.IRD raises our IRD to it when it is within
+//     c.MaxIRD; above both we refuse (CodeInsufficientIRD), since its Read
+//     Requests could overrun us. Otherwise our IRD stays c.IRD. Our ORD
+//     becomes min(c.ORD, peer IRD) so we never
 //     overrun the peer. The Reply carries our resulting IRD and ORD. A peer
 //     value of IRDORDMax means "not negotiated" (irdma) and is not checked.
 //   - P2P: if the Request has P2P, we pick exactly one type from the
@@ -156,10 +166,10 @@ const MaxRev = 2
 //     IRD ≥ 1, since the Read RTR uses one IRD slot); nothing common is
 //     refused with CodeNoMatchingRTR. A Request without P2P gets no P2P.
 //   - Extensions: the Reply carries an extension block only if the
-//     Request had one, announcing c.Ext ∩ the Request's (if that is not
-//     empty and the block fits); that is the connection's Ext. A Request
-//     without a block (Linux siw) gets a Reply without one.
-//   - Ready: the Reply carries Frame.Ready when c.Ready is set.
+//     Request had one, announcing the RDMAP extensions of c.Ext ∩ the
+//     Request's, and ExtReady when c.Ready is set (if that is not empty
+//     and the block fits); the RDMAP extensions are the connection's Ext.
+//     A Request without a block (Linux siw) gets a Reply without one.
 //
 // On refusal err is an *Error and reply is a reject Reply (R=1, no ULP
 // private data) the engine may send before closing. A Request with M=1
@@ -189,7 +199,10 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 	if enhanced {
 		p.PeerIRD, p.PeerORD = req.IRD, req.ORD
 		if req.ORD != IRDORDMax && req.ORD > c.IRD {
-			return c.rejectFrame(req, nil), Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", req.ORD, c.IRD)
+			if req.ORD > c.MaxIRD {
+				return c.rejectFrame(req, nil), Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", req.ORD, max(c.IRD, c.MaxIRD))
+			}
+			p.IRD = req.ORD
 		}
 		if req.IRD != IRDORDMax {
 			p.ORD = min(c.ORD, req.IRD)
@@ -208,17 +221,20 @@ func Respond(c *Config, req Frame) (reply Frame, p Params, err error) {
 		CRC:         p.CRC,
 		Enhanced:    enhanced,
 		Rev:         rev,
-		Ready:       c.Ready,
 		PrivateData: c.PrivateData,
 	}
 	if enhanced {
 		reply.IRD, reply.ORD = p.IRD, p.ORD
 		reply.P2P, reply.RTR = p.P2P, p.RTR
 	}
-	if both := c.Ext & req.Ext; both != 0 {
-		reply.Ext = (&Config{Ext: both}).extFitting(&reply)
+	if req.Ext != 0 {
+		ann := c.Ext & req.Ext & ExtAll
+		if c.Ready {
+			ann |= ExtReady
+		}
+		reply.Ext = (&Config{Ext: ann}).extFitting(&reply)
 	}
-	p.Ext = reply.Ext
+	p.Ext = reply.Ext & ExtAll
 	return reply, p, nil
 }
 
@@ -254,15 +270,18 @@ func (c *Config) RejectReply(req Frame, pd []byte) Frame {
 // Request req (built by c.Request) and returns the connection parameters.
 //
 // The connection's extensions are those our Request offered that the
-// Reply's extension block announces.
+// Reply's extension block announces; PeerReady is the block's ExtReady.
 //
 // A Reply with R=1 gives a *RejectedError carrying the peer's private data.
 // Other failures are *Error: not a Reply, or a revision of 0 or above ours
-// (CodeInvalidFrame); the peer's ORD above our IRD (CodeInsufficientIRD —
+// (CodeInvalidFrame); the peer's ORD above our IRD and c.MaxIRD
+// (CodeInsufficientIRD; within c.MaxIRD it raises our IRD, as Respond —
 // our ORD is lowered to the peer's IRD silently, RFC 6581 allows the
-// initiator to reduce its ORD); P2P requested but the Reply does not pick
-// exactly one of the offered RTR types, or picks one we did not ask for
-// (CodeNoMatchingRTR); a Read RTR with an ORD of 0 (CodeInsufficientIRD).
+// initiator to reduce its ORD); P2P requested and an enhanced Reply that
+// does not pick exactly one of the offered RTR types, or picks one we did
+// not ask for (CodeNoMatchingRTR); a Read RTR with an ORD of 0
+// (CodeInsufficientIRD). P2P requested and a Reply that is not enhanced
+// (revision 1) is no failure: the connection runs without P2P.
 func Complete(c *Config, req, rep Frame) (Params, error) {
 	if !rep.Reply {
 		return Params{}, newError(CodeInvalidFrame, "expected an MPA Reply, got a Request")
@@ -283,19 +302,29 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 		IRD:             c.IRD,
 		ORD:             c.ORD,
 		PeerPrivateData: rep.PrivateData,
-		PeerReady:       rep.Ready,
+		PeerReady:       req.Ext != 0 && rep.Ext&ExtReady != 0,
 	}
 	if enhanced {
 		p.PeerIRD, p.PeerORD = rep.IRD, rep.ORD
 		if rep.ORD != IRDORDMax && rep.ORD > c.IRD {
-			return Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", rep.ORD, c.IRD)
+			if rep.ORD > c.MaxIRD {
+				return Params{}, newError(CodeInsufficientIRD, "peer's ORD %d exceeds our IRD %d", rep.ORD, max(c.IRD, c.MaxIRD))
+			}
+			p.IRD = rep.ORD
 		}
 		if rep.IRD != IRDORDMax {
 			p.ORD = min(c.ORD, rep.IRD)
 		}
 	}
 	switch {
-	case req.P2P && !(enhanced && rep.P2P):
+	case req.P2P && !enhanced:
+		// A Reply of revision 1, or without the enhanced flag, cannot
+		// carry RFC 6581's block: the responder does not speak the
+		// enhanced connection set-up, so the connection starts as RFC
+		// 5044 §7.1.2 has it (the initiator's first FPDU is its
+		// application's), without an RTR. Offering peer-to-peer mode
+		// to every peer costs nothing with such a responder.
+	case req.P2P && !rep.P2P:
 		return Params{}, newError(CodeNoMatchingRTR, "we asked for peer-to-peer mode (RTR %v), the peer's Reply does not accept it", req.RTR)
 	case req.P2P:
 		if rep.RTR != RTRWrite && rep.RTR != RTRRead && rep.RTR != RTRSend {
@@ -312,6 +341,6 @@ func Complete(c *Config, req, rep Frame) (Params, error) {
 		return Params{}, newError(CodeNoMatchingRTR, "peer's Reply sets peer-to-peer mode we did not ask for")
 	}
 	// Only what we offered counts, whatever else the Reply announces.
-	p.Ext = req.Ext & rep.Ext
+	p.Ext = req.Ext & rep.Ext & ExtAll
 	return p, nil
 }

@@ -71,6 +71,9 @@ type Receiver struct {
 	nacc    int
 	mk      [MarkerLen]byte // split Marker
 	stats   ReceiverStats
+	// badMarker is the error of a Marker that disagreed with the current
+	// FPDU's start, held for the FPDU's CRC (CRC on; see Pending).
+	badMarker *Error
 
 	mo MarkerObserver // h, when it observes Markers
 }
@@ -86,6 +89,15 @@ func (r *Receiver) Init(crc, markers bool, h Handler) {
 	r.mo, _ = h.(MarkerObserver)
 }
 
+// Resume puts r at stream offset pos, which must be an FPDU boundary, as
+// if the octets before it had been consumed: a checker that did not see
+// part of a stream picks it up again at an FPDU it has verified (Marker
+// positions follow from pos). The settings, Handler and counters are kept;
+// an earlier error is cleared.
+func (r *Receiver) Resume(pos uint64) {
+	*r = Receiver{crcOn: r.crcOn, markers: r.markers, h: r.h, mo: r.mo, stats: r.stats, pos: pos}
+}
+
 // Stats returns the counters so far.
 func (r *Receiver) Stats() ReceiverStats {
 	s := r.stats
@@ -97,6 +109,10 @@ func (r *Receiver) Stats() ReceiverStats {
 // Marker included) of the FPDU being received, or of the last one when
 // the Receiver is between FPDUs. A Handler may call it from BeginFPDU on.
 func (r *Receiver) FPDUStart() uint64 { return r.start }
+
+// StreamOffset returns the stream offset of the next octet to arrive:
+// after EndFPDU, the end of the FPDU that ended.
+func (r *Receiver) StreamOffset() uint64 { return r.pos }
 
 // Awaiting returns how many more stream octets (Markers not counted) the
 // FPDU being received needs before its CRC is known: 0 between FPDUs;
@@ -118,9 +134,21 @@ func (r *Receiver) Awaiting() int {
 	}
 }
 
+// Pending returns the error of a Marker of the current FPDU that
+// disagreed with the FPDU's start (CodeMarkerMismatch), held for the FPDU's
+// CRC, or nil. RFC 5044 §8 has a Marker that disagrees with the
+// ULPDU_Length reported "in the event that the CRC is valid": with CRC on
+// the Receiver goes on to the FPDU's CRC, by the ULPDU_Length, and then
+// returns this error from Write if the CRC is good, or ends the FPDU with
+// EndFPDU(false) if it is not (the Marker was damaged with the FPDU). A
+// caller that cannot wait for the CRC (its octets have not arrived) may
+// report the error itself; Pending keeps returning it until the FPDU ends.
+func (r *Receiver) Pending() *Error { return r.badMarker }
+
 // Write consumes stream octets. It returns len(p) and nil, or on error how
 // much of p was consumed, up to and including the octets that caused it. Errors from the Handler are returned
-// as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker).
+// as is; framing errors are *Error (CodeMarkerMismatch for a bad Marker:
+// with CRC on, once the FPDU's CRC proved good; see Pending).
 // After an error the Receiver is stopped: later calls return the same
 // error.
 func (r *Receiver) Write(p []byte) (int, error) {
@@ -210,7 +238,14 @@ func (r *Receiver) marker(p []byte, off int) (int, error) {
 	if ok {
 		return n, nil
 	}
-	return n, newError(CodeMarkerMismatch, "Marker at stream offset %d has FPDUPTR %d, its FPDU starts %d octets before it", r.pos-MarkerLen, ptr, d)
+	err := newError(CodeMarkerMismatch, "Marker at stream offset %d has FPDUPTR %d, its FPDU starts %d octets before it", r.pos-MarkerLen, ptr, d)
+	if r.crcOn {
+		if r.badMarker == nil {
+			r.badMarker = err // until the FPDU's CRC (Pending)
+		}
+		return n, nil
+	}
+	return n, err
 }
 
 // beginFPDU starts a new FPDU at the current stream offset.
@@ -286,9 +321,15 @@ func (r *Receiver) feed(p []byte) (int, error) {
 			if !ok {
 				r.stats.CRCErrors++
 			}
-			r.stats.FPDUs++
 			r.inFPDU = false
 			r.state = stLen
+			if me := r.badMarker; me != nil {
+				r.badMarker = nil
+				if ok {
+					return done, me // the CRC is valid: the Marker's error stands
+				}
+			}
+			r.stats.FPDUs++
 			if err := r.h.EndFPDU(ok); err != nil {
 				return done, err
 			}

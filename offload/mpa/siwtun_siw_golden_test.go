@@ -163,13 +163,16 @@ func TestSiwtunSiwFPDUs(t *testing.T) {
 	}
 }
 
-// TestSiwRepliesNotReady: no Reply of Linux siw says ready (Frame.Ready),
-// so a siwtun initiator keeps holding its first FPDU back for siw (the
-// engine's Config.FirstFPDUDelay). siw answers with its copy of the
-// Request's flags octet, and a siwtun Request never has the bit: the
-// Replies siw sent to siwtun (make interop) and to siw (rping in the peer
-// VM, CRC on and off) complete with PeerReady false; a siwtun responder's
-// Reply to the same Request completes with PeerReady true.
+// TestSiwRepliesNotReady: no Reply of Linux siw announces ExtReady, so a
+// siwtun initiator keeps holding its first FPDU back for siw (the
+// engine's Config.FirstFPDUDelay). siw's Reply carries its application's
+// private data, never a siwtun extension block of its own: the Replies
+// siw sent to siwtun (make interop) and to siw (rping in the peer VM, CRC
+// on and off) complete with PeerReady false, and so does a Reply whose
+// application echoes the Request's private data, block included (a
+// Request never announces ExtReady). A siwtun responder's Reply to the
+// same Request completes with PeerReady true, its flags octet's reserved
+// bits all zero.
 func TestSiwRepliesNotReady(t *testing.T) {
 	replies := map[string][]byte{
 		"siw reply to siwtun, crc": testkit.Hex(t, "4d504120494420526570204672616d65 5002 0004 00010001"),
@@ -185,7 +188,7 @@ func TestSiwRepliesNotReady(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := Config{Rev: 2, CRC: rep.CRC, IRD: 1, ORD: 1}
+			c := Config{Rev: 2, CRC: rep.CRC, IRD: 1, ORD: 1, Ext: ExtAll}
 			req, err := c.Request()
 			if err != nil {
 				t.Fatal(err)
@@ -194,8 +197,14 @@ func TestSiwRepliesNotReady(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
-			if rep.Ready || p.PeerReady {
+			if rep.Ext != 0 || p.PeerReady {
 				t.Errorf("siw's Reply %x says ready", wire)
+			}
+			// An application that echoes the Request's private data.
+			echo := rep
+			echo.Ext = req.Ext
+			if p, err := Complete(&c, req, echo); err != nil || p.PeerReady {
+				t.Errorf("a Reply echoing the Request's block: PeerReady %v, %v; want false", p.PeerReady, err)
 			}
 			// A siwtun responder answering the same Request says ready.
 			own, _, err := Respond(&Config{Rev: 2, CRC: rep.CRC, IRD: 1, ORD: 1, Ready: true}, req)
@@ -206,12 +215,15 @@ func TestSiwRepliesNotReady(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if b[16]&0x0f != 0 {
+				t.Errorf("siwtun's Reply %x sets reserved bits", b)
+			}
 			back, err := ParseFrame(b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p, err := Complete(&c, req, back); err != nil || !p.PeerReady {
-				t.Errorf("siwtun's Reply %x: PeerReady %v, %v; want true", b, p.PeerReady, err)
+			if p, err := Complete(&c, req, back); err != nil || !p.PeerReady || p.Ext != 0 {
+				t.Errorf("siwtun's Reply %x: PeerReady %v, Ext %v, %v; want true, none", b, p.PeerReady, p.Ext, err)
 			}
 		})
 	}

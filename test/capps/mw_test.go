@@ -18,7 +18,7 @@ import (
 func TestCMW(t *testing.T) {
 	e := newEnv(t)
 	prog := filepath.Join(filepath.Dir(e.ctest), "siwtun-mwtest")
-	out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
+	out, err := e.start("", e.asanEnv(),
 		prog, "siwtun0", "siwtun1", "17990").wait(t, 2*time.Minute)
 	if err != nil || !strings.Contains(out, "\nPASS\n") {
 		t.Fatalf("siwtun-mwtest: %v\n%s", err, out)

@@ -207,7 +207,7 @@ func TestRsockets(t *testing.T) {
 		}
 	})
 	t.Run("ctest", func(t *testing.T) {
-		out, err := e.start("", []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib()},
+		out, err := e.start("", e.asanEnv(),
 			e.ctest, "--rsockets", "siwtun0", "siwtun1", "17980").wait(t, 2*time.Minute)
 		if err != nil || !strings.Contains(out, "\nPASS\n") {
 			t.Fatalf("siwtun-ctest --rsockets: %v\n%s", err, out)

@@ -68,6 +68,16 @@ func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
 		from := "siw"
 		if f[0] == rnicIP {
 			from = "siwtun"
+			// RFC 5044 §7.1: reserved bits are sent as zero (0x0f, and
+			// 0x10 below revision 2). siw echoes what it was sent, so
+			// only siwtun's own frames are held to it.
+			reserved := byte(0x0f)
+			if frame.Rev < 2 {
+				reserved |= 0x10
+			}
+			if b[16]&reserved != 0 {
+				v.Lines = append(v.Lines, fmt.Sprintf("siwtun's MPA frame sets reserved flag bits %#02x: %x", b[16]&reserved, b[:20]))
+			}
 		}
 		v.MPA = append(v.MPA, mpaFrame{From: from, Frame: frame})
 	}

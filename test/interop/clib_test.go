@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/offload/mpa"
 )
 
 // runCLib runs the host's unmodified Debian rping and ib_write_bw -R
@@ -33,8 +35,11 @@ func (e *env) runCLib(t *testing.T) {
 	}
 	e.vm.setSiw(t, nil)
 	d := startDaemon(t, e.netns, e.bin)
-	want := expect{rev: 2, crc: true} // siwtun asks for CRC by default
+	// siwtun asks for CRC and offers peer-to-peer mode by default; siw
+	// initiates without it.
+	wants := [2]expect{{rev: 2, crc: true, rtr: mpa.RTRWrite}, {rev: 2, crc: true}}
 	for dir, name := range []string{toSiw, fromSiw} {
+		want := wants[dir]
 		scenario := "libsiwtun: host rping -s (siwtun exec), VM rping -c"
 		if dir == dirToSiw {
 			scenario = "libsiwtun: host rping -c (siwtun exec), VM rping -s"

@@ -10,5 +10,7 @@
 // perftest against `siwtun perf` both ways, capture every scenario with
 // tcpdump, check each capture with tshark and `siwtun check`, print a
 // table and stop the VM. The VM side of the hostile scenarios is the static binary built from
-// ./hostile.
+// ./hostile. The server-sends-first scenario runs the C program in
+// ./sendfirst on both sides (through libsiwtun on the host, on siw in the
+// VM).
 package interop

@@ -18,7 +18,8 @@ const gapIters = 500
 // gapTime is how long each kernel TCP bulk run lasts.
 const gapTime = 4 * time.Second
 
-// runGap measures the interop gap of issue 14 on the one link the VM has,
+// runGap measures the interop gap (how far siwtun's RDMA with kernel siw
+// falls short of kernel TCP on the same path) on the one link the VM has,
 // the tap between the host's namespace and the VM, and puts the figures in
 // the table (speed is reported here, never judged: the VM is emulated and
 // the host shared):

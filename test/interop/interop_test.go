@@ -159,6 +159,7 @@ func TestInterop(t *testing.T) {
 	t.Run("clib", e.runCLib)
 	t.Run("rfc7306", e.runRFC7306)
 	t.Run("gap", e.runGap)
+	t.Run("sendfirst", e.runSendFirst)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
@@ -231,16 +232,22 @@ type mode struct {
 // modes are the MPA modes siw offers (../shared/peer/README.md): rev 2
 // without CRC (siw's default), CRC asked by either side or both,
 // peer-to-peer with the Write or the Read RTR, and MPA rev 1.
+//
+// siwtun offers peer-to-peer mode (the Write and Read RTR) to every peer
+// by default and siw takes it as responder whatever its own setting
+// (picking the Write RTR); siw initiates without it unless peer_to_peer=Y.
 var modes = []mode{
 	{name: "rev2", flags: []string{"--crc=false"},
-		want: [2]expect{{rev: 2}, {rev: 2}}},
+		want: [2]expect{{rev: 2, rtr: mpa.RTRWrite}, {rev: 2}}},
 	{name: "crc-siwtun", flags: []string{"--crc"},
-		want: [2]expect{{rev: 2, crc: true}, {rev: 2, crc: true}}},
+		want: [2]expect{{rev: 2, crc: true, rtr: mpa.RTRWrite}, {rev: 2, crc: true}}},
 	{name: "crc-siw", flags: []string{"--crc=false"}, siw: map[string]string{"mpa_crc_required": "Y"},
 		want: [2]expect{
-			{rev: 2, note: "siw as responder answers C=0 although mpa_crc_required=Y: CRC off (siw deviation 5)"},
+			{rev: 2, rtr: mpa.RTRWrite, note: "siw as responder answers C=0 although mpa_crc_required=Y: CRC off (siw deviation 5)"},
 			{rev: 2, crc: true}}},
 	{name: "crc-both", flags: []string{"--crc"}, siw: map[string]string{"mpa_crc_required": "Y"},
+		want: [2]expect{{rev: 2, crc: true, rtr: mpa.RTRWrite}, {rev: 2, crc: true}}},
+	{name: "no-p2p", flags: []string{"--p2p", "off"},
 		want: [2]expect{{rev: 2, crc: true}, {rev: 2, crc: true}}},
 	{name: "p2p-write", flags: []string{"--p2p", "write"}, siw: map[string]string{"peer_to_peer": "Y"},
 		want: [2]expect{{rev: 2, crc: true, rtr: mpa.RTRWrite}, {rev: 2, crc: true, rtr: mpa.RTRWrite}}},
@@ -474,7 +481,7 @@ func samePings(who, got, want string) error {
 // pingSiw: rping -s in the VM, siwtun ping -c on siwtun0. With siwFails
 // set, rping -s must fail that way (siw's own limit) and siwtun ping -c
 // end with no ping, saying why, and status 255 (rping's client exits 0
-// there; issue 18 asked siwtun ping to say it and fail).
+// there, which a script cannot tell from success).
 func (e *env) pingSiw(t *testing.T, d *daemon, size int, siwFails string) (time.Duration, error) {
 	port := e.nextPort()
 	srv := e.vm.startServer(t, fmt.Sprintf("rping-s-%d", port),

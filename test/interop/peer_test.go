@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/siwtun/siwtun/internal/testkit"
 )
 
 // Topology (../shared/peer/README.md): the VM is 198.18.0.2 behind tap
@@ -47,11 +49,15 @@ type peerVM struct {
 }
 
 // peerScripts finds the peer scripts: SIWPEER_SCRIPTS, else
-// ../shared/peer beside the repository.
+// ../shared/peer beside the checkout (testkit.SharedDir).
 func peerScripts() (string, error) {
 	dir := os.Getenv("SIWPEER_SCRIPTS")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "peer")
+		d, ok := testkit.SharedDir("peer")
+		if !ok {
+			return "", fmt.Errorf("peer VM scripts not found in ../shared/peer beside the checkout (set SIWPEER_SCRIPTS)")
+		}
+		dir = d
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {

@@ -297,7 +297,8 @@ func TestRejected(t *testing.T) {
 // TestServerBufferTooSmall: a client pinging with more bytes than the
 // server's -S: the server fails and says why; the client sees the
 // disconnect before its first ping is done and, unlike rping's (which
-// exits 0), says what probably happened and exits 255 (issue 18).
+// exits 0, which a script cannot tell from success), says what probably
+// happened and exits 255.
 func TestServerBufferTooSmall(t *testing.T) {
 	p := newPair(t, 1500)
 	ctx := testCtx(t)

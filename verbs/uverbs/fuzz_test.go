@@ -109,6 +109,11 @@ func FuzzSession(f *testing.F) {
 	f.Add(cat(setup, msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 1})), msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 2})),
 		msg(uabi.OpAllocMW, 0, enc(&uabi.AllocMW{PD: 0, Type: 9})), msg(uabi.OpDeregMR, 0, u32(2)), msg(uabi.OpDeallocMW, 0, u32(4)),
 		msg(uabi.OpDeallocMW, 0, u32(5)), msg(uabi.OpDeallocMW, 0, u32(5)), msg(uabi.OpDeallocPD, 0, u32(0))))
+	// Handles 0 and 1: a port reserved, a listener on it; then released.
+	f.Add(cat(hello, msg(uabi.OpReservePort, 0, enc(&uabi.ReservePort{Addr: netip.AddrPortFrom(daemonAddr.Addr(), 0)})),
+		msg(uabi.OpListen, 0, enc(&uabi.Listen{Addr: netip.AddrPortFrom(daemonAddr.Addr(), 7300)})),
+		msg(uabi.OpReservePort, 0, enc(&uabi.ReservePort{Addr: netip.AddrPortFrom(daemonAddr.Addr(), 7300)})),
+		msg(uabi.OpReleasePort, 0, u32(0)), msg(uabi.OpReleasePort, 0, u32(0)), msg(uabi.OpCloseListener, 0, u32(1))))
 	f.Add(cat(msg(uabi.OpRegMR, 3, nil), msg(uabi.OpCancel, 0, u32(1)), []byte{0x80, 3, 1, 2, 3},
 		[]byte{0x80, 12, 12, 0, 0, 0, 1, 0, 9, 0, 1, 0, 0, 0}, msg(0, 0, nil)))
 

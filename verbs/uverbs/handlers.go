@@ -82,6 +82,10 @@ func (ss *session) handle(ctx context.Context, h uabi.Header, body []byte, fds [
 		out, err = ss.querySRQ(ref())
 	case uabi.OpReregMR:
 		err = ss.reregMR(req.(*uabi.ReregMR), fds[0])
+	case uabi.OpReservePort:
+		out, err = ss.reservePort(req.(*uabi.ReservePort))
+	case uabi.OpReleasePort:
+		err = ss.releasePort(ref())
 	}
 	if err != nil {
 		ss.reply(h.Seq, h.Op, statusOf(err), nil)
@@ -433,7 +437,9 @@ func (ss *session) createQP(req *uabi.CreateQP) (uabi.Msg, []int, error) {
 		srq.pd.qps++
 		srq.pd.mu.Unlock()
 	}
-	ok = true // q.destroy releases the holds and the charge from now on
+	// From here q.destroy releases the holds; the charge goes back when
+	// take removes the QP's handle (or below, if adding it fails).
+	ok = true
 	q.done.Add(1)
 	go q.run()
 	h, err := ss.add(q)
@@ -539,12 +545,25 @@ func (ss *session) disconnect(h uint32) error {
 	return nil
 }
 
+// maxBacklog is the most connection requests a listener queues; a backlog
+// of 0 asks for it, as rdma_cm's user-space interface (ucma) turns 0 and
+// anything above its max_backlog (1024) into max_backlog, the way
+// listen(2) takes 0 for the system's default.
+const maxBacklog = 1024
+
 func (ss *session) listen(req *uabi.Listen) (uabi.Msg, error) {
+	if err := ss.checkReserved(req.Addr); err != nil {
+		return nil, err
+	}
 	cost := usage{listeners: 1}
 	if err := ss.charge(cost); err != nil {
 		return nil, err
 	}
-	l, err := ss.srv.eng.Listen(req.Addr, int(min(req.Backlog, 1024)))
+	backlog := int(req.Backlog)
+	if backlog == 0 || backlog > maxBacklog {
+		backlog = maxBacklog
+	}
+	l, err := ss.srv.eng.Listen(req.Addr, backlog)
 	if err != nil {
 		ss.uncharge(cost)
 		return nil, err

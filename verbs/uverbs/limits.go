@@ -84,7 +84,7 @@ func costOf(o any) usage {
 		return usage{cqs: 1, cqes: int(o.ring.Count())}
 	case *sQP:
 		return usage{qps: 1, wrs: int(o.sq.Count() + o.rq.Count())}
-	case *sListener:
+	case *sListener, *sPort:
 		return usage{listeners: 1}
 	case *sSRQ:
 		return usage{srqs: 1, wrs: int(o.ring.Count())}

@@ -15,8 +15,9 @@ import (
 // that matches verbs.ErrDeviceRemoved — calls made afterwards and the
 // calls that were waiting in the daemon when it stopped (a listener's
 // Accept) — except the calls that release (Destroy, Dereg, Dealloc,
-// Close), which succeed. Issue 18: Accept returned "verbs daemon: context canceled" and
-// AllocPD "verbs socket: write unixpacket @: sendmsg: broken pipe".
+// Close), which succeed: not "verbs daemon: context canceled" from Accept
+// or "verbs socket: write unixpacket @: sendmsg: broken pipe" from AllocPD,
+// which say nothing of the daemon.
 func TestEveryCallAfterDaemonStops(t *testing.T) {
 	for round := range 3 { // the broken pipe came and went with timing
 		r := newRig(t)

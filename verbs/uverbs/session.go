@@ -363,6 +363,8 @@ func (ss *session) teardown() {
 			nqp++
 		case *sListener:
 			o.l.Close()
+		case *sPort:
+			o.r.Close()
 		case *sReq:
 			o.r.Reject(nil)
 		}

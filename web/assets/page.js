@@ -56,7 +56,7 @@
   }
   V.segs = V.segs || []; V.places = V.places || []; V.regions = V.regions || [];
   V.terms = V.terms || []; V.wcs = V.wcs || []; V.qps = V.qps || []; V.conns = V.conns || [];
-  V.steps = V.steps || []; V.stats = V.stats || {}; V.addrs = V.addrs || [];
+  V.steps = V.steps || []; V.stats = V.stats || {}; V.addrs = V.addrs || []; V.gaps = V.gaps || [];
   const F = V.fields;
   const ROW = 22;
   const COLORS = { write: '#1f5fbf', send: '#1b7f3b', rreq: '#7b3fa0', rresp: '#0f7c86', term: '#c0162b',
@@ -97,24 +97,64 @@
     if (s.drop) m.push('DROPPED');
     return m;
   }
+  // The ladder's rows: the segments in time order, with a row for each
+  // window of events a daemon left out (V.gaps, each before the segment
+  // gap.seg) where it happened.
+  // G is V.gaps by row (they arrive in the order their windows ended).
+  let G = [], Gn = -1;
+  function gapsByRow() {
+    if (Gn !== V.gaps.length) { G = V.gaps.slice().sort((a, b) => a.seg - b.seg || a.n - b.n); Gn = V.gaps.length; }
+    return G;
+  }
+  function gapRow(k) { return gapsByRow()[k].seg + k; }
+  function gapsUpTo(i) { // the gaps before segment i
+    let lo = 0, hi = gapsByRow().length;
+    while (lo < hi) { const m = (lo + hi) >> 1; if (G[m].seg <= i) lo = m + 1; else hi = m; }
+    return lo;
+  }
+  function segRow(i) { return i + gapsUpTo(i); }
+  function rowItem(r) {
+    let lo = 0, hi = gapsByRow().length;
+    while (lo < hi) { const m = (lo + hi) >> 1; if (gapRow(m) <= r) lo = m + 1; else hi = m; }
+    if (lo > 0 && gapRow(lo - 1) === r) return { gap: lo - 1 };
+    return { seg: r - lo };
+  }
+  // first is the time of a row: when the earlier of the two ends saw it.
+  function first(s) { return s.t < 0 ? s.pt : (s.pt < 0 ? s.t : Math.min(s.t, s.pt)); }
+  function gapText(g) {
+    return (g.t / 1000).toFixed(3) + '–' + ms(g.t2) + ' not observed: ' + g.dev + ' left out ' + g.segs + ' segments' + (g.places ? ', ' + g.places + ' placements' : '') +
+      (g.wcs ? ', ' + g.wcs + ' completions' : '') + ' (the view fell behind)';
+  }
+  function drawGap(g, y0, w) {
+    ctx.save();
+    ctx.fillStyle = '#fbe3e3'; ctx.fillRect(0, y0 - 3, w, ROW);
+    ctx.strokeStyle = '#a3001a'; ctx.lineWidth = 1; ctx.setLineDash([3, 3]);
+    ctx.beginPath(); ctx.moveTo(0, y0 - 3); ctx.lineTo(w, y0 - 3); ctx.moveTo(0, y0 + ROW - 3); ctx.lineTo(w, y0 + ROW - 3); ctx.stroke();
+    ctx.fillStyle = '#a3001a'; ctx.textAlign = 'left'; ctx.fillText(gapText(g), 4, y0 + (ROW - 6) / 2);
+    ctx.restore();
+  }
   function drawLadder() {
     const w = ladder.clientWidth, h = ladder.clientHeight;
-    spacer.style.height = (V.segs.length * ROW + ROW) + 'px';
+    const rows = V.segs.length + V.gaps.length;
+    spacer.style.height = (rows * ROW + ROW) + 'px';
     ladder.dataset.arrows = String(V.segs.length);
+    ladder.dataset.gaps = String(V.gaps.length);
     ctx.clearRect(0, 0, w, h);
     const top = ladder.scrollTop;
-    const first = Math.max(0, Math.floor(top / ROW)), last = Math.min(V.segs.length, first + Math.ceil(h / ROW) + 1);
+    const first0 = Math.max(0, Math.floor(top / ROW)), last = Math.min(rows, first0 + Math.ceil(h / ROW) + 1);
     const xT = 4, xL = 118, xR = w - 16;
     ctx.strokeStyle = '#222'; ctx.lineWidth = 2; ctx.setLineDash([]);
     ctx.beginPath(); ctx.moveTo(xL, 0); ctx.lineTo(xL, h); ctx.moveTo(xR, 0); ctx.lineTo(xR, h); ctx.stroke();
     let drawn = 0;
     ctx.font = '11px system-ui, sans-serif'; ctx.textBaseline = 'middle';
-    for (let i = first; i < last; i++) {
-      const s = V.segs[i];
-      const y0 = i * ROW - top + 3, y1 = y0 + ROW - 6;
+    for (let r = first0; r < last; r++) {
+      const it = rowItem(r);
+      const y0 = r * ROW - top + 3, y1 = y0 + ROW - 6;
+      if (it.gap !== undefined) { drawGap(G[it.gap], y0, w); continue; }
+      const i = it.seg, s = V.segs[i];
       if (i === state.sel) { ctx.fillStyle = '#ffe9a8'; ctx.fillRect(0, y0 - 3, w, ROW); }
       ctx.fillStyle = '#555'; ctx.textAlign = 'left';
-      ctx.fillText(ms(s.t >= 0 ? s.t : s.pt).replace(' ms', ''), xT, y0 + (ROW - 6) / 2);
+      ctx.fillText(ms(first(s)).replace(' ms', ''), xT, y0 + (ROW - 6) / 2);
       const c = COLORS[s.cls] || '#444';
       ctx.strokeStyle = c; ctx.fillStyle = c; ctx.lineWidth = WIDTH[s.cls] || 1.5; ctx.setLineDash(DASH[s.cls] || []);
       let xa = s.o ? xL : xR, xb = s.o ? xR : xL;
@@ -157,8 +197,8 @@
   ladder.addEventListener('scroll', requestDraw);
   ladder.addEventListener('click', (e) => {
     const r = ladder.getBoundingClientRect();
-    const i = Math.floor((e.clientY - r.top + ladder.scrollTop) / ROW);
-    if (i >= 0 && i < V.segs.length) select(i, false);
+    const it = rowItem(Math.floor((e.clientY - r.top + ladder.scrollTop) / ROW));
+    if (it.seg !== undefined && it.seg >= 0 && it.seg < V.segs.length) select(it.seg, false);
     ladder.focus();
   });
   window.addEventListener('resize', () => { sizeLadder(); requestDraw(); });
@@ -170,7 +210,7 @@
     state.sel = i; state.span = -1;
     state.follow = V.live && i === V.segs.length - 1;
     if (scroll !== false) {
-      const y = i * ROW;
+      const y = segRow(i) * ROW;
       if (y < ladder.scrollTop || y + ROW > ladder.scrollTop + ladder.clientHeight) ladder.scrollTop = y - ladder.clientHeight / 2;
     }
     const s = V.segs[i];
@@ -264,6 +304,8 @@
     }
     if (s.ss) html += '<p class="bad">starts ' + s.ss.before + ' octets into FPDU ' + s.ss.fpdu + '</p>';
     if (s.se) html += '<p class="bad">ends ' + s.se.before + ' octets into FPDU ' + s.se.fpdu + (s.se.len ? ' of ' + s.se.len : '') + '</p>';
+    if (s.nob) html += '<p class="bad" id="notobs">not observed: the ' + s.nob + ' octets before this segment were left out of the watch; the checker skipped them</p>';
+    if (s.rs) html += '<p id="resync">' + esc(s.rs) + '</p>';
     if (s.no) html += '<p>note: ' + esc(s.no) + '</p>';
     html += '<div id="bar" role="group" aria-label="payload octets">';
     const n = Math.max(1, s.len);
@@ -404,11 +446,15 @@
     $('qpbody').innerHTML = html || '<p>No queue pair reported.</p>';
     let neg = '';
     for (const d of V.conns) {
-      neg += '<tr><td>' + d.conn + '</td><td class="mono">' + esc(d.src) + ' &gt; ' + esc(d.dst) + '</td><td>' + esc(d.role || '-') + '</td><td class="mono">' + esc(d.frame || '-') +
-        '</td><td>CRC ' + (d.crc ? 'on' : 'off') + ', markers ' + (d.markers ? 'on' : 'off') + '</td><td>' + d.aligned + '/' + d.fpdu_segments + '</td><td>' + d.fpdus +
-        (d.crc ? ' (' + d.crc_good + ' good, ' + d.crc_bad + ' bad)' : '') + '</td></tr>';
+      const unseen = (d.not_observed ? d.not_observed + ' octets, picked up again ' + (d.resyncs || 0) + '×' : '—') + (d.unsynced ? ', ' + d.unsynced + ' segments not analysed' : '') +
+        (d.note ? '; ' + d.note : '');
+      // Segments judged: first transmissions and the retransmissions the checker could place on the FPDU grid.
+      const aligned = d.aligned + (d.retransmissions_aligned || 0), judged = d.fpdu_segments + (d.retransmissions_judged || 0);
+      neg += '<tr data-src="' + esc(d.src) + '" data-dst="' + esc(d.dst) + '" data-aligned="' + aligned + '" data-fpdu-segments="' + judged + '" data-fpdus="' + d.fpdus + '"><td>' + d.conn + '</td><td class="mono">' + esc(d.src) + ' &gt; ' + esc(d.dst) + '</td><td>' + esc(d.role || '-') + '</td><td class="mono">' + esc(d.frame || '-') +
+        '</td><td>CRC ' + (d.crc ? 'on' : 'off') + ', markers ' + (d.markers ? 'on' : 'off') + '</td><td>' + aligned + '/' + judged + '</td><td>' + d.fpdus +
+        (d.crc ? ' (' + d.crc_good + ' good, ' + d.crc_bad + ' bad)' : '') + '</td><td>' + (d.held || 0) + '</td><td>' + esc(unseen) + '</td></tr>';
     }
-    $('negbody').innerHTML = neg ? '<table><thead><tr><th>conn</th><th>direction</th><th>role</th><th>MPA frame sent</th><th>mode</th><th>aligned</th><th>FPDUs</th></tr></thead><tbody>' + neg + '</tbody></table>' : '<p>No MPA exchange seen.</p>';
+    $('negbody').innerHTML = neg ? '<table><thead><tr><th>conn</th><th>direction</th><th>role</th><th>MPA frame sent</th><th>mode</th><th>aligned</th><th>FPDUs</th><th>out of order</th><th>not observed</th></tr></thead><tbody>' + neg + '</tbody></table>' : '<p>No MPA exchange seen.</p>';
     let cs = '';
     const all = $('allc').checked;
     for (const dev of Object.keys(V.stats).sort()) {
@@ -452,8 +498,12 @@
 
   // ---- header -----------------------------------------------------------
   function renderHead() {
+    let left = 0;
+    for (const g of V.gaps) left += g.segs;
     $('meta').textContent = V.segs.length + ' segments, ' + V.places.length + ' placements, ' + V.wcs.length + ' completions' +
-      (V.dropped ? ', ' + V.dropped + ' events dropped by the daemon' : '') + (V.live ? ' — live' : '');
+      (V.gaps.length ? '; not observed: ' + left + ' segments in ' + V.gaps.length + ' windows the daemons left out (' + V.dropped + ' events)' : '') +
+      (V.sampling ? '; sampling: ' + V.sampling : '') + (V.full ? '; the view holds as many segments as it may: later traffic is not shown (start siwtun web again, or give it a larger --max-segments)' : '') +
+      (V.live ? ' — live' : '');
     $('lname').textContent = V.local || 'local';
     $('rname').textContent = V.peer || 'peer';
   }
@@ -468,8 +518,11 @@
     if (u.qps) V.qps = u.qps;
     if (u.stats) V.stats = u.stats;
     if (u.conns) V.conns = u.conns;
+    if (u.conn) V.conns[u.conn_n || 0] = u.conn;
     if (u.step) V.steps[u.step.n] = u.step;
     if (u.dropped) V.dropped = u.dropped;
+    if (u.gap) V.gaps[u.gap.n] = u.gap;
+    if (u.full) V.full = true;
     if (u.addr) V.addrs[u.addr_n || 0] = u.addr;
     V.version = u.v;
   }
@@ -494,7 +547,9 @@
   renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
   onDetails = () => { renderByteMap(); };
   timing.drawn = performance.now();
-  window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, ready: true };
+  // render draws everything now (tests read the page in one consistent state).
+  function render() { refresh(); drawLadder(); }
+  window.siwtunView = { view: V, select: select, state: state, timing: timing, detail: detail, rowTime: first, render: render, ready: true };
   document.body.dataset.ready = '1';
   }
 })();

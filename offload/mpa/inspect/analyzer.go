@@ -70,6 +70,7 @@ type conn struct {
 type held struct {
 	seg     Segment // Payload is a private copy
 	partial int     // octets at the front of Payload already seen
+	ooo     bool    // it arrived ahead of octets that had not arrived
 }
 
 // dir is one direction of a connection.
@@ -84,7 +85,10 @@ type dir struct {
 	next      uint32 // next expected sequence number
 	held      []held // ahead of next, by sequence number
 	heldBytes int
-	pend      []held // in order, waiting for the peer's MPA frame
+	unseen    []seqRange // octets ahead of next that may have passed unobserved
+	resync    bool       // looking for an FPDU boundary after octets not observed
+	missed    uint64     // octets skipped since the last Report that said so
+	pend      []held     // in order, waiting for the peer's MPA frame
 
 	fr       mpa.FrameReader
 	frameLen uint32 // stream octets of the MPA frame
@@ -162,6 +166,11 @@ func (a *Analyzer) Add(s Segment) []Report {
 		rep.Kind, rep.Note = KindRetransmission, "all octets already seen"
 		d.judgeRetransmission(&rep, s.Seq, len(s.Payload))
 		return []Report{rep}
+	case rel > 0 && !d.missingBefore(s.Seq):
+		// Ahead only of octets that may have passed unobserved: not out
+		// of order as far as anyone can tell.
+		d.hold(s, false)
+		return d.skipUnseen()
 	case rel > 0:
 		d.sum.Held++
 		if d.heldBytes+len(s.Payload) > MaxHeldBytes {
@@ -169,7 +178,7 @@ func (a *Analyzer) Add(s Segment) []Report {
 			rep.Kind, rep.Note = KindUndecoded, d.sum.Note
 			return []Report{rep}
 		}
-		d.hold(s)
+		d.hold(s, true)
 		rep.Kind, rep.Note = KindHeld, fmt.Sprintf("%d octets ahead of the next expected (seq %d): held until the gap is filled", rel, d.next)
 		return []Report{rep}
 	}
@@ -211,13 +220,14 @@ func looksLikeFrame(p []byte) bool {
 	return bytes.HasPrefix(p, []byte(common)) || (len(p) < len(common) && bytes.HasPrefix([]byte(common), p))
 }
 
-// hold keeps a copy of s, which lies ahead of next.
-func (d *dir) hold(s Segment) {
+// hold keeps a copy of s, which lies ahead of next; ooo says octets in
+// front of it had not arrived.
+func (d *dir) hold(s Segment, ooo bool) {
 	s.Payload = bytes.Clone(s.Payload)
 	i := sort.Search(len(d.held), func(i int) bool { return int32(d.held[i].seg.Seq-s.Seq) > 0 })
 	d.held = append(d.held, held{})
 	copy(d.held[i+1:], d.held[i:])
-	d.held[i] = held{seg: s}
+	d.held[i] = held{seg: s, ooo: ooo}
 	d.heldBytes += len(s.Payload)
 }
 
@@ -236,7 +246,7 @@ func (d *dir) release() []Report {
 			continue // wholly covered by what arrived meanwhile
 		}
 		rep := Report{Time: h.seg.Time, Src: h.seg.Src, Dst: h.seg.Dst, Seq: h.seg.Seq, Flags: FlagString(h.seg.Flags), Len: len(h.seg.Payload)}
-		out = append(out, d.accept(rep, h.seg.Payload, -int(rel), true)...)
+		out = append(out, d.accept(rep, h.seg.Payload, -int(rel), h.ooo)...)
 	}
 	return out
 }
@@ -363,10 +373,18 @@ func (d *dir) walk(rep *Report, p []byte) {
 	off := d.fpos
 	d.fpos += uint64(len(p))
 	rep.Offset = off
-	d.sum.FPDUSegments++
+	k, known := 0, true
+	if d.resync {
+		if k, known = d.resyncWalk(rep, p, off); !known {
+			return
+		}
+	}
 	startAligned := off == d.lastEnd
+	if k == 0 {
+		d.sum.FPDUSegments++
+	}
 	d.rep, d.segOff = rep, off
-	_, err := d.rx.Write(p)
+	_, err := d.rx.Write(p[k:])
 	d.rep = nil
 	if err != nil {
 		// Only a Handler error stops the receiver, and ours return none.
@@ -386,6 +404,11 @@ func (d *dir) walk(rep *Report, p []byte) {
 		from := max(f.Offset, off)
 		f.At, f.Here = int(from-off), int(end-from)
 		rep.FPDUs = append(rep.FPDUs, f)
+	}
+	if k > 0 {
+		// It starts inside an FPDU whose start was not observed: no
+		// verdict on its alignment.
+		return
 	}
 	aligned := startAligned && d.lastEnd == end
 	rep.Aligned = &aligned
@@ -556,8 +579,8 @@ func (d *dir) judgeRetransmission(rep *Report, seq uint32, n int) {
 	if d.phase != phaseFPDU {
 		return
 	}
-	start, ok1 := d.boundary(seq)
-	end, ok2 := d.boundary(seq + uint32(n))
+	start, ok1 := d.onGrid(seq)
+	end, ok2 := d.onGrid(seq + uint32(n))
 	if !ok1 || !ok2 {
 		return
 	}
@@ -569,10 +592,10 @@ func (d *dir) judgeRetransmission(rep *Report, seq uint32, n int) {
 	}
 }
 
-// boundary reports whether the octet at seq (at most next) starts an FPDU
+// onGrid reports whether the octet at seq (at most next) starts an FPDU
 // of the stream walked (or follows the last one), and whether that can be
 // told.
-func (d *dir) boundary(seq uint32) (is, known bool) {
+func (d *dir) onGrid(seq uint32) (is, known bool) {
 	back := uint64(d.next - seq)
 	if back > d.fpos {
 		return false, false // before the FPDU stream

@@ -24,6 +24,11 @@
 // Retransmitted octets are walked once; a segment that carries nothing new
 // is a retransmission, judged FPDU-aligned when it starts and ends on FPDU
 // boundaries of the stream walked. Segments that arrive ahead of a gap are
-// held and analysed when the gap is filled. [Analyzer.Summary]
-// sums it all up per connection direction.
+// held and analysed when the gap is filled. A live reader that
+// missed segments (a watch that left out a window) says which sequence
+// ranges passed unseen ([Analyzer.NotObserved]): a segment ahead of such
+// octets is not out of order, the octets are counted as not observed, and
+// the FPDU stream is picked up again at the next boundary the checker can
+// verify (a matching CRC, a Marker, a valid header chain).
+// [Analyzer.Summary] sums it all up per connection direction.
 package inspect

@@ -64,6 +64,10 @@ const (
 	KindHeld Kind = "held"
 	// KindOther: the connection does not speak MPA.
 	KindOther Kind = "not-iwarp"
+	// KindUnsynced: FPDU stream octets after octets that were not
+	// observed (a live watch's gap), before the checker found an FPDU
+	// boundary it can trust; not analysed.
+	KindUnsynced Kind = "unsynced"
 	// KindUndecoded: the direction cannot be decoded (its start was not
 	// captured, or the capture lost octets); Note says why.
 	KindUndecoded Kind = "undecoded"
@@ -103,6 +107,12 @@ type Report struct {
 	// Held says the segment had been held (out of order) and is analysed
 	// now, after the octets before it arrived.
 	Held bool `json:"held,omitempty"`
+	// NotObserved counts the octets in front of this segment that were
+	// not observed (a live watch left them out) and were skipped.
+	NotObserved int `json:"not_observed,omitempty"`
+	// Resync says where and how the checker picked the FPDU stream up
+	// again after octets not observed.
+	Resync string `json:"resync,omitempty"`
 	// Note explains KindRetransmission, KindHeld and KindUndecoded, or a
 	// partial overlap.
 	Note string `json:"note,omitempty"`

@@ -48,6 +48,13 @@ type DirSummary struct {
 	RetransAligned int `json:"retransmissions_aligned"`
 	Held           int `json:"held"`
 	Undecoded      int `json:"undecoded"`
+	// NotObserved counts the octets skipped because a live watch left
+	// them out, Resyncs the times the FPDU stream was picked up again
+	// after such octets, and Unsynced the segments not analysed while
+	// looking for a boundary to pick it up at.
+	NotObserved uint64 `json:"not_observed,omitempty"`
+	Resyncs     int    `json:"resyncs,omitempty"`
+	Unsynced    int    `json:"unsynced,omitempty"`
 	// Note says why the direction could not be (fully) analysed.
 	Note string `json:"note,omitempty"`
 }
@@ -68,24 +75,50 @@ func (a *Analyzer) Summary() []DirSummary {
 	var out []DirSummary
 	for i, c := range a.list {
 		for _, d := range c.dirs {
-			s := d.sum
-			s.Conn = i + 1
-			if s.Note == "" {
-				switch {
-				case len(d.held) > 0:
-					s.Note = fmt.Sprintf("%d segments never analysed: the capture lacks octets at seq %d", len(d.held), d.next)
-				case len(d.pend) > 0 || d.phase == phaseWait:
-					s.Note = "the peer's MPA frame was not captured"
-				case d.phase == phaseOther:
-					s.Note = "not MPA"
-				case d.phase == phaseStart && s.DataSegments > 0:
-					s.Note = "the start of this direction was not captured"
-				}
-			}
-			out = append(out, s)
+			out = append(out, d.summary(i+1))
 		}
 	}
 	return out
+}
+
+// DirSummary returns the summary of the direction src → dst as Summary
+// gives it, and its index in Summary's list; false if no segment of its
+// connection was seen.
+func (a *Analyzer) DirSummary(src, dst netip.AddrPort) (DirSummary, int, bool) {
+	c := a.conns[keyOf(src, dst)]
+	if c == nil {
+		return DirSummary{}, 0, false
+	}
+	for i, x := range a.list {
+		if x != c {
+			continue
+		}
+		j := 0
+		if c.dirs[1].src == src {
+			j = 1
+		}
+		return c.dirs[j].summary(i + 1), 2*i + j, true
+	}
+	return DirSummary{}, 0, false
+}
+
+// summary sums up d, a direction of connection conn.
+func (d *dir) summary(conn int) DirSummary {
+	s := d.sum
+	s.Conn = conn
+	if s.Note == "" {
+		switch {
+		case len(d.held) > 0:
+			s.Note = fmt.Sprintf("%d segments never analysed: the capture lacks octets at seq %d", len(d.held), d.next)
+		case len(d.pend) > 0 || d.phase == phaseWait:
+			s.Note = "the peer's MPA frame was not captured"
+		case d.phase == phaseOther:
+			s.Note = "not MPA"
+		case d.phase == phaseStart && s.DataSegments > 0:
+			s.Note = "the start of this direction was not captured"
+		}
+	}
+	return s
 }
 
 // WriteSummary prints sums as a table, one row per direction.
@@ -179,6 +212,12 @@ func WriteReport(w io.Writer, r *Report, prefix string) error {
 	sb.WriteByte('\n')
 	if r.Frame != "" {
 		fmt.Fprintf(&sb, "    %s\n", r.Frame)
+	}
+	if r.NotObserved > 0 {
+		fmt.Fprintf(&sb, "    not observed: the %d octets before this segment (left out of the watch)\n", r.NotObserved)
+	}
+	if r.Resync != "" {
+		fmt.Fprintf(&sb, "    %s\n", r.Resync)
 	}
 	if r.Note != "" {
 		fmt.Fprintf(&sb, "    note: %s\n", r.Note)

@@ -21,6 +21,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -150,11 +151,13 @@ func dial(addr string) (*conn, error) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var fr mpa.FrameReader
 	buf := make([]byte, 1)
+	var raw []byte
 	for {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("MPA Reply: %w", err)
 		}
+		raw = append(raw, buf[0])
 		_, done, err := fr.Feed(buf)
 		if err != nil {
 			c.Close()
@@ -175,6 +178,12 @@ func dial(addr string) (*conn, error) {
 	if !rep.Reply || rep.Reject {
 		c.Close()
 		return nil, fmt.Errorf("MPA Reply %v: not an acceptance", rep)
+	}
+	// RFC 5044 §7.1: reserved bits are sent as zero (this Reply is
+	// revision 2 and enhanced, so 0x0f are the reserved ones).
+	if res := raw[16] & 0x0f; res != 0 {
+		c.Close()
+		return nil, fmt.Errorf("MPA Reply %x: reserved flag bits %#02x set", raw, res)
 	}
 	cn := &conn{c: c, rep: rep, h: &collector{}}
 	crc := req.CRC || rep.CRC
@@ -358,21 +367,29 @@ func readBeyondIRD(addr string, stag uint32, to uint64, n uint32) error {
 var quiet bool
 
 // badMessages are repeat's cases: the FPDU the initiator sends once the
-// stream is up (CRC on), whether its CRC is broken, and the Terminate the
-// responder must send before it closes the stream (RFC 5040 §7, RFC 5044
-// §8).
+// stream is up (CRC on), whether its CRC is broken, how many of its
+// payload octets it sends (cut; 0: all, with the CRC), and the Terminate
+// the responder must send before it closes the stream (RFC 5040 §7, RFC
+// 5044 §8).
 var badMessages = map[string]struct {
 	h       ddp.Header
 	payload []byte
 	corrupt bool
+	cut     int
 	code    rdmap.Code
 }{
+	// A Send announcing 65,517 octets toward the 16-octet receive, of
+	// which 16 come, then nothing: the header shows the error, and the
+	// responder must answer it at once (a cut-through RNIC), not after
+	// an FPDU timeout and not with a CRC error it never saw.
+	"send-announces-too-much": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), MSN: 1},
+		make([]byte, 65517), false, 16, rdmap.TermDDPTooLong},
 	"bad-crc": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), MSN: 1},
-		[]byte("a corrupted Send"), true, rdmap.TermLLPCRC},
+		[]byte("a corrupted Send"), true, 0, rdmap.TermLLPCRC},
 	"send-inv-unknown": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSendInv), ULPData: 0x00abcd01, MSN: 1},
-		[]byte("inv?"), false, rdmap.TermRDMAPCannotInvalidate},
+		[]byte("inv?"), false, 0, rdmap.TermRDMAPCannotInvalidate},
 	"send-too-long": {ddp.Header{Last: true, Version: ddp.Version, ULPCtrl: rdmap.Ctrl(rdmap.OpSend), MSN: 1},
-		make([]byte, 8192), false, rdmap.TermDDPTooLong},
+		make([]byte, 8192), false, 0, rdmap.TermDDPTooLong},
 }
 
 // repeat runs n connections of one bad-message case and counts those that
@@ -380,7 +397,7 @@ var badMessages = map[string]struct {
 func repeat(n int, name, addr string) error {
 	m, ok := badMessages[name]
 	if !ok {
-		return fmt.Errorf("repeat: unknown case %q (bad-crc, send-inv-unknown, send-too-long)", name)
+		return fmt.Errorf("repeat: unknown case %q (bad-crc, send-inv-unknown, send-too-long, send-announces-too-much)", name)
 	}
 	quiet = true
 	misses := 0
@@ -392,7 +409,14 @@ func repeat(n int, name, addr string) error {
 				return err
 			}
 			defer cn.c.Close()
-			if m.corrupt {
+			if m.cut > 0 {
+				hdr := make([]byte, m.h.Len())
+				m.h.Marshal(hdr)
+				b := binary.BigEndian.AppendUint16(nil, uint16(len(hdr)+len(m.payload)))
+				if _, err := cn.c.Write(append(append(b, hdr...), m.payload[:m.cut]...)); err != nil {
+					return err
+				}
+			} else if m.corrupt {
 				cn.tx.Begin(nil, m.h.Len()+len(m.payload))
 				hdr := make([]byte, m.h.Len())
 				m.h.Marshal(hdr)

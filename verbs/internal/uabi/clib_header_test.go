@@ -69,6 +69,9 @@ func renderCLibHeader(t *testing.T) []byte {
 	// Memory windows (Version 6).
 	def("SW_OP_ALLOC_MW", fmt.Sprintf("0x%x", OpAllocMW))
 	def("SW_OP_DEALLOC_MW", fmt.Sprintf("0x%x", OpDeallocMW))
+	// Port reservations (Version 7).
+	def("SW_OP_RESERVE_PORT", fmt.Sprintf("0x%x", OpReservePort))
+	def("SW_OP_RELEASE_PORT", fmt.Sprintf("0x%x", OpReleasePort))
 	def("SW_EV_QP", EvQP)
 	def("SW_EV_DEVICE_REMOVED", EvDeviceRemoved)
 	def("SW_EV_SRQ", EvSRQ)

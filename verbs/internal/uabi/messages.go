@@ -249,6 +249,22 @@ type Listen struct {
 	Backlog uint32
 }
 
+// ReservePort holds a TCP port of the RNIC on Addr (port 0: the daemon
+// picks one) without listening on it, as rdma_bind_addr does: the client
+// learns the port before it listens (Version 7). No other client may
+// listen on or reserve the port until ReleasePort or the session's end;
+// this client's own Listen on it succeeds.
+type ReservePort struct {
+	Addr netip.AddrPort
+}
+
+// ReservePortReply is the reservation's handle and the reserved address
+// with its port.
+type ReservePortReply struct {
+	Handle uint32
+	Addr   netip.AddrPort
+}
+
 // ListenReply is the new listener's handle and bound address.
 type ListenReply struct {
 	Handle uint32

@@ -55,6 +55,8 @@ type OpInfo struct {
 //	24  ReregMR        ReregMR        1    Empty           0
 //	25  AllocMW        AllocMW        0    AllocMWReply    0
 //	26  DeallocMW      Ref            0    Empty           0
+//	27  ReservePort    ReservePort    0    ReservePortReply 0
+//	28  ReleasePort    Ref            0    Empty           0
 //
 // RegMR's and ReregMR's requests carry the region's memfd; CreateCQ's reply the ring's
 // memfd and the notification eventfd, CreateQP's the rings' memfd and the
@@ -92,6 +94,8 @@ var Ops = []OpInfo{
 	{Op: OpReregMR, Name: "ReregMR", Request: &ReregMR{}, RequestFDs: 1, Reply: &Empty{}},
 	{Op: OpAllocMW, Name: "AllocMW", Request: &AllocMW{}, Reply: &AllocMWReply{}},
 	{Op: OpDeallocMW, Name: "DeallocMW", Request: &Ref{}, Reply: &Empty{}},
+	{Op: OpReservePort, Name: "ReservePort", Request: &ReservePort{}, Reply: &ReservePortReply{}},
+	{Op: OpReleasePort, Name: "ReleasePort", Request: &Ref{}, Reply: &Empty{}},
 }
 
 // EventInfo describes one kind of event.

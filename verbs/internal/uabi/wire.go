@@ -35,8 +35,9 @@ const (
 	// limits, SRQEvent), ReregMR. 5: atomics
 	// (their operands in the SQE's inline area), HelloReply carries
 	// AtomicCap. 6: memory windows (AllocMW, DeallocMW, the SQE of
-	// BIND_MW and LOCAL_INV, HelloReply's MaxMW).
-	Version = 6
+	// BIND_MW and LOCAL_INV, HelloReply's MaxMW). 7: port reservations
+	// (ReservePort, ReleasePort).
+	Version = 7
 	// ReplyBit marks a reply's op.
 	ReplyBit = 0x8000
 )
@@ -69,6 +70,8 @@ const (
 	OpReregMR
 	OpAllocMW
 	OpDeallocMW
+	OpReservePort
+	OpReleasePort
 	opMax
 
 	// OpEvent is an asynchronous event from the daemon.
