@@ -62,6 +62,9 @@ type flow struct {
 	// super-segments (gso.go); hold is a tail held back (gsohold.go).
 	writeEnds writeEnds
 	hold      heldTail
+	// kept keeps the new data sent until the peer acknowledges it, for
+	// retransmissions on the FPDU grid (resend.go).
+	kept sentStore
 }
 
 // hookBox lets an interface value live in an atomic.Pointer.
@@ -307,6 +310,7 @@ func (t *flowTable) remove(k flowKey, f *flow) {
 		delete(t.m, k)
 		cur.tail.release()
 		cur.hold.release()
+		cur.kept.release()
 	}
 }
 

@@ -25,7 +25,9 @@ import (
 // does without GSO: a write is cut at MSS multiples from its start, and a
 // short rest is packed with the whole writes after it while they fit one
 // segment. Each run leaves as one frame; the kernel cuts it at the MSS,
-// which is where the wire segments end.
+// which is where the wire segments end. Retransmissions are sent again
+// along the same grid from the data kept until acknowledged (resend.go).
+// doc/segmentation-offload.md tells the whole story.
 
 // gsoMaxSize is the largest super-segment gVisor builds (its GSOMaxSize):
 // IPv4's total length. gVisor's payload limit is gsoMaxSize less 121
@@ -48,9 +50,13 @@ type writeEnds struct {
 	lastOK bool     // guarded by mu
 }
 
-// add records the end of a write (after every end recorded before).
-func (w *writeEnds) add(seq uint32) {
+// add records the end of a write that starts at start (after every end
+// recorded before; the first write's start is recorded too).
+func (w *writeEnds) add(start, seq uint32) {
 	w.mu.Lock()
+	if !w.lastOK && len(w.ends) == 0 {
+		w.last, w.lastOK = start, true
+	}
 	if w.head > 0 && w.head >= len(w.ends)/2 {
 		n := copy(w.ends, w.ends[w.head:])
 		w.ends = w.ends[:n]
@@ -81,6 +87,11 @@ func (w *writeEnds) acked(ack uint32) {
 func (w *writeEnds) around(seq uint32, n int, out []int) (into int, ends []int, atEnd, known bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.aroundLocked(seq, n, out)
+}
+
+// aroundLocked is around with w.mu held.
+func (w *writeEnds) aroundLocked(seq uint32, n int, out []int) (into int, ends []int, atEnd, known bool) {
 	start, ok := w.last, w.lastOK
 	for _, e := range w.ends[w.head:] {
 		d := int32(e - seq)
@@ -229,6 +240,13 @@ func (e *hookEndpoint) sendGSO(pkt *stack.PacketBuffer) tcpip.Error {
 	}
 	f.hold.mu.Lock()
 	defer f.hold.mu.Unlock()
+	if plen > 0 && f.kept.used.Load() && !f.kept.add(h.seq, plen, pkt) {
+		// A retransmission: sent again on the FPDU grid (a held tail
+		// stays held: it never left, and this cannot carry it whole).
+		if done, err := e.resend(f, pkt, h.seq, plen, mss); done {
+			return err
+		}
+	}
 	joined := false
 	if held := f.hold.pkt; held != nil {
 		switch {
@@ -239,8 +257,9 @@ func (e *hookEndpoint) sendGSO(pkt *stack.PacketBuffer) tcpip.Error {
 			joined = true
 			f.hold.drop()
 		case plen > 0 || h.flags&FlagFIN != 0:
-			// Anything else with data (a retransmission) or a FIN:
-			// the held bytes go first, as they are.
+			// Anything else with data (a retransmission that could
+			// not be sent on the grid) or a FIN: the held bytes go
+			// first, as they are.
 			if err := e.flushHeld(f); err != nil {
 				return err
 			}

@@ -117,7 +117,9 @@ func (d *frameDevice) WriteFrame(pieces [][]byte, gso, hdrLen, csumStart, csumOf
 // short) reaches the wire in segments that start and end on the writes'
 // FPDU boundaries (every MSS from a write's start, and its end), with
 // several writes in one segment only when they fit it whole; the data
-// arrives intact. Retransmissions are left out: gVisor cuts those.
+// arrives intact. Retransmissions (a full device queue drops packets, a
+// slow machine's spurious ones) are held to the same grid: the link sends
+// them again along it (resend.go).
 func TestGSOWireFollowsWrites(t *testing.T) {
 	da, db := devicePair(1500)
 	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
@@ -182,14 +184,12 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 	bad, retrans, sentEnd := 0, 0, 0
 	for _, s := range fa.wire {
 		start, end := int(s[0]-iss), int(s[1]-iss)
-		if start < sentEnd {
-			// A retransmission (a slow machine's spurious ones too):
-			// gVisor cuts those itself, at one MSS from the start of
-			// what it sent before (doc/known-problems.md: the one case left split).
+		re := start < sentEnd
+		if re {
+			// A retransmission (a slow machine's spurious ones too).
 			retrans++
-			continue
 		}
-		sentEnd = end
+		sentEnd = max(sentEnd, end)
 		ok := boundary[start] && boundary[end] && end-start <= mss
 		for o := start + 1; ok && o < end; o++ {
 			if boundary[o] && !writeEnd[o] {
@@ -198,16 +198,16 @@ func TestGSOWireFollowsWrites(t *testing.T) {
 		}
 		if !ok {
 			if bad < 5 {
-				t.Logf("wire segment [%d, %d) (%d octets) is not cut at FPDU boundaries", start, end, end-start)
+				t.Logf("wire segment [%d, %d) (%d octets, retransmission %v) is not cut at FPDU boundaries", start, end, end-start, re)
 			}
 			bad++
 		}
 	}
 	alone := int(a.tailsAlone.Load())
-	t.Logf("%d writes, %d octets: %d super-segments written, %d data segments on the wire (%d retransmitted), %d misaligned; tails held %d, alone %d",
-		len(writes), total, fa.gsos, len(fa.wire), retrans, bad, a.tailsHeld.Load(), alone)
+	t.Logf("%d writes, %d octets: %d super-segments written, %d data segments on the wire (%d retransmitted, %d resent on the grid, %d/%d/%d as TCP cut them), %d misaligned; tails held %d, alone %d",
+		len(writes), total, fa.gsos, len(fa.wire), retrans, a.resent.Load(), a.resendAsIs[0].Load(), a.resendAsIs[1].Load(), a.resendAsIs[2].Load(), bad, a.tailsHeld.Load(), alone)
 	// A held FPDU start that left without its rest (a starved machine:
-	// not within holdMax, or a spurious retransmission overtook it) and
+	// not after holdProbes window probes, or a FIN overtook it) and
 	// its rest are two split segments.
 	if bad > 2*alone {
 		t.Errorf("%d misaligned segments, more than the %d that %d holds left alone explain", bad, 2*alone, alone)
@@ -273,7 +273,8 @@ func gsoPacket(src, dst netip.AddrPort, seq uint32, plen, mss int) *stack.Packet
 // TestHeldTail: a super-segment that ends inside an FPDU (gVisor cut the
 // write at a window edge) leaves its whole FPDUs at once and holds the
 // FPDU's start; the rest, when it comes, leaves joined with it as one
-// segment; a start whose rest does not come leaves alone after holdMax.
+// segment, even after window probes; a start whose rest does not come
+// leaves alone after holdProbes window probes.
 func TestHeldTail(t *testing.T) {
 	da, db := devicePair(1500)
 	fa := &frameDevice{superDevice: &superDevice{chanDevice: da}}
@@ -287,8 +288,7 @@ func TestHeldTail(t *testing.T) {
 	f := s.flows.getOrCreate(flowKey{local: src, remote: dst})
 	const mss, seq0 = 100, 5000
 	// One write of 250 octets: FPDUs of 100, 100 and 50 from seq0.
-	f.writeEnds.add(seq0)
-	f.writeEnds.add(seq0 + 250)
+	f.writeEnds.add(seq0, seq0+250)
 	wire := func() [][2]uint32 {
 		fa.mu.Lock()
 		defer fa.mu.Unlock()
@@ -314,7 +314,7 @@ func TestHeldTail(t *testing.T) {
 		t.Fatalf("held start and its rest: %v, want %v", got, want)
 	}
 	// A second write of 250 cut at 30: its start waits, then leaves alone.
-	f.writeEnds.add(seq0 + 500)
+	f.writeEnds.add(seq0+250, seq0+500)
 	send(seq0+250, 30)
 	if got := wire(); len(got) != 0 {
 		t.Fatalf("a held start left at once: %v", got)
@@ -332,11 +332,47 @@ func TestHeldTail(t *testing.T) {
 	default:
 		t.Fatal("the pure ACK did not leave")
 	}
-	time.Sleep(4 * holdMax)
-	if got, want := wire(), [][2]uint32{{seq0 + 250, seq0 + 280}}; !slices.Equal(got, want) {
-		t.Fatalf("after holdMax: %v, want %v", got, want)
+	// Its rest does not come: window probes (no data, numbered one below
+	// the held start) ask the peer for its window, holdProbes of them,
+	// and only then does the start leave alone.
+	probes := 0
+	deadline := time.After(10 * time.Second)
+	for left := false; !left; {
+		select {
+		case p := <-db.in:
+			seq := binary.BigEndian.Uint32(p[24:])
+			switch {
+			case len(p) == 40 && seq == seq0+249:
+				probes++
+			case len(p) == 70 && seq == seq0+250:
+				left = true
+			default:
+				t.Fatalf("while a tail is held: %d octets, seq %d; want window probes (40 octets, seq %d), then the start alone", len(p), seq, seq0+249)
+			}
+		case <-deadline:
+			t.Fatalf("the held start never left (%d probes)", probes)
+		}
 	}
-	if h, x := s.tailsHeld.Load(), s.tailsAlone.Load(); h != 2 || x != 1 {
-		t.Errorf("tails held %d, left alone %d; want 2, 1", h, x)
+	if got, want := wire(), [][2]uint32{{seq0 + 250, seq0 + 280}}; !slices.Equal(got, want) {
+		t.Fatalf("after %d probes: %v, want %v", probes, got, want)
+	}
+	if probes != holdProbes {
+		t.Errorf("%d window probes before the held start left alone, want %d", probes, holdProbes)
+	}
+	// A third write, cut at 30 too, whose rest comes after a probe (a
+	// starved machine): it still leaves joined.
+	f.writeEnds.add(seq0+500, seq0+750)
+	send(seq0+500, 30)
+	for stop := time.Now().Add(10 * time.Second); s.holdProbes.Load() == holdProbes; time.Sleep(time.Millisecond) {
+		if time.Now().After(stop) {
+			t.Fatal("no window probe for the third held start")
+		}
+	}
+	send(seq0+530, 220)
+	if got, want := wire(), [][2]uint32{{seq0 + 500, seq0 + 600}, {seq0 + 600, seq0 + 700}, {seq0 + 700, seq0 + 750}}; !slices.Equal(got, want) {
+		t.Fatalf("held start and its rest after a probe: %v, want %v", got, want)
+	}
+	if h, x := s.tailsHeld.Load(), s.tailsAlone.Load(); h != 3 || x != 1 {
+		t.Errorf("tails held %d, left alone %d; want 3, 1", h, x)
 	}
 }

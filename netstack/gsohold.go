@@ -16,15 +16,29 @@ import (
 // segments. So the tail from the FPDU's start is held back until gVisor
 // sends the rest (within microseconds, once it has processed the ACK that
 // opened the window), and leaves joined with it: the FPDU in one segment,
-// the segments after it aligned. A tail not continued within holdMax
-// leaves as it is; so does one that a retransmission or a FIN overtakes.
-// To gVisor a held tail is in flight a little longer.
+// the segments after it aligned. To gVisor a held tail is in flight a
+// little longer.
+//
+// The rest may be slow to come: on a starved machine (or under the race
+// detector) gVisor took over 20 ms to process the ACK. It may also wait for
+// a window update that was lost (the peer opened its window, and the ACK
+// that said so did not arrive). So a tail not continued within holdProbe
+// is not sent alone: a window probe asks the peer for its window — a
+// segment without data numbered one below the held start, which the peer
+// answers with an ACK carrying its window (as Linux probes a zero window)
+// — and again at twice the interval, holdProbes times in all. Only then
+// (holdProbe × (2^holdProbes - 1), 300 ms) does the start leave alone: a
+// peer whose window stays smaller than the FPDU would never let its rest
+// come. A FIN overtaking the tail sends it as it is, too.
 
-// holdMax bounds how long a tail is held. Its rest normally comes within
-// microseconds; on a starved machine (or under the race detector) it took
-// over 5 ms. Holding costs the peer nothing, as it cannot use an FPDU's
-// start without its rest; to TCP the held octets are in flight longer.
-const holdMax = 20 * time.Millisecond
+// holdProbe is how long a tail is held before the first window probe, and
+// holdProbes how many probes are sent, each after twice the wait before.
+// Holding costs the peer nothing, as it cannot use an FPDU's start without
+// its rest.
+const (
+	holdProbe  = 20 * time.Millisecond
+	holdProbes = 4
+)
 
 // heldTail is a flow's held tail.
 type heldTail struct {
@@ -33,20 +47,27 @@ type heldTail struct {
 	seq, end uint32              // guarded by mu: the held sequence range
 	gen      uint64              // guarded by mu: counts holds, so a late timer flushes nothing newer
 	timer    *time.Timer         // guarded by mu
+	probes   int                 // guarded by mu: window probes sent for this hold
 }
 
 // set holds pkt, the sequence range [seq, end); mu is held and nothing is.
 func (t *heldTail) set(e *hookEndpoint, f *flow, pkt *stack.PacketBuffer, seq, end uint32) {
 	t.pkt, t.seq, t.end = pkt, seq, end
 	t.gen++
+	t.probes = 0
 	e.s.tailsHeld.Add(1)
+	t.arm(e, f, holdProbe)
+}
+
+// arm starts the hold's timer for d; mu is held.
+func (t *heldTail) arm(e *hookEndpoint, f *flow, d time.Duration) {
 	gen := t.gen
 	if t.timer != nil {
 		t.timer.Stop()
 	}
 	// A timer per hold (holds are rare): gen keeps a late one from
-	// flushing a newer hold.
-	t.timer = time.AfterFunc(holdMax, func() { e.heldExpired(f, gen) })
+	// acting on a newer hold.
+	t.timer = time.AfterFunc(d, func() { e.heldExpired(f, gen) })
 }
 
 // drop forgets the held tail (its packet released); mu is held.
@@ -83,14 +104,33 @@ func (e *hookEndpoint) flushHeld(f *flow) tcpip.Error {
 	return err
 }
 
-// heldExpired sends a tail still held holdMax after hold number gen.
+// heldExpired probes the peer's window for a tail still held (hold number
+// gen), or sends the tail alone after holdProbes probes.
 func (e *hookEndpoint) heldExpired(f *flow, gen uint64) {
 	f.hold.mu.Lock()
 	defer f.hold.mu.Unlock()
 	if f.hold.pkt == nil || f.hold.gen != gen || f.removed.Load() {
 		return
 	}
-	_ = e.flushHeld(f) // a write error is TCP's to recover from, as a loss
+	if f.hold.probes < holdProbes {
+		f.hold.probes++
+		e.s.holdProbes.Add(1)
+		// A write error is TCP's to recover from, as a loss.
+		_ = e.probeWindow(f)
+		f.hold.arm(e, f, holdProbe<<f.hold.probes)
+		return
+	}
+	_ = e.flushHeld(f)
+}
+
+// probeWindow sends a window probe for the held tail: its headers, no
+// data, numbered one below the held start (an octet the peer has), which
+// the peer must answer with an ACK carrying its window. f.hold.mu is held.
+func (e *hookEndpoint) probeWindow(f *flow) tcpip.Error {
+	p := runPacket(f.hold.pkt, 0, 0, 0)
+	defer p.DecRef()
+	header.TCP(p.TransportHeader().Slice()).SetSequenceNumber(f.hold.seq - 1)
+	return e.emit(p)
 }
 
 // joinPackets builds one packet of held's payload followed by pkt's, with

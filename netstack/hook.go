@@ -169,6 +169,7 @@ func (s *Stack) inbound(pkt *stack.PacketBuffer) {
 		if f.ackSeen(h.ack) {
 			f.tail.acked(h.ack)
 			f.writeEnds.acked(h.ack)
+			f.kept.acked(h.ack)
 		}
 		if h.flags&FlagSYN == 0 {
 			f.windowSeen(h.ack, h.window)

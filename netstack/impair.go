@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -23,6 +24,10 @@ func Impair(l *Link, imp Impairments) *Link {
 	if !imp.Active() {
 		return l
 	}
+	// A link with segmentation offload keeps it: the stack still builds
+	// super-segments, which are cut into wire segments here (as a NIC
+	// would) before they are impaired.
+	gso := l.gso != nil && l.gso()
 	if l.splitSuper != nil {
 		// Loss, reordering and corruption act on wire segments, and
 		// corruption relies on the stack verifying checksums.
@@ -52,6 +57,7 @@ func Impair(l *Link, imp Impairments) *Link {
 			e.stop()
 			l.Close()
 		},
+		gso: func() bool { return gso },
 	}
 }
 
@@ -94,14 +100,16 @@ func (e *impairEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.E
 	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		p := pipePacket{proto: pkt.NetworkProtocolNumber, buf: pkt.ToBuffer()}
-		select {
-		case e.outQ <- p:
-		default:
-			p.buf.Release()
-			e.tx.sent.Add(1)
-			e.tx.queueFull.Add(1)
-		}
+		proto := pkt.NetworkProtocolNumber
+		wireSegments(pkt, func(b buffer.Buffer) {
+			select {
+			case e.outQ <- pipePacket{proto: proto, buf: b}:
+			default:
+				b.Release()
+				e.tx.sent.Add(1)
+				e.tx.queueFull.Add(1)
+			}
+		})
 		n++
 	}
 	return n, nil

@@ -32,6 +32,7 @@ type pairOpts struct {
 	addrsB     []netip.Prefix
 	noCleanups bool
 	noGSOA     bool // stack a with Options.NoGSO
+	noRACK     bool // both stacks with Options.NoRACK, as siwtun up runs them
 	delayedACK bool // both stacks with Options.DelayedACK
 }
 
@@ -47,11 +48,11 @@ func newPair(t testing.TB, o pairOpts) (a, b *Stack) {
 		o.addrsA = []netip.Prefix{addrA4, addrA6}
 		o.addrsB = []netip.Prefix{addrB4, addrB6}
 	}
-	a, err := New(la, Options{Addrs: o.addrsA, Hook: o.hookA, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf, NoGSO: o.noGSOA, DelayedACK: o.delayedACK})
+	a, err := New(la, Options{Addrs: o.addrsA, Hook: o.hookA, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf, NoGSO: o.noGSOA, NoRACK: o.noRACK, DelayedACK: o.delayedACK})
 	if err != nil {
 		t.Fatalf("New(a): %v", err)
 	}
-	b, err = New(lb, Options{Addrs: o.addrsB, MTU: o.mtuB, Hook: o.hookB, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf, DelayedACK: o.delayedACK})
+	b, err = New(lb, Options{Addrs: o.addrsB, MTU: o.mtuB, Hook: o.hookB, SendBufferSize: o.sndBuf, ReceiveBufferSize: o.rcvBuf, NoRACK: o.noRACK, DelayedACK: o.delayedACK})
 	if err != nil {
 		a.Close()
 		t.Fatalf("New(b): %v", err)

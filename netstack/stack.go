@@ -111,6 +111,14 @@ type Stack struct {
 	// (gsohold.go) and those that left without their rest.
 	gso                   bool
 	tailsHeld, tailsAlone atomic.Uint64
+	// resent counts retransmissions sent again on the FPDU grid
+	// (resend.go), holdProbes the window probes sent for held tails
+	// (gsohold.go).
+	resent, holdProbes atomic.Uint64
+	// resendAsIs counts, for tests, the retransmissions resend left as
+	// TCP cut them: the grid not known, the FPDU not sent whole, the
+	// octets not kept.
+	resendAsIs [3]atomic.Uint64
 	// peerTimeout is Options.PeerTimeout resolved.
 	peerTimeout time.Duration
 	// hookPayload: the stack-wide hook reads payloads.

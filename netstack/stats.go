@@ -56,9 +56,17 @@ type TCPStats struct {
 	// peer's window edge, until the rest came (see Options.NoGSO).
 	HeldTails uint64
 	// HeldTailsAlone is the number of held FPDU starts that left without
-	// their rest, split from it: it did not come within 20 ms, or a
-	// retransmission or a FIN overtook it.
+	// their rest, split from it: it did not come after 4 window probes
+	// (300 ms), or a FIN overtook it.
 	HeldTailsAlone uint64
+	// HeldTailProbes (not a TCP-MIB object) is the number of window probes
+	// sent for held FPDU starts whose rest was slow to come (20 ms, then
+	// twice as long each time).
+	HeldTailProbes uint64
+	// ResentOnGrid (not a TCP-MIB object) is the number of
+	// retransmissions the link sent again along the FPDU grid of the
+	// aligned writes (see resend.go), rather than as TCP cut them.
+	ResentOnGrid uint64
 }
 
 // Stats returns a copy of the stack's TCP counters.
@@ -85,5 +93,7 @@ func (s *Stack) Stats() TCPStats {
 		TailRescues:    s.tailRescues.Load(),
 		HeldTails:      s.tailsHeld.Load(),
 		HeldTailsAlone: s.tailsAlone.Load(),
+		HeldTailProbes: s.holdProbes.Load(),
+		ResentOnGrid:   s.resent.Load(),
 	}
 }

@@ -78,7 +78,10 @@ func (d *superDevice) ReadSuper(p []byte) (int, int, error) {
 		}
 		n += copy(p[n:], b[hlen:])
 		count++
-		if pl < mss {
+		// As Linux's GRO does (tcp_gro_receive), the super-segment
+		// carries a merged segment's PSH, and a PSH ends it.
+		p[33] |= b[33] & FlagPSH
+		if pl < mss || b[33]&FlagPSH != 0 {
 			break
 		}
 	}

@@ -150,7 +150,9 @@ func (c *Conn) noteWriteEnd(n int) {
 	if !ok {
 		return
 	}
-	c.flow.writeEnds.add(iss + 1 + uint32(c.written) + uint32(n))
+	c.flow.kept.used.Store(true)
+	start := iss + 1 + uint32(c.written)
+	c.flow.writeEnds.add(start, start+uint32(n))
 }
 
 // recordWrite notes the end of an aligned write for coalesce. c.writeMu is

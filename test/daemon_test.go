@@ -2,11 +2,13 @@ package test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,15 +43,29 @@ func newTwoRNICs(t testing.TB, mtu int, extra ...string) *twoRNICs {
 // closed when the test ends.
 func (r *twoRNICs) dial(t testing.TB) {
 	t.Helper()
-	var err error
-	if r.dev0, err = verbs.DialPath(filepath.Join(r.d0.socketDir, "siwtun0.sock")); err != nil {
-		t.Fatal(err)
-	}
+	r.dev0 = dialVerbs(t, filepath.Join(r.d0.socketDir, "siwtun0.sock"))
 	t.Cleanup(func() { r.dev0.Close() })
-	if r.dev1, err = verbs.DialPath(filepath.Join(r.d1.socketDir, "siwtun1.sock")); err != nil {
-		t.Fatal(err)
-	}
+	r.dev1 = dialVerbs(t, filepath.Join(r.d1.socketDir, "siwtun1.sock"))
 	t.Cleanup(func() { r.dev1.Close() })
+}
+
+// dialVerbs opens a daemon's verbs socket. The socket's file exists from
+// bind(2) on, a moment before listen(2) (net.ListenUnix makes both calls),
+// and a connection in between is refused: on a loaded machine a test can
+// find the file in that moment, so a refusal is tried again for a while.
+func dialVerbs(t testing.TB, path string) *verbs.Device {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := verbs.DialPath(path)
+		if err == nil {
+			return d
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // end is one side of a connection made through a daemon's verbs socket.

@@ -67,28 +67,30 @@ type Update struct {
 // sent or received each segment, and which never arrived. A Builder is
 // safe for concurrent use.
 type Builder struct {
-	mu      sync.Mutex
-	v       View
-	an      *inspect.Analyzer
-	lookup  RegionLookup
-	peerOn  bool
-	markers map[[2]netip.AddrPort]bool
-	conns   map[[2]netip.AddrPort]int
-	addrs   map[[2]netip.AddrPort]int
-	held    map[heldKey]int
-	pending map[segKey][]pendingSeg
-	byKey   map[segKey][]int // every segment by key (both ends watched)
-	regions map[regionKey]int
-	qps     map[qpKey]int
-	unjoin  []int        // placements not yet joined to a segment
-	gaps    [2][]gapSpan // the windows each device left out: [0] the peer's, [1] the local device's
-	dropped [2]uint64    // the Dropped count each device last reported
-	reached [2]int64     // the time each device's stream has reached (CLOCK_MONOTONIC ns)
-	maxSegs int          // the most segments the view holds (0: no limit)
-	live    bool
-	log     [][]byte // updates logBase+1, logBase+2, ... (live)
-	logBase int
-	changed chan struct{} // closed and replaced on every update (live)
+	mu       sync.Mutex
+	v        View
+	an       *inspect.Analyzer
+	lookup   RegionLookup
+	peerOn   bool
+	markers  map[[2]netip.AddrPort]bool
+	conns    map[[2]netip.AddrPort]int
+	addrs    map[[2]netip.AddrPort]int
+	held     map[heldKey]int
+	pending  map[segKey][]pendingSeg
+	byKey    map[segKey][]int // every segment by key (both ends watched)
+	regions  map[regionKey]int
+	qps      map[qpKey]int
+	unjoin   []int         // placements not yet joined to a segment
+	gaps     [2][]gapSpan  // the windows each device left out: [0] the peer's, [1] the local device's
+	dropped  [2]uint64     // the Dropped count each device last reported
+	reached  [2]int64      // the time each device's stream has reached (CLOCK_MONOTONIC ns)
+	maxSegs  int           // the most segments the view holds (0: no limit)
+	fullAt   int64         // when the view reached maxSegs (CLOCK_MONOTONIC ns; 0: not yet)
+	sweepAge time.Duration // the age the last Sweep was given
+	live     bool
+	log      [][]byte // updates logBase+1, logBase+2, ... (live)
+	logBase  int
+	changed  chan struct{} // closed and replaced on every update (live)
 }
 
 // maxLog bounds the updates a live Builder keeps for pages that are behind:
@@ -261,6 +263,7 @@ func (b *Builder) Event(local bool, e ctl.WatchEvent) {
 	if b.maxSegs > 0 && len(b.v.Segments) >= b.maxSegs && !e.Heartbeat() {
 		if !b.v.Full {
 			b.v.Full = true
+			b.fullAt = mono
 			b.emit(Update{Full: true})
 		}
 		return
@@ -424,6 +427,7 @@ func copyStats(m map[string]*ctl.Stats) map[string]*ctl.Stats {
 func (b *Builder) Sweep(now time.Time, age time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.sweepAge = age
 	b.sweep(monoclock.Nanos(now), age, false)
 }
 
@@ -440,8 +444,10 @@ func (b *Builder) sweep(now int64, age time.Duration, final bool) {
 			}
 			n := p.n
 			// Only a segment its sender saw and its receiver did not,
-			// and not while the receiver's daemon was leaving events out.
-			if b.v.Segments[n].Out != p.local || b.unobserved(!p.local, k, p.at) {
+			// and not while the receiver's daemon was leaving events out,
+			// nor when its arrival may have come after the view was full
+			// (the view itself left that out).
+			if b.v.Segments[n].Out != p.local || b.unobserved(!p.local, k, p.at) || b.pastFull(p.at, age) {
 				continue
 			}
 			if j, ok := b.rematch(n, k); ok {
@@ -457,6 +463,18 @@ func (b *Builder) sweep(now int64, age time.Duration, final bool) {
 			b.pending[k] = keep
 		}
 	}
+}
+
+// pastFull reports whether the other end of a segment sent at mono time
+// at may have seen it after the view reached its limit: a segment is
+// dropped only when its arrival is missing within age (the last Sweep's
+// age, at Finish) of its sending, so one sent later than that before the
+// view was full may have arrived unrecorded.
+func (b *Builder) pastFull(at int64, age time.Duration) bool {
+	if b.fullAt == 0 {
+		return false
+	}
+	return at+int64(max(age, b.sweepAge)) > b.fullAt
 }
 
 // sendRecv returns when s was sent and received (-1: not seen).

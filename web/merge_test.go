@@ -247,3 +247,31 @@ func TestBuilderFull(t *testing.T) {
 		t.Errorf("%d segments, full %v; want 20, full", len(v.Segments), v.Full)
 	}
 }
+
+// TestBuilderFullNotDropped: segments sent just before the view reached
+// its limit, whose arrivals came after it, are not flagged dropped: the
+// view left those arrivals out, not the link.
+func TestBuilderFullNotDropped(t *testing.T) {
+	_, segs := synthTrace(t, 60, 1400, false)
+	local := segs[0].Src
+	b := NewBuilder("full", "siwtun0", "siwtun1", nil)
+	b.SetMaxSegments(40)
+	mono := int64(1e9)
+	for _, s := range segs {
+		mono += 10_000
+		out := s.Src == local
+		b.Event(true, watchEvent(s, true, out, mono))
+		b.Event(false, watchEvent(s, false, out, mono+20_000))
+	}
+	b.Sweep(time.Unix(0, mono+int64(time.Second)), 50*time.Microsecond)
+	b.Finish()
+	v := b.Snapshot()
+	if !v.Full {
+		t.Fatal("the view did not fill")
+	}
+	for i, s := range v.Segments {
+		if s.Drop {
+			t.Errorf("row %d flagged dropped; every segment arrived", i)
+		}
+	}
+}

@@ -27,7 +27,8 @@ prints, per connection direction: segments, how many are FPDU-aligned
 (they start with an FPDU, or a marker and then an FPDU, and hold only
 whole FPDUs), FPDUs and their CRC verdicts, markers (each at its 512-octet
 stream position) and whether their FPDUPTR points at the right FPDU
-header. Then the segments that show a problem: not aligned (which FPDU
+header, and retransmissions (segments with nothing new), each judged
+aligned when it starts and ends on FPDU boundaries. Then the segments that show a problem: not aligned (which FPDU
 was split, by how much), a bad CRC, a bad marker. -v prints every
 segment; -j prints JSON.
 

@@ -47,7 +47,9 @@ func tcpCounters() []tcpCounter {
 		{"SACKRecovery", "tcpSackRecovery", "Times SACK-based loss recovery was entered (Linux TcpExtTCPSackRecovery).", func(s *netstack.TCPStats) uint64 { return s.SACKRecovery }},
 		{"TailRescues", "tcpTailRescues", "Data packets written again for connections whose TCP sender had stopped with data unacknowledged (siwtun's tail rescue; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.TailRescues }},
 		{"HeldTails", "tcpHeldTails", "FPDU starts that segmentation offload held back because TCP had cut their FPDU at the peer's window edge, until the rest came (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTails }},
-		{"HeldTailsAlone", "tcpHeldTailsAlone", "Held FPDU starts that left without their rest: it did not come within 20 ms, or a retransmission or FIN overtook it (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailsAlone }},
+		{"HeldTailsAlone", "tcpHeldTailsAlone", "Held FPDU starts that left without their rest: it did not come after 4 window probes (300 ms), or a FIN overtook it (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailsAlone }},
+		{"HeldTailProbes", "tcpHeldTailProbes", "Window probes sent for held FPDU starts whose rest was slow to come: 20 ms, then twice as long each time (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.HeldTailProbes }},
+		{"ResentOnGrid", "tcpResentOnGrid", "Retransmissions sent again along the FPDU grid of the aligned writes, each FPDU whole, rather than where TCP cut them (siwtun's; not a TCP-MIB object).", func(s *netstack.TCPStats) uint64 { return s.ResentOnGrid }},
 	}
 }
 

@@ -448,8 +448,10 @@
     for (const d of V.conns) {
       const unseen = (d.not_observed ? d.not_observed + ' octets, picked up again ' + (d.resyncs || 0) + '×' : '—') + (d.unsynced ? ', ' + d.unsynced + ' segments not analysed' : '') +
         (d.note ? '; ' + d.note : '');
-      neg += '<tr data-src="' + esc(d.src) + '" data-dst="' + esc(d.dst) + '" data-aligned="' + d.aligned + '" data-fpdu-segments="' + d.fpdu_segments + '" data-fpdus="' + d.fpdus + '"><td>' + d.conn + '</td><td class="mono">' + esc(d.src) + ' &gt; ' + esc(d.dst) + '</td><td>' + esc(d.role || '-') + '</td><td class="mono">' + esc(d.frame || '-') +
-        '</td><td>CRC ' + (d.crc ? 'on' : 'off') + ', markers ' + (d.markers ? 'on' : 'off') + '</td><td>' + d.aligned + '/' + d.fpdu_segments + '</td><td>' + d.fpdus +
+      // Segments judged: first transmissions and the retransmissions the checker could place on the FPDU grid.
+      const aligned = d.aligned + (d.retransmissions_aligned || 0), judged = d.fpdu_segments + (d.retransmissions_judged || 0);
+      neg += '<tr data-src="' + esc(d.src) + '" data-dst="' + esc(d.dst) + '" data-aligned="' + aligned + '" data-fpdu-segments="' + judged + '" data-fpdus="' + d.fpdus + '"><td>' + d.conn + '</td><td class="mono">' + esc(d.src) + ' &gt; ' + esc(d.dst) + '</td><td>' + esc(d.role || '-') + '</td><td class="mono">' + esc(d.frame || '-') +
+        '</td><td>CRC ' + (d.crc ? 'on' : 'off') + ', markers ' + (d.markers ? 'on' : 'off') + '</td><td>' + aligned + '/' + judged + '</td><td>' + d.fpdus +
         (d.crc ? ' (' + d.crc_good + ' good, ' + d.crc_bad + ' bad)' : '') + '</td><td>' + (d.held || 0) + '</td><td>' + esc(unseen) + '</td></tr>';
     }
     $('negbody').innerHTML = neg ? '<table><thead><tr><th>conn</th><th>direction</th><th>role</th><th>MPA frame sent</th><th>mode</th><th>aligned</th><th>FPDUs</th><th>out of order</th><th>not observed</th></tr></thead><tbody>' + neg + '</tbody></table>' : '<p>No MPA exchange seen.</p>';

@@ -102,10 +102,13 @@ type dir struct {
 	cur     *curFPDU // the FPDU in progress after its ULPDU_Length, or nil
 	lastEnd uint64   // FPDU stream offset after the last complete FPDU
 	fpos    uint64   // FPDU stream octets walked
-	rep     *Report  // the Report the walk is filling
-	segOff  uint64   // FPDU stream offset of rep's first FPDU octet
-	curBuf  curFPDU  // storage for cur
-	sum     DirSummary
+	// ends are the FPDU stream offsets where the latest FPDUs ended
+	// (ascending, at most maxEnds), for judging retransmissions.
+	ends   []uint64
+	rep    *Report // the Report the walk is filling
+	segOff uint64  // FPDU stream offset of rep's first FPDU octet
+	curBuf curFPDU // storage for cur
+	sum    DirSummary
 }
 
 // curFPDU is the FPDU being walked.
@@ -161,6 +164,7 @@ func (a *Analyzer) Add(s Segment) []Report {
 	case int(rel)+len(s.Payload) <= 0:
 		d.sum.Retransmissions++
 		rep.Kind, rep.Note = KindRetransmission, "all octets already seen"
+		d.judgeRetransmission(&rep, s.Seq, len(s.Payload))
 		return []Report{rep}
 	case rel > 0 && !d.missingBefore(s.Seq):
 		// Ahead only of octets that may have passed unobserved: not out
@@ -467,6 +471,10 @@ func (d *dir) EndFPDU(crcOK bool) error {
 	d.sum.FPDUs++
 	d.rep.FPDUs = append(d.rep.FPDUs, f)
 	d.lastEnd = end
+	if len(d.ends) >= maxEnds {
+		d.ends = d.ends[:copy(d.ends, d.ends[maxEnds/2:])]
+	}
+	d.ends = append(d.ends, end)
 	d.cur = nil
 	return nil
 }

@@ -21,8 +21,10 @@
 //     FPDU that follows) and holds only whole FPDUs. If not, which FPDU was
 //     split and by how much.
 //
-// Retransmitted octets are reported once; segments that arrive ahead of a
-// gap are held and analysed when the gap is filled. A live reader that
+// Retransmitted octets are walked once; a segment that carries nothing new
+// is a retransmission, judged FPDU-aligned when it starts and ends on FPDU
+// boundaries of the stream walked. Segments that arrive ahead of a gap are
+// held and analysed when the gap is filled. A live reader that
 // missed segments (a watch that left out a window) says which sequence
 // ranges passed unseen ([Analyzer.NotObserved]): a segment ahead of such
 // octets is not out of order, the octets are counted as not observed, and

@@ -56,7 +56,7 @@ func FuzzAnalyzer(f *testing.F) {
 			_ = r.Comment()
 		}
 		for _, s := range a.Summary() {
-			if s.Aligned > s.FPDUSegments || s.CRCGood+s.CRCBad > s.FPDUs {
+			if s.Aligned > s.FPDUSegments || s.CRCGood+s.CRCBad > s.FPDUs || s.RetransAligned > s.RetransJudged || s.RetransJudged > s.Retransmissions {
 				t.Fatalf("summary %+v", s)
 			}
 		}

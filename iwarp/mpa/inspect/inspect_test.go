@@ -276,8 +276,58 @@ func TestOutOfOrderAndRetransmission(t *testing.T) {
 		t.Fatalf("kinds %v held %v, want %v", kinds, held, wantKinds)
 	}
 	s := a.Summary()[0]
-	if s.FPDUs != 4 || s.CRCGood != 4 || s.MarkersOK != 4 || s.Aligned != 4 || s.Held != 1 || s.Retransmissions != 1 {
+	if s.FPDUs != 4 || s.CRCGood != 4 || s.MarkersOK != 4 || s.Aligned != 4 || s.Held != 1 || s.Retransmissions != 1 || s.RetransJudged != 1 || s.RetransAligned != 1 {
 		t.Errorf("summary %+v", s)
+	}
+}
+
+// TestRetransmissionAlignment: a retransmission, whose octets were all
+// seen, is judged against the FPDU boundaries of the stream: whole FPDUs
+// (one or several) are aligned, a cut that starts or ends inside an FPDU
+// is not, and the MPA frame's octets are not judged.
+func TestRetransmissionAlignment(t *testing.T) {
+	st := buildStream(t, true, true, awkwardULPDUs)
+	segs := conversation(t, true, true, st.b, []int{520, 1024, 1528})
+	first := segs[5] // the first FPDU segment
+	again := func(from, to int) Segment {
+		return Segment{Src: first.Src, Dst: first.Dst, Seq: first.Seq + uint32(from), Flags: FlagACK, Payload: st.b[from:to]}
+	}
+	segs = append(segs,
+		again(520, 1024),  // FPDU 2
+		again(0, 1024),    // FPDUs 1 and 2
+		again(600, 1100),  // inside FPDU 2 to inside FPDU 3
+		again(1024, 1100), // FPDU 3's start
+		again(1100, 1528), // FPDU 3's end
+		Segment{Src: segs[3].Src, Dst: segs[3].Dst, Seq: segs[3].Seq, Flags: FlagACK, Payload: segs[3].Payload}, // the MPA Request
+	)
+	_, rs := analyse(segs)
+	var got []string
+	for _, r := range rs {
+		if r.Kind == KindRetransmission {
+			switch {
+			case r.Aligned == nil:
+				got = append(got, "-")
+			case *r.Aligned:
+				got = append(got, "aligned")
+			default:
+				got = append(got, "split")
+			}
+			if r.Aligned != nil && r.Clean() != *r.Aligned {
+				t.Errorf("retransmission at %d: aligned %v, clean %v", r.Seq-first.Seq, *r.Aligned, r.Clean())
+			}
+		}
+	}
+	want := []string{"aligned", "aligned", "split", "split", "split", "-"}
+	if !slices.Equal(got, want) {
+		t.Errorf("retransmissions judged %v, want %v", got, want)
+	}
+	a, _ := analyse(segs)
+	var b bytes.Buffer
+	if err := WriteSummary(&b, a.Summary()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "6 (2 of 5 aligned)") {
+		t.Errorf("summary does not count the judged retransmissions:\n%s", b.String())
 	}
 }
 

@@ -40,8 +40,14 @@ type DirSummary struct {
 	// Retransmissions counts segments with nothing new, Held those that
 	// arrived ahead of a gap, Undecoded those that could not be analysed.
 	Retransmissions int `json:"retransmissions"`
-	Held            int `json:"held"`
-	Undecoded       int `json:"undecoded"`
+	// RetransJudged counts the retransmissions whose alignment could be
+	// told (their octets are FPDU octets recent enough) and
+	// RetransAligned the FPDU-aligned ones among them: they start and end
+	// on FPDU boundaries of the stream.
+	RetransJudged  int `json:"retransmissions_judged"`
+	RetransAligned int `json:"retransmissions_aligned"`
+	Held           int `json:"held"`
+	Undecoded      int `json:"undecoded"`
 	// NotObserved counts the octets skipped because a live watch left
 	// them out, Resyncs the times the FPDU stream was picked up again
 	// after such octets, and Unsynced the segments not analysed while
@@ -136,9 +142,13 @@ func WriteSummary(w io.Writer, sums []DirSummary) error {
 		if role == "" {
 			role = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%v > %v\t%s\t%s\t%d\t%d (%.1f%%)\t%d\t%s\t%s\t%d\t%d\n",
+		retx := fmt.Sprint(s.Retransmissions)
+		if s.RetransJudged > 0 {
+			retx += fmt.Sprintf(" (%d of %d aligned)", s.RetransAligned, s.RetransJudged)
+		}
+		fmt.Fprintf(tw, "%d\t%v > %v\t%s\t%s\t%d\t%d (%.1f%%)\t%d\t%s\t%s\t%s\t%d\n",
 			s.Conn, s.Src, s.Dst, role, mode, s.FPDUSegments, s.Aligned, s.AlignedPercent(),
-			s.FPDUs, crc, markers, s.Retransmissions, s.Held)
+			s.FPDUs, crc, markers, retx, s.Held)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
