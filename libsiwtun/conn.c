@@ -96,84 +96,90 @@ static void finish_call(struct sw_conn *c, struct sw_call *call)
 	pthread_mutex_unlock(&c->mu);
 }
 
-static void *reader(void *arg)
+/* close_all closes the n descriptors of fds. */
+static void close_all(const int *fds, int n)
 {
-	struct sw_conn *c = arg;
-	static __thread uint8_t buf[SW_MAX_MSG + 1];
-	char cbuf[CMSG_SPACE(sizeof(int) * (SW_MAX_FDS + 1))];
-	const char *why = "verbs socket closed by the daemon";
-	for (;;) {
-		struct iovec iov = {buf, sizeof(buf)};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-		ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR)
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* take_fds collects the descriptors that came with the message mh into
+ * fds (room for SW_MAX_FDS + 1: one more than a message may carry, so that
+ * too many is seen) and returns how many; any beyond that it closes. */
+static int take_fds(struct msghdr *mh, int *fds)
+{
+	int nfds = 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
-		int fds[SW_MAX_FDS + 1];
-		int nfds = 0;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int *p = (int *)CMSG_DATA(cm);
-			for (int i = 0; i < k; i++) {
-				if (nfds < SW_MAX_FDS + 1)
-					fds[nfds++] = p[i];
-				else
-					close(p[i]);
-			}
+		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int *p = (int *)CMSG_DATA(cm);
+		for (int i = 0; i < k; i++) {
+			if (nfds < SW_MAX_FDS + 1)
+				fds[nfds++] = p[i];
+			else
+				close(p[i]);
 		}
-		if (n <= 0) {
-			if (n < 0)
-				why = strerror(errno);
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
-			break;
-		}
-		uint32_t len = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
-		uint16_t op = (uint16_t)(buf[4] | buf[5] << 8);
-		uint32_t seq = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
-		if (n < SW_MSG_HEADER_LEN || len != (uint32_t)n || n > SW_MAX_MSG || nfds > SW_MAX_FDS ||
-		    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
-			/* A reply that lost its descriptors (the kernel could not
-			 * pass them: this process is at its open-file limit) or is
-			 * malformed: the call it answers fails rather than waiting
-			 * for ever. */
-			struct sw_call *call = NULL;
-			if (n >= SW_MSG_HEADER_LEN && (op & SW_REPLY_BIT))
-				call = take_call(c, seq);
-			if (call) {
-				call->r->st = SW_ST_BAD_MESSAGE;
-				snprintf(call->r->msg, sizeof(call->r->msg), "%s",
-					 (mh.msg_flags & MSG_CTRUNC)
-						 ? "reply's descriptors lost (control data truncated: the process may be at its open-file limit, RLIMIT_NOFILE)"
-						 : "malformed reply");
-				call->r->blen = 0;
-				call->r->nfds = 0;
-				finish_call(c, call);
-			}
-			continue;
-		}
-		const uint8_t *body = buf + SW_MSG_HEADER_LEN;
-		size_t blen = (size_t)n - SW_MSG_HEADER_LEN;
-		if (op == SW_OP_EVENT) {
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
-			if (c->on_event)
-				c->on_event(c, body, blen);
-			continue;
-		}
-		struct sw_call *call = take_call(c, seq);
-		if (!call || !(op & SW_REPLY_BIT)) {
-			for (int i = 0; i < nfds; i++)
-				close(fds[i]);
-			continue;
-		}
-		fill_reply(call->r, body, blen, fds, nfds);
-		finish_call(c, call);
 	}
-	/* The daemon is gone (or we closed): fail every pending call. */
+	return nfds;
+}
+
+static uint32_t get_le32(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+/* fail_bad_reply handles a message of n bytes in buf that is malformed or
+ * lost its descriptors (the kernel could not pass them: this process is at
+ * its open-file limit; flags are recvmsg's): if it is a reply, the call it
+ * answers fails rather than waiting for ever. */
+static void fail_bad_reply(struct sw_conn *c, const uint8_t *buf, ssize_t n, int flags)
+{
+	if (n < SW_MSG_HEADER_LEN)
+		return;
+	uint16_t op = (uint16_t)(buf[4] | buf[5] << 8);
+	struct sw_call *call = op & SW_REPLY_BIT ? take_call(c, get_le32(buf + 8)) : NULL;
+	if (!call)
+		return;
+	call->r->st = SW_ST_BAD_MESSAGE;
+	snprintf(call->r->msg, sizeof(call->r->msg), "%s",
+		 (flags & MSG_CTRUNC)
+			 ? "reply's descriptors lost (control data truncated: the process may be at its open-file limit, RLIMIT_NOFILE)"
+			 : "malformed reply");
+	call->r->blen = 0;
+	call->r->nfds = 0;
+	finish_call(c, call);
+}
+
+/* dispatch hands a well-formed message of n bytes in buf, with the nfds
+ * descriptors fds, to its reader: an event to on_event (events carry no
+ * descriptors), a reply to the call waiting for it. A reply nobody waits
+ * for, or a request (the daemon sends none), is dropped with its
+ * descriptors. */
+static void dispatch(struct sw_conn *c, const uint8_t *buf, size_t n, int *fds, int nfds)
+{
+	uint16_t op = (uint16_t)(buf[4] | buf[5] << 8);
+	const uint8_t *body = buf + SW_MSG_HEADER_LEN;
+	size_t blen = n - SW_MSG_HEADER_LEN;
+	if (op == SW_OP_EVENT) {
+		close_all(fds, nfds);
+		if (c->on_event)
+			c->on_event(c, body, blen);
+		return;
+	}
+	struct sw_call *call = take_call(c, get_le32(buf + 8));
+	if (!call || !(op & SW_REPLY_BIT)) {
+		close_all(fds, nfds);
+		return;
+	}
+	fill_reply(call->r, body, blen, fds, nfds);
+	finish_call(c, call);
+}
+
+/* fail_pending marks c gone (for the reason why, unless one is set
+ * already) and fails every call still waiting for a reply. */
+static void fail_pending(struct sw_conn *c, const char *why)
+{
 	pthread_mutex_lock(&c->mu);
 	c->gone = 1;
 	if (!c->reason[0])
@@ -187,18 +193,48 @@ static void *reader(void *arg)
 		snprintf(calls->r->msg, sizeof(calls->r->msg), "%s", c->reason);
 		calls->r->blen = 0;
 		calls->r->nfds = 0;
-		if (calls->cb) {
-			calls->cb(c, calls->r, calls->arg);
-			free(calls->r);
-			free(calls);
-		} else {
-			pthread_mutex_lock(&c->mu);
-			calls->done = 1;
-			pthread_cond_broadcast(&c->cv);
-			pthread_mutex_unlock(&c->mu);
-		}
+		finish_call(c, calls);
 		calls = next;
 	}
+}
+
+/* reader is the session's reader thread: it receives each message with
+ * its descriptors and hands it on, until the daemon closes the socket (or
+ * we do: sw_conn_close shuts it down), then fails what is still pending. */
+static void *reader(void *arg)
+{
+	struct sw_conn *c = arg;
+	static __thread uint8_t buf[SW_MAX_MSG + 1];
+	char cbuf[CMSG_SPACE(sizeof(int) * (SW_MAX_FDS + 1))];
+	const char *why = "verbs socket closed by the daemon";
+	for (;;) {
+		struct iovec iov = {buf, sizeof(buf)};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+		ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			/* (A failed recvmsg passes no descriptors and leaves
+			 * the control buffer unwritten.) */
+			why = strerror(errno);
+			break;
+		}
+		int fds[SW_MAX_FDS + 1];
+		int nfds = take_fds(&mh, fds);
+		if (n == 0) {
+			close_all(fds, nfds);
+			break;
+		}
+		if (n < SW_MSG_HEADER_LEN || get_le32(buf) != (uint32_t)n || n > SW_MAX_MSG || nfds > SW_MAX_FDS ||
+		    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+			close_all(fds, nfds);
+			fail_bad_reply(c, buf, n, mh.msg_flags);
+			continue;
+		}
+		dispatch(c, buf, (size_t)n, fds, nfds);
+	}
+	/* The daemon is gone (or we closed): fail every pending call. */
+	fail_pending(c, why);
 	if (c->on_gone)
 		c->on_gone(c);
 	return NULL;
