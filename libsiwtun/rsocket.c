@@ -927,6 +927,101 @@ static short rs_revents(struct rs *s, short events)
 	return r & (events | POLLERR | POLLHUP);
 }
 
+/* ms_since is the time from t0 (CLOCK_MONOTONIC) to now in milliseconds. */
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* rs_ready_or_arm returns which of events s has now (with s->mu held),
+ * after making progress; when none, it arms s's CQ first, so that the
+ * completion channel wakes poll. */
+static short rs_ready_or_arm(struct rs *s, short events)
+{
+	progress(s);
+	short r = rs_revents(s, events);
+	if (!r) {
+		if (s->cq && !s->cq_armed && !ibv_req_notify_cq(s->cq, 0))
+			s->cq_armed = 1;
+		if (poll_cq(s) > 0) /* came while arming */
+			r = rs_revents(s, events);
+	}
+	return r;
+}
+
+/* rpoll_gather sets the revents of fds' rsockets and fills pf with what
+ * poll must watch: each other descriptor as given, and each rsocket's
+ * rdma_cm event channel and (once it has one) its completion channel,
+ * whose wakeups let it make progress. It returns how many rsockets are ready and
+ * sets *npf to pf's length. */
+static int rpoll_gather(struct pollfd *fds, nfds_t nfds, struct pollfd *pf, nfds_t *npf)
+{
+	int ready = 0;
+	nfds_t n = 0;
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct rs *s = fds[i].fd >= 0 ? rs_get(fds[i].fd) : NULL;
+		fds[i].revents = 0;
+		if (!s) {
+			pf[n++] = fds[i];
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		fds[i].revents = rs_ready_or_arm(s, fds[i].events);
+		pf[n++] = (struct pollfd){.fd = s->ch->fd, .events = POLLIN};
+		if (s->cc)
+			pf[n++] = (struct pollfd){.fd = s->cc->fd, .events = POLLIN};
+		pthread_mutex_unlock(&s->mu);
+		if (fds[i].revents)
+			ready++;
+	}
+	*npf = n;
+	return ready;
+}
+
+/* rpoll_scatter copies poll's results in pf (laid out by rpoll_gather)
+ * for the descriptors that are not rsockets back into fds, and returns how
+ * many of those are ready. */
+static int rpoll_scatter(struct pollfd *fds, nfds_t nfds, const struct pollfd *pf)
+{
+	int ready = 0;
+	nfds_t j = 0;
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct rs *s = fds[i].fd >= 0 ? rs_get(fds[i].fd) : NULL;
+		if (!s) {
+			fds[i].revents = pf[j++].revents;
+			if (fds[i].revents)
+				ready++;
+			continue;
+		}
+		j++;
+		if (s->cc)
+			j++;
+	}
+	return ready;
+}
+
+/* rpoll_wait is how long poll may sleep, in milliseconds: not at all when
+ * ready, else what is left of timeout since t0; at most 100 ms, so that a
+ * wakeup lost between progress and poll costs no more than that. */
+static int rpoll_wait(int ready, int timeout, const struct timespec *t0)
+{
+	int wait = timeout;
+	if (ready) {
+		wait = 0;
+	} else if (timeout > 0) {
+		long el = ms_since(t0);
+		wait = el >= timeout ? 0 : (int)(timeout - el);
+	}
+	if (wait < 0 || wait > 100)
+		wait = 100;
+	return wait;
+}
+
+/* rpoll polls rsockets and other descriptors together: each round makes
+ * the rsockets progress, sleeps in poll on their channels and the other
+ * descriptors, and ends when any is ready or timeout has passed. */
 SW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	struct pollfd *pf = calloc(2 * nfds + 1, sizeof(*pf));
@@ -936,76 +1031,20 @@ SW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int ret;
 	for (;;) {
-		int ready = 0, n = 0;
-		for (nfds_t i = 0; i < nfds; i++) {
-			struct rs *s = fds[i].fd >= 0 ? rs_get(fds[i].fd) : NULL;
-			fds[i].revents = 0;
-			if (!s) {
-				pf[n++] = fds[i];
-				continue;
-			}
-			pthread_mutex_lock(&s->mu);
-			progress(s);
-			fds[i].revents = rs_revents(s, fds[i].events);
-			if (!fds[i].revents) {
-				if (s->cq && !s->cq_armed && !ibv_req_notify_cq(s->cq, 0))
-					s->cq_armed = 1;
-				if (poll_cq(s) > 0) /* came while arming */
-					fds[i].revents = rs_revents(s, fds[i].events);
-			}
-			pf[n++] = (struct pollfd){.fd = s->ch->fd, .events = POLLIN};
-			if (s->cc)
-				pf[n++] = (struct pollfd){.fd = s->cc->fd, .events = POLLIN};
-			pthread_mutex_unlock(&s->mu);
-			if (fds[i].revents)
-				ready++;
-		}
-		int wait = timeout;
-		if (ready) {
-			wait = 0;
-		} else if (timeout > 0) {
-			struct timespec t;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-			wait = el >= timeout ? 0 : (int)(timeout - el);
-		}
-		/* At most 100 ms asleep: a wakeup lost between progress and
-		 * poll costs no more than that. */
-		if (wait < 0 || wait > 100)
-			wait = 100;
-		int pr = poll(pf, (nfds_t)n, wait);
-		if (pr < 0) {
+		nfds_t n;
+		int ready = rpoll_gather(fds, nfds, pf, &n);
+		if (poll(pf, n, rpoll_wait(ready, timeout, &t0)) < 0) {
 			ret = -1;
 			break;
 		}
-		int j = 0;
-		for (nfds_t i = 0; i < nfds; i++) {
-			struct rs *s = fds[i].fd >= 0 ? rs_get(fds[i].fd) : NULL;
-			if (!s) {
-				fds[i].revents = pf[j++].revents;
-				if (fds[i].revents)
-					ready++;
-				continue;
-			}
-			j++;
-			if (s->cc)
-				j++;
-		}
+		ready += rpoll_scatter(fds, nfds, pf);
 		if (ready) {
 			ret = ready;
 			break;
 		}
-		if (timeout == 0) {
+		if (timeout == 0 || (timeout > 0 && ms_since(&t0) >= timeout)) {
 			ret = 0;
 			break;
-		}
-		if (timeout > 0) {
-			struct timespec t;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= timeout) {
-				ret = 0;
-				break;
-			}
 		}
 	}
 	free(pf);
