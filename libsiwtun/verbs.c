@@ -524,26 +524,39 @@ int sw_ctx_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
 int sw_qp_modify_state(struct sw_qp *q, enum ibv_qp_state s);
 
-SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+/* check_qp_attr: whether this RNIC makes the QP attr asks for in ibpd: an
+ * RC QP whose CQs (and SRQ) belong to ibpd's context, its queues within
+ * the device's limits. */
+static int check_qp_attr(const struct ibv_pd *ibpd, const struct ibv_qp_init_attr *attr)
 {
-	if (!ibpd || !attr)
-		return fail_null(EINVAL); /* (an rdma_cm id's PD before it has a device) */
-	struct sw_context *ctx = to_ctx(ibpd->context);
-	struct ibv_qp_cap *cap = &attr->cap;
+	const struct ibv_qp_cap *cap = &attr->cap;
 	if (attr->qp_type != IBV_QPT_RC)
-		return fail_null(EOPNOTSUPP);
+		return EOPNOTSUPP;
 	if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != ibpd->context ||
 	    attr->recv_cq->context != ibpd->context || (attr->srq && attr->srq->context != ibpd->context))
-		return fail_null(EINVAL);
+		return EINVAL;
 	if (cap->max_send_wr > SW_MAX_QP_WR || cap->max_recv_wr > SW_MAX_QP_WR || cap->max_send_sge > SW_MAX_SGE ||
 	    cap->max_recv_sge > SW_MAX_SGE || cap->max_inline_data > SW_MAX_INLINE)
-		return fail_null(EINVAL);
+		return EINVAL;
+	return 0;
+}
+
+/* The daemon's answer to CREATE_QP: the QP's handle and number, the entry
+ * counts of its send and receive rings, where the receive ring starts in
+ * the memory both share and that memory's length. The memory's memfd and
+ * the doorbell's eventfd come with it. */
+struct qp_created {
+	uint32_t h, num, sqc, rqc, sqb, total;
+};
+
+/* ask_create_qp asks the daemon for the QP attr describes, with ms send
+ * and mr receive entries, and fills qc and r (its two descriptors) from
+ * the answer. A reply it does not understand is EPROTO, the QP destroyed. */
+static int ask_create_qp(struct sw_context *ctx, struct ibv_pd *ibpd, const struct ibv_qp_init_attr *attr,
+			 uint32_t ms, uint32_t mr, struct qp_created *qc, struct sw_reply *r)
+{
 	struct sw_srq *srq = (struct sw_srq *)attr->srq;
-	/* A QP on an SRQ has no receive queue of its own (a one-entry ring
-	 * the daemon never reads). */
-	uint32_t ms = cap->max_send_wr ? cap->max_send_wr : 1, mr = srq || !cap->max_recv_wr ? 1 : cap->max_recv_wr;
 	struct sw_enc e;
-	struct sw_reply r;
 	sw_enc_begin(&e, 0, 0);
 	sw_enc_u32(&e, ((struct sw_pd *)ibpd)->h);
 	sw_enc_u32(&e, ((struct sw_cq *)attr->send_cq)->h);
@@ -552,22 +565,39 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	sw_enc_u32(&e, mr);
 	sw_enc_u8(&e, attr->sq_sig_all ? 1 : 0);
 	sw_enc_u32(&e, srq ? srq->h : 0);
-	int err = create_call(ctx, SW_OP_CREATE_QP, &e, &r);
+	int err = create_call(ctx, SW_OP_CREATE_QP, &e, r);
 	if (err)
-		return fail_null(err);
-	struct sw_dec d = {r.body, r.blen, 0};
-	uint32_t h = sw_dec_u32(&d), num = sw_dec_u32(&d), sqc = sw_dec_u32(&d), rqc = sw_dec_u32(&d);
-	uint32_t sqb = sw_dec_u32(&d), total = sw_dec_u32(&d);
-	if (d.err || r.nfds != 2 || sqb > total) {
-		sw_close_fds(&r);
-		simple_call(ctx, SW_OP_DESTROY_QP, h);
-		return fail_null(EPROTO);
+		return err;
+	struct sw_dec d = {r->body, r->blen, 0};
+	qc->h = sw_dec_u32(&d);
+	qc->num = sw_dec_u32(&d);
+	qc->sqc = sw_dec_u32(&d);
+	qc->rqc = sw_dec_u32(&d);
+	qc->sqb = sw_dec_u32(&d);
+	qc->total = sw_dec_u32(&d);
+	if (d.err || r->nfds != 2 || qc->sqb > qc->total) {
+		sw_close_fds(r);
+		simple_call(ctx, SW_OP_DESTROY_QP, qc->h);
+		return EPROTO;
 	}
-	uint8_t *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
-	close(r.fds[0]);
-	err = mem == MAP_FAILED ? errno : sw_check_ring(mem, sqb, sqc, SW_SQE_SIZE);
+	return 0;
+}
+
+/* make_qp_rings maps the rings' memory the daemon sent in r (closing its
+ * memfd), checks both rings' headers, and allocates the QP with its shadow
+ * rings (what was posted: ms sends, mr receives) and the doorbell. On
+ * failure it unwinds (the memory unmapped, the doorbell closed, the QP
+ * destroyed in the daemon) and returns NULL with errno set. */
+static struct sw_qp *make_qp_rings(struct sw_context *ctx, const struct qp_created *qc, struct sw_reply *r,
+				   uint32_t ms, uint32_t mr)
+{
+	uint8_t *mem = mmap(NULL, qc->total, PROT_READ | PROT_WRITE, MAP_SHARED, r->fds[0], 0);
+	int err = mem == MAP_FAILED ? errno : 0;
+	close(r->fds[0]);
 	if (!err)
-		err = sw_check_ring(mem + sqb, total - sqb, rqc, SW_RQE_SIZE);
+		err = sw_check_ring(mem, qc->sqb, qc->sqc, SW_SQE_SIZE);
+	if (!err)
+		err = sw_check_ring(mem + qc->sqb, qc->total - qc->sqb, qc->rqc, SW_RQE_SIZE);
 	struct sw_qp *q = err ? NULL : calloc(1, sizeof(*q));
 	if (q) {
 		q->sent = calloc(ms, sizeof(*q->sent));
@@ -581,22 +611,31 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 		}
 	}
 	if (!q)
-		return undo_create(ctx, SW_OP_DESTROY_QP, h, mem, total, r.fds[1], err);
-	q->h = h;
+		return undo_create(ctx, SW_OP_DESTROY_QP, qc->h, mem, qc->total, r->fds[1], err);
+	q->h = qc->h;
 	q->mem = mem;
-	q->memlen = total;
+	q->memlen = qc->total;
 	q->sq = mem;
-	q->rq = mem + sqb;
-	q->sq_count = sqc;
-	q->rq_count = rqc;
-	q->doorbell = r.fds[1];
+	q->rq = mem + qc->sqb;
+	q->sq_count = qc->sqc;
+	q->rq_count = qc->rqc;
+	q->doorbell = r->fds[1];
 	q->nsent = ms;
 	q->nrecvd = mr;
+	return q;
+}
+
+/* init_qp fills in the rest of q and its ibv_qp (number num) from attr,
+ * and attr's capabilities with what the QP has. */
+static void init_qp(struct sw_qp *q, struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr, uint32_t num)
+{
+	struct ibv_qp_cap *cap = &attr->cap;
+	struct sw_srq *srq = (struct sw_srq *)attr->srq;
 	q->sig_all = attr->sq_sig_all;
 	pthread_spin_init(&q->slock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&q->rlock, PTHREAD_PROCESS_PRIVATE);
-	cap->max_send_wr = ms;
-	cap->max_recv_wr = srq ? 0 : mr;
+	cap->max_send_wr = q->nsent;
+	cap->max_recv_wr = srq ? 0 : q->nrecvd;
 	cap->max_send_sge = SW_MAX_SGE;
 	cap->max_recv_sge = srq ? 0 : SW_MAX_SGE;
 	q->srq = srq;
@@ -609,12 +648,35 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	qp->send_cq = attr->send_cq;
 	qp->recv_cq = attr->recv_cq;
 	qp->srq = attr->srq;
-	qp->handle = h;
+	qp->handle = q->h;
 	qp->qp_num = num;
 	qp->state = IBV_QPS_RESET;
 	qp->qp_type = IBV_QPT_RC;
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
+}
+
+SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+{
+	if (!ibpd || !attr)
+		return fail_null(EINVAL); /* (an rdma_cm id's PD before it has a device) */
+	struct sw_context *ctx = to_ctx(ibpd->context);
+	int err = check_qp_attr(ibpd, attr);
+	if (err)
+		return fail_null(err);
+	/* A QP on an SRQ has no receive queue of its own (a one-entry ring
+	 * the daemon never reads). */
+	const struct ibv_qp_cap *cap = &attr->cap;
+	uint32_t ms = cap->max_send_wr ? cap->max_send_wr : 1;
+	uint32_t mr = attr->srq || !cap->max_recv_wr ? 1 : cap->max_recv_wr;
+	struct qp_created qc;
+	struct sw_reply r;
+	if ((err = ask_create_qp(ctx, ibpd, attr, ms, mr, &qc, &r)))
+		return fail_null(err);
+	struct sw_qp *q = make_qp_rings(ctx, &qc, &r, ms, mr);
+	if (!q)
+		return NULL;
+	init_qp(q, ibpd, attr, qc.num);
 	pthread_mutex_lock(&ctx->mu);
 	q->next = ctx->qps;
 	ctx->qps = q;
@@ -625,11 +687,11 @@ SW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_a
 	 * the ibv_qp's state field says RESET until a query or a modify, as
 	 * libibverbs sets it at creation. */
 	if ((err = sw_qp_modify_state(q, IBV_QPS_INIT))) {
-		ibv_destroy_qp(qp);
+		ibv_destroy_qp(&q->qp);
 		return fail_null(err);
 	}
-	qp->state = IBV_QPS_RESET;
-	return qp;
+	q->qp.state = IBV_QPS_RESET;
+	return &q->qp;
 }
 
 /* verbs_context.create_qp_ex (ibv_create_qp_ex): an RC QP in a PD, with
@@ -862,131 +924,175 @@ static inline void ring_doorbell(struct sw_qp *q, const uint8_t *ring)
 	}
 }
 
+/* check_send_wr: whether q may post wr: its flags, its opcode (and the
+ * RDMAP extension the opcode needs, negotiated with the peer), its SGEs. */
+static int check_send_wr(struct sw_qp *q, const struct ibv_send_wr *wr)
+{
+	uint32_t flags = wr->send_flags;
+	if (flags & ~(unsigned int)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE))
+		return EINVAL;
+	int err = 0;
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_SEND_WITH_IMM:
+		/* RFC 7306 Immediate Data: only toward a peer that negotiated
+		 * it; never on the wire toward any other. */
+		if (!(atomic_load(&q->ext) & SW_EXT_IMMEDIATE))
+			return EOPNOTSUPP;
+		/* fallthrough */
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_INV:
+		if (!(flags & IBV_SEND_INLINE) && wr->num_sge > SW_MAX_SGE)
+			err = EINVAL;
+		break;
+	case IBV_WR_RDMA_READ:
+		if ((flags & IBV_SEND_INLINE) || wr->num_sge > SW_MAX_SGE_READ)
+			err = EINVAL;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		/* RFC 7306 atomics: only toward a peer that announced them;
+		 * the 8-byte result buffer is the one SGE. */
+		if (!(atomic_load(&q->ext) & SW_EXT_ATOMIC))
+			err = EOPNOTSUPP;
+		else if ((flags & IBV_SEND_INLINE) || wr->num_sge != 1 || wr->sg_list[0].length != 8)
+			err = EINVAL;
+		break;
+	case IBV_WR_BIND_MW:
+		/* The window and its region belong to this context; the
+		 * daemon checks the rest when the QP performs it. */
+		if (!wr->bind_mw.mw || wr->bind_mw.mw->context != q->qp.context ||
+		    (wr->bind_mw.bind_info.mr && wr->bind_mw.bind_info.mr->context != q->qp.context) ||
+		    (wr->bind_mw.rkey >> 8) != (wr->bind_mw.mw->rkey >> 8))
+			err = EINVAL;
+		/* fallthrough */
+	case IBV_WR_LOCAL_INV:
+		/* Local memory operations: nothing inline, no SGEs. */
+		if (flags & (IBV_SEND_INLINE | IBV_SEND_SOLICITED))
+			err = EINVAL;
+		break;
+	default:
+		err = EINVAL;
+	}
+	if (!err && wr->num_sge < 0)
+		err = EINVAL;
+	return err;
+}
+
+/* sq_next is the send ring's next entry, or NULL when the send queue is
+ * full: its shadow ring has no room, or the daemon does not hand the
+ * entry back in time (see sw_wait_free). */
+static uint8_t *sq_next(struct sw_qp *q)
+{
+	uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
+	if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && sw_wait_free(e)))
+		return NULL;
+	return e;
+}
+
+/* put_mem_op fills ring entry e for a local memory operation, BIND_MW or
+ * LOCAL_INV: no data; the window's key (or the key to invalidate) and,
+ * for a bind, its new key, range, region and access. */
+static void put_mem_op(uint8_t *e, const struct ibv_send_wr *wr)
+{
+	const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+	int bind = wr->opcode == IBV_WR_BIND_MW;
+	e[SW_SQE_NSGE] = 0;
+	put16(e + SW_SQE_INLINE_LEN, 0);
+	put32(e + SW_SQE_FLAGS, wr->send_flags);
+	put64(e + SW_SQE_ID, wr->wr_id);
+	put32(e + SW_SQE_IMM_DATA, 0);
+	put32(e + SW_SQE_INV_RKEY, bind ? wr->bind_mw.mw->rkey : wr->invalidate_rkey);
+	put32(e + SW_SQE_RKEY, bind ? wr->bind_mw.rkey : 0);
+	put64(e + SW_SQE_REMOTE_ADDR, bind ? b->addr : 0);
+	put64(e + SW_SQE_BIND_LENGTH, bind ? b->length : 0);
+	put32(e + SW_SQE_BIND_MR_LKEY, bind && b->mr ? b->mr->lkey : 0);
+	put32(e + SW_SQE_BIND_ACCESS, bind ? b->mw_access_flags : 0);
+	put32(e + SW_SQE_BIND_TYPE1, bind && wr->bind_mw.mw->type == IBV_MW_TYPE_1);
+}
+
+/* put_inline copies the data wr's SGEs gather into ring entry e (the
+ * entry then has no SGL): EINVAL when it is more than SW_MAX_INLINE. */
+static int put_inline(uint8_t *e, const struct ibv_send_wr *wr)
+{
+	size_t tot = 0;
+	for (int i = 0; i < wr->num_sge; i++)
+		tot += wr->sg_list[i].length;
+	if (tot > SW_MAX_INLINE)
+		return EINVAL;
+	tot = 0;
+	for (int i = 0; i < wr->num_sge; i++) {
+		memcpy(e + SW_SQE_INLINE + tot, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+		tot += wr->sg_list[i].length;
+	}
+	e[SW_SQE_NSGE] = 0;
+	put16(e + SW_SQE_INLINE_LEN, (uint16_t)tot);
+	return 0;
+}
+
+/* put_data_op fills ring entry e for a Send, Write, Read or atomic: its
+ * data (inline, or the SGL), the remote buffer, the operands of an atomic
+ * and the immediate data. EINVAL for inline data that does not fit. */
+static int put_data_op(uint8_t *e, const struct ibv_send_wr *wr)
+{
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		int err = put_inline(e, wr);
+		if (err)
+			return err;
+	} else {
+		e[SW_SQE_NSGE] = (uint8_t)wr->num_sge;
+		put16(e + SW_SQE_INLINE_LEN, 0);
+		sw_put_sgl(e + SW_SQE_SGL, wr->sg_list, wr->num_sge);
+	}
+	put32(e + SW_SQE_FLAGS, wr->send_flags);
+	put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
+	put64(e + SW_SQE_ID, wr->wr_id);
+	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		/* wr.atomic's rkey is not where wr.rdma's is. */
+		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.atomic.remote_addr);
+		put32(e + SW_SQE_RKEY, wr->wr.atomic.rkey);
+		put64(e + SW_SQE_COMPARE_ADD, wr->wr.atomic.compare_add);
+		put64(e + SW_SQE_SWAP, wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : 0);
+	} else {
+		put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
+		put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
+	}
+	int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
+	put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
+	return 0;
+}
+
+/* publish_send hands the filled entry e to the daemon and remembers wr in
+ * the shadow ring, for its completion (or its flush). */
+static void publish_send(struct sw_qp *q, uint8_t *e, const struct ibv_send_wr *wr)
+{
+	st32(e, SW_OWNER_VALID);
+	q->sq_prod++;
+	q->sent[q->s_tail % q->nsent] =
+		(struct sw_shadow){wr->wr_id, wr->opcode, (wr->send_flags & IBV_SEND_SIGNALED) || q->sig_all};
+	q->s_tail++;
+}
+
 int sw_ctx_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sw_qp *q = (struct sw_qp *)ibqp;
 	pthread_spin_lock(&q->slock);
 	int err = post_allowed(q, &q->post_ok), n = 0;
 	for (; !err && wr; wr = wr->next) {
-		uint32_t flags = wr->send_flags;
-		if (flags & ~(unsigned int)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
-			err = EINVAL;
+		if ((err = check_send_wr(q, wr)))
 			break;
-		}
-		switch (wr->opcode) {
-		case IBV_WR_RDMA_WRITE_WITH_IMM:
-		case IBV_WR_SEND_WITH_IMM:
-			/* RFC 7306 Immediate Data: only toward a peer that
-			 * negotiated it; never on the wire toward any other. */
-			if (!(atomic_load(&q->ext) & SW_EXT_IMMEDIATE)) {
-				err = EOPNOTSUPP;
-				break;
-			}
-			/* fallthrough */
-		case IBV_WR_RDMA_WRITE:
-		case IBV_WR_SEND:
-		case IBV_WR_SEND_WITH_INV:
-			if (!(flags & IBV_SEND_INLINE) && wr->num_sge > SW_MAX_SGE)
-				err = EINVAL;
-			break;
-		case IBV_WR_RDMA_READ:
-			if ((flags & IBV_SEND_INLINE) || wr->num_sge > SW_MAX_SGE_READ)
-				err = EINVAL;
-			break;
-		case IBV_WR_ATOMIC_CMP_AND_SWP:
-		case IBV_WR_ATOMIC_FETCH_AND_ADD:
-			/* RFC 7306 atomics: only toward a peer that announced
-			 * them; the 8-byte result buffer is the one SGE. */
-			if (!(atomic_load(&q->ext) & SW_EXT_ATOMIC))
-				err = EOPNOTSUPP;
-			else if ((flags & IBV_SEND_INLINE) || wr->num_sge != 1 || wr->sg_list[0].length != 8)
-				err = EINVAL;
-			break;
-		case IBV_WR_BIND_MW:
-			/* The window and its region belong to this context;
-			 * the daemon checks the rest when the QP performs it. */
-			if (!wr->bind_mw.mw || wr->bind_mw.mw->context != ibqp->context ||
-			    (wr->bind_mw.bind_info.mr && wr->bind_mw.bind_info.mr->context != ibqp->context) ||
-			    (wr->bind_mw.rkey >> 8) != (wr->bind_mw.mw->rkey >> 8))
-				err = EINVAL;
-			/* fallthrough */
-		case IBV_WR_LOCAL_INV:
-			/* Local memory operations: nothing inline, no SGEs. */
-			if (flags & (IBV_SEND_INLINE | IBV_SEND_SOLICITED))
-				err = EINVAL;
-			break;
-		default:
-			err = EINVAL;
-		}
-		if (err || wr->num_sge < 0) {
-			if (!err)
-				err = EINVAL;
-			break;
-		}
-		uint8_t *e = q->sq + SW_RING_HEADER_SIZE + (size_t)(q->sq_prod & (q->sq_count - 1)) * SW_SQE_SIZE;
-		if (q->s_tail - q->s_head == q->nsent || (ld32(e) != 0 && sw_wait_free(e))) {
+		uint8_t *e = sq_next(q);
+		if (!e) {
 			err = ENOMEM;
 			break;
 		}
 		e[SW_SQE_OPCODE] = (uint8_t)wr->opcode;
-		if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV) {
-			const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
-			int bind = wr->opcode == IBV_WR_BIND_MW;
-			e[SW_SQE_NSGE] = 0;
-			put16(e + SW_SQE_INLINE_LEN, 0);
-			put32(e + SW_SQE_FLAGS, flags);
-			put64(e + SW_SQE_ID, wr->wr_id);
-			put32(e + SW_SQE_IMM_DATA, 0);
-			put32(e + SW_SQE_INV_RKEY, bind ? wr->bind_mw.mw->rkey : wr->invalidate_rkey);
-			put32(e + SW_SQE_RKEY, bind ? wr->bind_mw.rkey : 0);
-			put64(e + SW_SQE_REMOTE_ADDR, bind ? b->addr : 0);
-			put64(e + SW_SQE_BIND_LENGTH, bind ? b->length : 0);
-			put32(e + SW_SQE_BIND_MR_LKEY, bind && b->mr ? b->mr->lkey : 0);
-			put32(e + SW_SQE_BIND_ACCESS, bind ? b->mw_access_flags : 0);
-			put32(e + SW_SQE_BIND_TYPE1, bind && wr->bind_mw.mw->type == IBV_MW_TYPE_1);
-			goto publish;
-		}
-		if (flags & IBV_SEND_INLINE) {
-			size_t tot = 0;
-			for (int i = 0; i < wr->num_sge; i++)
-				tot += wr->sg_list[i].length;
-			if (tot > SW_MAX_INLINE) {
-				err = EINVAL;
-				break;
-			}
-			tot = 0;
-			for (int i = 0; i < wr->num_sge; i++) {
-				memcpy(e + SW_SQE_INLINE + tot, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
-				tot += wr->sg_list[i].length;
-			}
-			e[SW_SQE_NSGE] = 0;
-			put16(e + SW_SQE_INLINE_LEN, (uint16_t)tot);
-		} else {
-			e[SW_SQE_NSGE] = (uint8_t)wr->num_sge;
-			put16(e + SW_SQE_INLINE_LEN, 0);
-			sw_put_sgl(e + SW_SQE_SGL, wr->sg_list, wr->num_sge);
-		}
-		put32(e + SW_SQE_FLAGS, flags);
-		put32(e + SW_SQE_INV_RKEY, wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : 0);
-		put64(e + SW_SQE_ID, wr->wr_id);
-		if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-			/* wr.atomic's rkey is not where wr.rdma's is. */
-			put64(e + SW_SQE_REMOTE_ADDR, wr->wr.atomic.remote_addr);
-			put32(e + SW_SQE_RKEY, wr->wr.atomic.rkey);
-			put64(e + SW_SQE_COMPARE_ADD, wr->wr.atomic.compare_add);
-			put64(e + SW_SQE_SWAP, wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : 0);
-		} else {
-			put64(e + SW_SQE_REMOTE_ADDR, wr->wr.rdma.remote_addr);
-			put32(e + SW_SQE_RKEY, wr->wr.rdma.rkey);
-		}
-		int imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
-		put32(e + SW_SQE_IMM_DATA, imm ? be32toh(wr->imm_data) : 0);
-	publish:
-		st32(e, SW_OWNER_VALID);
-		q->sq_prod++;
-		q->sent[q->s_tail % q->nsent] =
-			(struct sw_shadow){wr->wr_id, wr->opcode, (flags & IBV_SEND_SIGNALED) || q->sig_all};
-		q->s_tail++;
+		if (wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV)
+			put_mem_op(e, wr);
+		else if ((err = put_data_op(e, wr)))
+			break;
+		publish_send(q, e, wr);
 		n++;
 	}
 	if (n)
