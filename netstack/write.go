@@ -369,10 +369,12 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 	// at MSS offsets from the cut). gVisor takes part of a write when its
 	// send buffer is fuller than waitRoom estimated (waitRoom counts the
 	// peer's ACKs as the link sees them, a moment before gVisor processes
-	// them), so a write refused for short room is tried again; after
-	// maxShortRoomRetries it is written in parts.
+	// them), so a write refused for short room is tried again; once
+	// maxShortRoomWait has passed since the first refusal it is written
+	// in parts (a write never stalls).
 	whole := atomicWrite && total <= int(c.ep.SocketOptions().GetSendBufferSize())
 	refusals := 0
+	var refusedAt time.Time
 	for done < total {
 		if c.isClosed() {
 			return done, fmt.Errorf("netstack: write %v: %w", c.remote, net.ErrClosed)
@@ -380,12 +382,15 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 		if p != nil {
 			c.pl = payloadReader{buf: p[done:], left: total - done}
 		}
-		c.pl.whole = whole && done == 0 && refusals < maxShortRoomRetries
+		c.pl.whole = whole && done == 0 && (refusals == 0 || time.Since(refusedAt) < maxShortRoomWait)
 		n, terr := c.ep.Write(&c.pl, tcpip.WriteOptions{Atomic: atomicWrite})
 		done += int(n)
 		c.written += uint64(n)
 		if c.pl.err == errShortRoom && n == 0 {
 			c.pl.err, c.pl.started = nil, false
+			if refusals == 0 {
+				refusedAt = time.Now()
+			}
 			refusals++
 			c.shortRoomRetries.Add(1)
 			if err := c.waitShortRoom(refusals); err != nil {
@@ -420,14 +425,18 @@ func (c *Conn) writeLocked(p []byte, total int, atomicWrite bool) (int, error) {
 	return done, nil
 }
 
-// maxShortRoomRetries bounds how often writeLocked refuses an aligned
-// write gVisor would take only in part: the first few tries yield the
-// processor (gVisor's processing of the ACK that waitRoom saw is due), the
-// rest wait up to shortRoomWait for the next ACK each.
+// maxShortRoomWait bounds how long writeLocked refuses an aligned write
+// gVisor would take only in part: the first few tries yield the processor
+// (gVisor's processing of the ACK that waitRoom saw is due), the rest wait
+// up to shortRoomWait for the next ACK each. The bound is the one an
+// aligned write has for the peer's window (200 ms): gVisor's processing
+// can lag that long on a loaded machine (tens of milliseconds were seen
+// with the race detector beside a busy VM), and cutting the write then
+// would put FPDUs off the grid.
 const (
-	maxShortRoomRetries = 24
-	shortRoomYields     = 4
-	shortRoomWait       = time.Millisecond
+	maxShortRoomWait = 200 * time.Millisecond
+	shortRoomYields  = 4
+	shortRoomWait    = time.Millisecond
 )
 
 // waitShortRoom waits before try number refusals+1 of a write gVisor had no

@@ -66,7 +66,7 @@ func runTshark(ctx context.Context, file string) (tsharkVerdict, error) {
 			continue
 		}
 		from := "siw"
-		if f[0] == rnicIP {
+		if isSiwtun(f[0]) {
 			from = "siwtun"
 			// RFC 5044 §7.1: reserved bits are sent as zero (0x0f, and
 			// 0x10 below revision 2). siw echoes what it was sent, so
@@ -158,7 +158,7 @@ func (c *checker) check(ctx context.Context, file string) (string, error) {
 	bad := 0
 	for _, d := range dirs {
 		who := "siw"
-		if strings.HasPrefix(d.Src, rnicIP+":") {
+		if isSiwtun(d.Src) {
 			who = "siwtun"
 		}
 		a := aligned[who]
@@ -196,7 +196,7 @@ func (c *checker) badBySender(file string) (siw, siwtun int, err error) {
 		return 0, 0, err
 	}
 	for _, d := range dirs {
-		if strings.HasPrefix(d.Src, rnicIP+":") {
+		if isSiwtun(d.Src) {
 			siwtun += d.CRCBad + d.MarkersBad
 		} else {
 			siw += d.CRCBad + d.MarkersBad

@@ -92,16 +92,23 @@ type daemon struct {
 	*proc
 	dir  string
 	args []string
+	addr string // where peers reach the RNIC: rnicIP, or the shared address
 }
 
 // startDaemon runs siwtun up on siwtun0 in the peer's namespace with the
 // extra flags of a scenario and waits for its control socket.
 func startDaemon(t *testing.T, netns, bin string, flags ...string) *daemon {
 	t.Helper()
+	return startDaemonAt(t, netns, bin, rnicIP, append([]string{"--addr", rnicPrefix, "--host-addr", hostPrefix, "--mtu", fmt.Sprint(tunMTU)}, flags...)...)
+}
+
+// startDaemonAt runs siwtun up on siwtun0 in the peer's namespace with
+// flags that give the RNIC its address, addr (where peers reach it).
+func startDaemonAt(t *testing.T, netns, bin, addr string, flags ...string) *daemon {
+	t.Helper()
 	dir := t.TempDir()
-	args := append([]string{bin, "up", "--dev", tunDev, "--addr", rnicPrefix, "--host-addr", hostPrefix,
-		"--mtu", fmt.Sprint(tunMTU), "--socket-dir", dir, "--log-level", "debug"}, flags...)
-	d := &daemon{proc: startProc(t, netns, "siwtun up", args...), dir: dir, args: flags}
+	args := append([]string{bin, "up", "--dev", tunDev, "--socket-dir", dir, "--log-level", "debug"}, flags...)
+	d := &daemon{proc: startProc(t, netns, "siwtun up", args...), dir: dir, args: flags, addr: addr}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("siwtun up %s log:\n%s", strings.Join(flags, " "), tail(d.stderr.String(), 60))
@@ -208,7 +215,13 @@ var errCaptureDropped = errors.New("packets dropped by the kernel")
 // has not been handed when SIGINT stops it, and are lost.
 func startCapture(t *testing.T, netns, file string) *tcpdumpCapture {
 	t.Helper()
-	c := &tcpdumpCapture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", tunDev, "-n", "-s", fmt.Sprint(captureSnaplen), "-B", fmt.Sprint(captureBufferKiB), "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
+	return startCaptureOn(t, netns, tunDev, file)
+}
+
+// startCaptureOn is startCapture on interface dev.
+func startCaptureOn(t *testing.T, netns, dev, file string) *tcpdumpCapture {
+	t.Helper()
+	c := &tcpdumpCapture{proc: startProc(t, netns, "tcpdump", "tcpdump", "-i", dev, "-n", "-s", fmt.Sprint(captureSnaplen), "-B", fmt.Sprint(captureBufferKiB), "--immediate-mode", "-U", "-Z", "root", "-w", file), file: file}
 	if err := c.waitFor("listening on", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -160,6 +161,7 @@ func TestInterop(t *testing.T) {
 	t.Run("rfc7306", e.runRFC7306)
 	t.Run("gap", e.runGap)
 	t.Run("sendfirst", e.runSendFirst)
+	t.Run("shared", e.runShared)
 }
 
 // goBuild builds a package into out (static when asked: for the VM).
@@ -227,6 +229,8 @@ type mode struct {
 	flags []string
 	siw   map[string]string
 	want  [2]expect // by direction: dirToSiw, dirFrom
+	// capDev is the interface captured (default the TUN device).
+	capDev string
 }
 
 // modes are the MPA modes siw offers (../shared/peer/README.md): rev 2
@@ -323,7 +327,7 @@ func sizeName(n int) string {
 // all the capture holds against either side and siwtun counted them.
 func (e *env) modeDirection(t *testing.T, d *daemon, m mode, dir int, pcap string) (okText, fig string, errs []string, siwBadCRC int) {
 	before, _ := d.counters()
-	c := startCapture(t, e.netns, pcap)
+	c := startCaptureOn(t, e.netns, cmp.Or(m.capDev, tunDev), pcap)
 	want := m.want[dir]
 	var figs []string
 	for _, size := range pingSizes {
@@ -524,7 +528,7 @@ func (e *env) pingSiw(t *testing.T, d *daemon, size int, siwFails string) (time.
 // pingedBySiw: siwtun ping -s on siwtun0, rping -c in the VM.
 func (e *env) pingedBySiw(t *testing.T, d *daemon, size int) (time.Duration, error) {
 	port := e.nextPort()
-	srv := startProc(t, e.netns, "siwtun ping -s", e.bin, "ping", "-s", "-a", rnicIP, "-p", fmt.Sprint(port),
+	srv := startProc(t, e.netns, "siwtun ping -s", e.bin, "ping", "-s", "-a", d.addr, "-p", fmt.Sprint(port),
 		"-S", fmt.Sprint(size), "-v", "-V", "-d", "--dev", tunDev, "--socket-dir", d.dir)
 	if err := srv.waitFor("rdma_listen\n", 30*time.Second); err != nil {
 		return 0, err
@@ -532,7 +536,7 @@ func (e *env) pingedBySiw(t *testing.T, d *daemon, size int) (time.Duration, err
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	out, cerr, st := e.vm.client(ctx, fmt.Sprintf("rping -c -a %s -p %d -S %d -C %d -v -V", rnicIP, port, size, pingCount))
+	out, cerr, st := e.vm.client(ctx, fmt.Sprintf("rping -c -a %s -p %d -S %d -C %d -v -V", d.addr, port, size, pingCount))
 	took := time.Since(t0)
 	sst := srv.wait(30 * time.Second)
 	var errs []error
