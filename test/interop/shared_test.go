@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siwtun/siwtun/offload/mpa"
+	"github.com/siwtun/siwtun/iwarp/mpa"
 )
 
 // sharedIP is the peer namespace's own address on the VM's LAN (the tap's,
