@@ -45,6 +45,11 @@ type tcRow struct {
 	// reply, for a row of connection set-up, is the MPA Reply a raw
 	// responder answers the engine's Request with (the engine initiates).
 	reply func(req mpa.Frame) mpa.Frame
+	// delivered marks an RFC 7306 message the engine took in (its
+	// extension negotiated) before its RDMAP layer found it wrong: RFC
+	// 7306 §8.1 item 2 has the Terminate copy its DDP header, whatever the
+	// code, and no RDMAP header.
+	delivered bool
 	// recv is the status the server's posted receive completes with;
 	// recvSGE, if set, is that receive's SGE (default: all of rbuf).
 	recv    verbs.WCStatus
@@ -406,27 +411,27 @@ func tcRows() []tcRow {
 			}},
 		{name: "atomic-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcUnsupported, peer: noExt, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 0))) }},
-		{name: "atomic-unknown-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, recv: verbs.WCFlushErr,
+		{name: "atomic-unknown-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := atomicOn(e.dst, 0)
 				m.Op = 7
 				return e.send(atomicReqMsg(1, m))
 			}},
 		// AOpCode 0x1 is Reserved (RFC 7306 §10.1): RFC 7306 has no Swap.
-		{name: "atomic-reserved-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, recv: verbs.WCFlushErr,
+		{name: "atomic-reserved-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := atomicOn(e.dst, 0)
 				m.Op, m.AddSwapMask = rdmap.AtomicReserved, ^uint64(0)
 				return e.send(atomicReqMsg(1, m))
 			}},
-		{name: "atomic-response-unsolicited", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, recv: verbs.WCFlushErr,
+		{name: "atomic-response-unsolicited", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicRespMsg(1, 1)) }},
-		{name: "atomic-response-while-a-read-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, recv: verbs.WCFlushErr,
+		{name: "atomic-response-while-a-read-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				e.serverRead()
 				return e.send(atomicRespMsg(1, 1))
 			}},
-		{name: "atomic-response-other-request", code: rdmap.TermRDMAPUnspecified, rfc: rfcAtomicResp, recv: verbs.WCFlushErr,
+		{name: "atomic-response-other-request", code: rdmap.TermRDMAPUnspecified, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := e.serverAtomic()
 				return e.send(atomicRespMsg(1, m.ReqID+1))
@@ -447,17 +452,17 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte {
 				return e.send(taggedMsg(rdmap.OpWrite, e.ro.mr.RKey(), e.ro.mr.Addr(), true, []byte("x")))
 			}},
-		{name: "atomic-invalid-stag", code: rdmap.TermRDMAPInvalidSTag, rfc: rfcAtomicTarget, recv: verbs.WCFlushErr,
+		{name: "atomic-invalid-stag", code: rdmap.TermRDMAPInvalidSTag, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := atomicOn(e.dst, 0)
 				m.STag ^= 0x100
 				return e.send(atomicReqMsg(1, m))
 			}},
-		{name: "atomic-out-of-bounds", code: rdmap.TermRDMAPBaseBounds, rfc: rfcAtomicTarget, recv: verbs.WCFlushErr,
+		{name: "atomic-out-of-bounds", code: rdmap.TermRDMAPBaseBounds, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4096))) }},
-		{name: "atomic-no-remote-atomic", code: rdmap.TermRDMAPAccess, rfc: rfcAtomicTarget, recv: verbs.WCFlushErr,
+		{name: "atomic-no-remote-atomic", code: rdmap.TermRDMAPAccess, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.ro, 0))) }},
-		{name: "atomic-other-pd", code: rdmap.TermRDMAPStagNotAssoc, rfc: rfcAtomicTarget, recv: verbs.WCFlushErr,
+		{name: "atomic-other-pd", code: rdmap.TermRDMAPStagNotAssoc, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.other, 0))) }},
 		{name: "send-invalidate-unknown-stag", code: rdmap.TermRDMAPCannotInvalidate, rfc: rfcRDMAP, recv: verbs.WCRemInvReqErr,
 			hostile: func(e *tcEnv) []byte {
@@ -484,7 +489,7 @@ func tcRows() []tcRow {
 				return nil
 			}},
 		// RFC 7306 §8.2 names the code of a word not 64-bit aligned.
-		{name: "atomic-misaligned", code: rdmap.TermRDMAPCatastrophicStream, rfc: rfcMisaligned, recv: verbs.WCFlushErr,
+		{name: "atomic-misaligned", code: rdmap.TermRDMAPCatastrophicStream, rfc: rfcMisaligned, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4))) }},
 		{name: "receive-region-gone", code: rdmap.TermRDMAPLocalCatastrophic, rfc: rfcRDMAP, recv: verbs.WCLocProtErr,
 			hostile: func(e *tcEnv) []byte {
@@ -610,7 +615,10 @@ func runRow(t *testing.T, row tcRow, crc bool) {
 	if h.QN != ddp.QNTerminate || h.MSN != 1 || h.MO != 0 || !h.Last {
 		t.Fatalf("Terminate DDP header %v, want QN 2 MSN 1 MO 0 L", h)
 	}
-	if offending != nil && copiesDDPHeader(row.code) {
+	if row.delivered && term.HasRDMAPHeader {
+		t.Fatalf("Terminate copies an RDMAP header %x for an RFC 7306 message (RFC 7306 §8.1 item 2: none)", term.RDMAPHeader)
+	}
+	if offending != nil && (copiesDDPHeader(row.code) || row.delivered) {
 		n := ddp.HeaderLen(offending[0])
 		if !term.HasDDPHeader || !bytes.Equal(term.DDPHeader, offending[:n]) {
 			t.Fatalf("Terminate copies DDP header %x (D %v), want %x", term.DDPHeader, term.HasDDPHeader, offending[:n])
