@@ -2,10 +2,12 @@ package verbs_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/siwtun/siwtun/internal/testkit"
 	"github.com/siwtun/siwtun/iwarp/mpa"
+	"github.com/siwtun/siwtun/iwarp/rdmap"
 	"github.com/siwtun/siwtun/netstack"
 	"github.com/siwtun/siwtun/offload"
 	"github.com/siwtun/siwtun/verbs"
@@ -22,7 +24,10 @@ import (
 //   - an RDMA Write with Immediate Data as the RDMA Write followed by an
 //     Immediate Data message on QN 0 with the next Send MSN, eight octets
 //     of data, Invalidate STag zero (§4.1, §6, §6.3);
-//   - Immediate Data with SE (opcode 0x9) for a solicited one (§4.1).
+//   - Immediate Data with SE (opcode 0x9) for a solicited one (§4.1);
+//   - the Atomic Response to a peer's FetchAdd on QN 3 with its own MSN,
+//     the Original Request Identifier and the word's original value
+//     (§5.2.2).
 func TestRFC7306OnTheWire(t *testing.T) {
 	la, lb := netstack.Pipe(1500, netstack.Impairments{})
 	cs := newStack(t, la, cliAddr, 1500)
@@ -30,6 +35,8 @@ func TestRFC7306OnTheWire(t *testing.T) {
 	sink := srv.region(64, verbs.AccessLocalWrite)
 	src := srv.region(64, verbs.AccessLocalWrite)
 	copy(src.buf(), "abcd")
+	tgt := srv.region(64, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+	binary.NativeEndian.PutUint64(tgt.buf()[8:], 40)
 	if err := srv.qp.Modify(verbs.QPInit); err != nil {
 		t.Fatal(err)
 	}
@@ -67,5 +74,17 @@ func TestRFC7306OnTheWire(t *testing.T) {
 		if wb := testkit.Hex(t, w); !bytes.Equal(got, wb) {
 			t.Fatalf("ULPDU %d:\n got %x\nwant %x", i, got, wb)
 		}
+	}
+	e.send(atomicReqMsg(1, rdmap.FetchAdd(9, tgt.mr.RKey(), tgt.mr.Addr()+8, 2, 0)))
+	h, _, body := p.next()
+	got := make([]byte, h.Len())
+	h.Marshal(got)
+	got = append(got, body...)
+	// Atomic Response: control 41 4b, QN 3, MSN 1; request 9, value 40.
+	if wb := testkit.Hex(t, "414b 00000000 00000003 00000001 00000000 00000009 0000000000000028"); !bytes.Equal(got, wb) {
+		t.Fatalf("Atomic Response:\n got %x\nwant %x", got, wb)
+	}
+	if v := binary.NativeEndian.Uint64(tgt.buf()[8:]); v != 42 {
+		t.Fatalf("word %d after the FetchAdd of 2, want 42", v)
 	}
 }
