@@ -63,11 +63,11 @@ func (qp *QP) prepareAtomicLocked(w *sendWQE, pos uint64) ibv.WCStatus {
 // sendAtomicRequest sends the Atomic Request of w (QN 1, the next Read
 // Request MSN).
 func (qp *QP) sendAtomicRequest(w *sendWQE) error {
-	m := rdmap.AtomicRequest{ReqID: w.reqID, STag: w.rkey, TO: w.raddr}
+	// The verbs' atomics are the unmasked forms: a FetchAdd with Add
+	// Mask 0, a CmpSwap with both masks all ones (RFC 7306 §5.2.1).
+	m := rdmap.FetchAdd(w.reqID, w.rkey, w.raddr, w.cmpAdd, 0)
 	if w.op == ibv.WRAtomicCmpSwap {
-		m.Op, m.Compare, m.CompareMask, m.AddSwap, m.AddSwapMask = rdmap.AtomicCmpSwap, w.cmpAdd, ^uint64(0), w.swap, ^uint64(0)
-	} else {
-		m.Op, m.AddSwap = rdmap.AtomicFetchAdd, w.cmpAdd
+		m = rdmap.CmpSwap(w.reqID, w.rkey, w.raddr, w.cmpAdd, ^uint64(0), w.swap, ^uint64(0))
 	}
 	var body [rdmap.AtomicRequestLen]byte
 	m.Marshal(body[:])
@@ -184,11 +184,16 @@ func (r *rxState) atomicRequest() error {
 }
 
 // atomicTarget checks an Atomic Request's target and returns the word it
-// operates on, or the Terminate code and the reason. A misaligned TO is a
-// base-or-bounds violation: the request names no word an atomic may reach.
+// operates on, or the Terminate code and the reason. The STag is checked as
+// an RDMA Read's source is (RFC 7306 §5: the same remote addressing); a
+// word not 64-bit aligned earns the code RFC 7306 §8.2 names, Remote
+// Operation Error / Catastrophic error, localized to RDMAP Stream; an
+// AOpCode RFC 7306 does not define (0x1 is Reserved, §10.1) is an
+// operation the RNIC does not support (§5.2.1 item 4), reported as an
+// unexpected opcode (§1.1).
 func (qp *QP) atomicTarget(m *rdmap.AtomicRequest) (*Region, *uint64, rdmap.Code, error) {
 	if !m.Op.Valid() {
-		return nil, nil, rdmap.TermRDMAPUnexpectedOp, fmt.Errorf("Atomic Request with unknown %v", m.Op)
+		return nil, nil, rdmap.TermRDMAPUnexpectedOp, fmt.Errorf("Atomic Request with unsupported %v", m.Op)
 	}
 	reg, ok := qp.dev.regions.Lookup(m.STag)
 	switch {
@@ -201,7 +206,7 @@ func (qp *QP) atomicTarget(m *rdmap.AtomicRequest) (*Region, *uint64, rdmap.Code
 	case reg.access&ibv.AccessRemoteAtomic == 0:
 		return nil, nil, rdmap.TermRDMAPAccess, fmt.Errorf("atomic %v on STag 0x%08x without REMOTE_ATOMIC (%v)", m.Op, m.STag, reg.access)
 	case m.TO%rdmap.AtomicAlign != 0:
-		return nil, nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: not %d-byte aligned", m.Op, m.TO, rdmap.AtomicAlign)
+		return nil, nil, rdmap.TermRDMAPCatastrophicStream, fmt.Errorf("atomic %v at TO 0x%x: not %d-byte aligned", m.Op, m.TO, rdmap.AtomicAlign)
 	}
 	b, ok := reg.slice(m.TO, rdmap.AtomicAlign)
 	if !ok {
@@ -211,8 +216,9 @@ func (qp *QP) atomicTarget(m *rdmap.AtomicRequest) (*Region, *uint64, rdmap.Code
 	if uintptr(p)%rdmap.AtomicAlign != 0 {
 		// The region's memory is not mapped 8-byte aligned to its
 		// addresses (a region registered at an odd offset of its
-		// buffer): the word cannot be reached atomically.
-		return nil, nil, rdmap.TermRDMAPBaseBounds, fmt.Errorf("atomic %v at TO 0x%x: the region's memory is not 8-byte aligned there", m.Op, m.TO)
+		// buffer): the ULP Buffer address is not 64-bit aligned, the
+		// error of RFC 7306 §8.2 as for a misaligned TO.
+		return nil, nil, rdmap.TermRDMAPCatastrophicStream, fmt.Errorf("atomic %v at TO 0x%x: the region's memory is not 8-byte aligned there", m.Op, m.TO)
 	}
 	return reg, (*uint64)(p), 0, nil
 }

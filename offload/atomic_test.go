@@ -51,7 +51,9 @@ func TestRxAtomicRequest(t *testing.T) {
 					{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: reg.STag(), TO: to, AddSwap: 2},
 					{Op: rdmap.AtomicCmpSwap, ReqID: 2, STag: reg.STag(), TO: to, Compare: 42, CompareMask: all, AddSwap: 7, AddSwapMask: all},
 					{Op: rdmap.AtomicCmpSwap, ReqID: 3, STag: reg.STag(), TO: to, Compare: 42, CompareMask: all, AddSwap: 9, AddSwapMask: all},
-					{Op: rdmap.AtomicSwap, ReqID: 4, STag: reg.STag(), TO: to, AddSwap: 0xff00, AddSwapMask: 0xff00},
+					// RFC 7306 has no Swap: a CmpSwap whose Compare Mask is 0
+					// always swaps (§5.1.2), here the masked bits.
+					{Op: rdmap.AtomicCmpSwap, ReqID: 4, STag: reg.STag(), TO: to, AddSwap: 0xff00, AddSwapMask: 0xff00},
 					{Op: rdmap.AtomicFetchAdd, ReqID: 5, STag: reg.STag(), TO: to, AddSwap: 0x0101, AddSwapMask: 0x8080},
 				}
 				for i, m := range reqs {
@@ -84,7 +86,7 @@ func TestRxAtomicRequest(t *testing.T) {
 // Terminate each earns; the word is never touched.
 func TestRxAtomicErrors(t *testing.T) {
 	good := func(reg *Region) rdmap.AtomicRequest {
-		return rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: reg.STag(), TO: rxAddr + 0x1000, AddSwap: 1}
+		return rdmap.FetchAdd(1, reg.STag(), rxAddr+0x1000, 1, 0)
 	}
 	body := func(m rdmap.AtomicRequest) []byte {
 		b := make([]byte, rdmap.AtomicRequestLen)
@@ -105,11 +107,19 @@ func TestRxAtomicErrors(t *testing.T) {
 	}{
 		{name: "not negotiated", ext: mpa.ExtImmediate, ird: 4, build: func(p *peerStream, reg, plain *Region) { p.atomicReq(1, good(reg)) },
 			code: rdmap.TermRDMAPUnexpectedOp},
+		// RFC 7306 §8.2: a word not 64-bit aligned earns Remote Operation
+		// Error / Catastrophic error, localized to RDMAP Stream, and
+		// (§5.1.1, §5.1.2) the memory is not modified.
 		{name: "misaligned", ext: mpa.ExtAll, ird: 4, build: func(p *peerStream, reg, plain *Region) {
 			m := good(reg)
 			m.TO += 4
 			p.atomicReq(1, m)
-		}, code: rdmap.TermRDMAPBaseBounds},
+		}, code: rdmap.TermRDMAPCatastrophicStream},
+		{name: "misaligned by one octet", ext: mpa.ExtAll, ird: 4, build: func(p *peerStream, reg, plain *Region) {
+			m := good(reg)
+			m.TO++
+			p.atomicReq(1, m)
+		}, code: rdmap.TermRDMAPCatastrophicStream},
 		{name: "outside the region", ext: mpa.ExtAll, ird: 4, build: func(p *peerStream, reg, plain *Region) {
 			m := good(reg)
 			m.TO += 64
@@ -125,6 +135,14 @@ func TestRxAtomicErrors(t *testing.T) {
 			m.STag, m.TO = plain.STag(), rxAddr+0x2000
 			p.atomicReq(1, m)
 		}, code: rdmap.TermRDMAPAccess},
+		// RFC 7306 §10.1 registers AOpCode 0x1 as Reserved: no Swap. A
+		// request for it is an operation the RNIC does not support
+		// (§5.2.1 item 4), reported as an unexpected opcode (§1.1).
+		{name: "reserved AOpCode 1", ext: mpa.ExtAll, ird: 4, build: func(p *peerStream, reg, plain *Region) {
+			m := good(reg)
+			m.Op, m.AddSwapMask = rdmap.AtomicReserved, ^uint64(0)
+			p.atomicReq(1, m)
+		}, code: rdmap.TermRDMAPUnexpectedOp},
 		{name: "unknown AOpCode", ext: mpa.ExtAll, ird: 4, build: func(p *peerStream, reg, plain *Region) {
 			m := good(reg)
 			m.Op = 7

@@ -501,6 +501,30 @@ func (r *rxState) EndFPDU(crcOK bool) error {
 	return rxOps[r.op].end(r)
 }
 
+// terminate builds the Terminate of code for the segment that failed,
+// copying its headers as RFC 5040 §4.8 and §7.1 have them copied
+// (rdmap.NewTerminate). An RFC 7306 message of an extension the connection
+// negotiated has been Delivered when its RDMAP layer finds it wrong (an
+// Atomic Request of an operation the RNIC does not support, an Atomic
+// Response that answers no request): RFC 7306 §8.1 item 2 has its DDP
+// header copied, under the Unexpected OpCode that copies none for an
+// opcode the receiver does not know.
+func (r *rxState) terminate(code rdmap.Code) rdmap.Terminate {
+	var ddpHdr, rdmapHdr []byte
+	if n := ddp.HeaderLen(r.hdr[0]); r.have >= n && r.have > 0 {
+		ddpHdr = r.hdr[:n:n]
+		if !r.h.Tagged && r.op == rdmap.OpReadRequest && r.have >= n+rdmap.ReadRequestLen {
+			rdmapHdr = r.hdr[n : n+rdmap.ReadRequestLen]
+		}
+	}
+	t := rdmap.NewTerminate(code, uint16(r.ulpduLen), ddpHdr, rdmapHdr)
+	if code == rdmap.TermRDMAPUnexpectedOp && ddpHdr != nil && !r.h.Tagged && r.op.Extended() && r.negotiated(r.op) {
+		t.HasSegLen, t.HasDDPHeader = true, true
+		t.DDPSegLen, t.DDPHeader = uint16(r.ulpduLen), ddpHdr
+	}
+	return t
+}
+
 // fail reports an error found in the receive path: the QP enters ERR, the
 // request the error hit completes with status local (if not success), the
 // rest is flushed, and a Terminate carrying code and the offending headers is
@@ -521,14 +545,7 @@ func (r *rxState) fail(code rdmap.Code, local ibv.WCStatus, cause error) error {
 		r.phase = rxDiscard
 		return errDeferred
 	}
-	var ddpHdr, rdmapHdr []byte
-	if n := ddp.HeaderLen(r.hdr[0]); r.have >= n && r.have > 0 {
-		ddpHdr = r.hdr[:n]
-		if !r.h.Tagged && r.op == rdmap.OpReadRequest && r.have >= n+rdmap.ReadRequestLen {
-			rdmapHdr = r.hdr[n : n+rdmap.ReadRequestLen]
-		}
-	}
-	t := rdmap.NewTerminate(code, uint16(r.ulpduLen), ddpHdr, rdmapHdr)
+	t := r.terminate(code)
 	// Keep our own copy of the headers: r.hdr is reused.
 	t.DDPHeader = append([]byte(nil), t.DDPHeader...)
 	t.RDMAPHeader = append([]byte(nil), t.RDMAPHeader...)

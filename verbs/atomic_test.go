@@ -261,7 +261,10 @@ func TestAtomicErrors(t *testing.T) {
 		code   rdmap.Code
 		status verbs.WCStatus
 	}{
-		{name: "misaligned", access: verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, off: 4, code: rdmap.TermRDMAPBaseBounds, status: verbs.WCRemAccessErr},
+		// RFC 7306 §8.2: Remote Operation Error / Catastrophic error,
+		// localized to RDMAP Stream; a remote operation error completes
+		// the request with IBV_WC_REM_OP_ERR.
+		{name: "misaligned", access: verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, off: 4, code: rdmap.TermRDMAPCatastrophicStream, status: verbs.WCRemOpErr},
 		{name: "no REMOTE_ATOMIC", access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead, code: rdmap.TermRDMAPAccess, status: verbs.WCRemAccessErr},
 		{name: "outside the region", access: verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, off: 64, code: rdmap.TermRDMAPBaseBounds, status: verbs.WCRemAccessErr},
 		{name: "invalid STag", access: verbs.AccessLocalWrite | verbs.AccessRemoteAtomic, rkey: func(g *guarded) uint32 { return g.mr.RKey() ^ 0x100 },

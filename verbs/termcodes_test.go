@@ -45,6 +45,11 @@ type tcRow struct {
 	// reply, for a row of connection set-up, is the MPA Reply a raw
 	// responder answers the engine's Request with (the engine initiates).
 	reply func(req mpa.Frame) mpa.Frame
+	// delivered marks an RFC 7306 message the engine took in (its
+	// extension negotiated) before its RDMAP layer found it wrong: RFC
+	// 7306 §8.1 item 2 has the Terminate copy its DDP header, whatever the
+	// code, and no RDMAP header.
+	delivered bool
 	// recv is the status the server's posted receive completes with;
 	// recvSGE, if set, is that receive's SGE (default: all of rbuf).
 	recv    verbs.WCStatus
@@ -116,7 +121,7 @@ func readOf(g *guarded, off, n int) rdmap.ReadRequest {
 
 // atomicOn is a FetchAdd of 1 on the word of g at off.
 func atomicOn(g *guarded, off int) rdmap.AtomicRequest {
-	return rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: g.mr.RKey(), TO: g.mr.Addr() + uint64(off), AddSwap: 1}
+	return rdmap.FetchAdd(1, g.mr.RKey(), g.mr.Addr()+uint64(off), 1, 0)
 }
 
 // firstFPDU sends the raw peer's first FPDU, a zero-length RDMA Write,
@@ -176,7 +181,18 @@ const (
 	rfc6581  = "RFC 6581 (IANA RDDP registry)"
 	rfcDDP   = "RFC 5041 §7"
 	rfcRDMAP = "RFC 5040 §7.1"
-	rfc7306  = "RFC 5040 §7.1, RFC 7306"
+
+	// The rows of RFC 7306's messages cite the section that makes the
+	// condition an error, or that picks its code.
+	rfcImmDDP       = "RFC 5041 §7, RFC 7306 §6.3"   // one receive, one segment of exactly 8 octets
+	rfcAtomicDDP    = "RFC 5041 §7, RFC 7306 §5.2.1" // QN 1 with the Read Requests, one untagged segment
+	rfcUnsupported  = "RFC 5040 §7.1, RFC 7306 §1.1" // an extension the peer did not negotiate
+	rfcImmSend      = "RFC 5040 §7.1, RFC 7306 §6.3" // siwtun's Send with Immediate Data pairing
+	rfcAOpCode      = "RFC 7306 §5.2.1, §10.1"       // AOpCode not FetchAdd (0x0) or CmpSwap (0x2)
+	rfcAtomicResp   = "RFC 7306 §5.2.2, §5.4"        // a response that answers no request due
+	rfcAtomicTarget = "RFC 5040 §7.1, RFC 7306 §5"   // addressed as an RDMA Read's source
+	rfcAtomicIRD    = "RFC 5040 §7.1, RFC 7306 §5.2" // IRD shared with RDMA Read Requests
+	rfcMisaligned   = "RFC 7306 §8.2"
 )
 
 // tcRows is the Terminate code table: every condition under which the
@@ -297,7 +313,7 @@ func tcRows() []tcRow {
 				e.send(sendMsg(1, 0, true, []byte("one")))
 				return e.send(sendMsg(2, 0, true, []byte("two")))
 			}},
-		{name: "immediate-no-receive", code: rdmap.TermDDPNoBuffer, rfc: rfcDDP, recv: verbs.WCSuccess,
+		{name: "immediate-no-receive", code: rdmap.TermDDPNoBuffer, rfc: rfcImmDDP, recv: verbs.WCSuccess,
 			hostile: func(e *tcEnv) []byte {
 				e.send(sendMsg(1, 0, true, []byte("one")))
 				return e.send(immMsg(2, rdmap.Immediate{Data: 5}))
@@ -306,7 +322,7 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(5, 0, true, []byte("x"))) }},
 		{name: "read-request-msn-out-of-range", code: rdmap.TermDDPInvalidMSN, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(readReqMsg(2, readOf(e.dst, 0, 64), 0)) }},
-		{name: "atomic-request-msn-out-of-range", code: rdmap.TermDDPInvalidMSN, rfc: rfcDDP, recv: verbs.WCFlushErr,
+		{name: "atomic-request-msn-out-of-range", code: rdmap.TermDDPInvalidMSN, rfc: rfcAtomicDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(3, atomicOn(e.dst, 0))) }},
 		{name: "send-starts-at-nonzero-mo", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(1, 4, true, []byte("x"))) }},
@@ -321,18 +337,18 @@ func tcRows() []tcRow {
 				b[0] &^= 0x40 // L clear
 				return e.send(b)
 			}},
-		{name: "immediate-inside-send", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCLocQPOpErr,
+		{name: "immediate-inside-send", code: rdmap.TermDDPInvalidMO, rfc: rfcImmDDP, recv: verbs.WCLocQPOpErr,
 			hostile: func(e *tcEnv) []byte {
 				e.send(sendMsg(1, 0, false, []byte("abcd")))
 				return e.send(immMsg(1, rdmap.Immediate{Data: 5}))
 			}},
-		{name: "immediate-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
+		{name: "immediate-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcImmDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				b := immMsg(1, rdmap.Immediate{Data: 5})
 				b[0] &^= 0x40
 				return e.send(b)
 			}},
-		{name: "atomic-request-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcDDP, recv: verbs.WCFlushErr,
+		{name: "atomic-request-not-one-segment", code: rdmap.TermDDPInvalidMO, rfc: rfcAtomicDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				b := atomicReqMsg(1, atomicOn(e.dst, 0))
 				b[0] &^= 0x40
@@ -349,16 +365,21 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte { return e.send(sendMsg(1, 0, true, make([]byte, 17))) }},
 		{name: "read-request-too-long", code: rdmap.TermDDPTooLong, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(readReqMsg(1, readOf(e.dst, 0, 64), 4)) }},
-		{name: "immediate-too-long", code: rdmap.TermDDPTooLong, rfc: rfcDDP, recv: verbs.WCFlushErr,
+		{name: "immediate-too-long", code: rdmap.TermDDPTooLong, rfc: rfcImmDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				b := immMsg(1, rdmap.Immediate{Data: 5})
 				return e.send(append(b, 1, 2, 3, 4))
 			}},
-		{name: "atomic-request-too-long", code: rdmap.TermDDPTooLong, rfc: rfcDDP, recv: verbs.WCFlushErr,
+		{name: "atomic-request-too-long", code: rdmap.TermDDPTooLong, rfc: rfcAtomicDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(append(atomicReqMsg(1, atomicOn(e.dst, 0)), 1, 2, 3, 4)) }},
 		{name: "read-request-short", code: rdmap.TermDDPLocalCatastrophic, rfc: rfcDDP, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				return e.send(readReqMsg(1, readOf(e.dst, 0, 64), 0)[:ddp.UntaggedHeaderLen+20])
+			}},
+		// RFC 7306 §6.3: exactly 8 octets of Immediate Data.
+		{name: "immediate-short", code: rdmap.TermDDPLocalCatastrophic, rfc: rfcImmDDP, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				return e.send(immMsg(1, rdmap.Immediate{Data: 5})[:ddp.UntaggedHeaderLen+4])
 			}},
 
 		// The RDMAP layer.
@@ -376,34 +397,41 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte {
 				return e.send(taggedMsg(rdmap.OpReadResponse, e.sink.mr.RKey(), e.sink.mr.Addr(), true, make([]byte, 8)))
 			}},
-		{name: "read-response-while-an-atomic-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcRDMAP, recv: verbs.WCFlushErr,
+		{name: "read-response-while-an-atomic-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				e.serverAtomic()
 				return e.send(taggedMsg(rdmap.OpReadResponse, e.sink.mr.RKey(), e.sink.mr.Addr(), true, make([]byte, 8)))
 			}},
-		{name: "immediate-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, peer: noExt, recv: verbs.WCFlushErr,
+		{name: "immediate-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcUnsupported, peer: noExt, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(immMsg(1, rdmap.Immediate{Data: 5})) }},
-		{name: "immediate-send-missing", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "immediate-send-missing", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcImmSend, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				e.send(immMsg(1, rdmap.Immediate{Data: 5, Flags: rdmap.ImmSendFollows}))
 				return e.send(taggedMsg(rdmap.OpWrite, e.dst.mr.RKey(), e.dst.mr.Addr(), true, []byte("x")))
 			}},
-		{name: "atomic-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, peer: noExt, recv: verbs.WCFlushErr,
+		{name: "atomic-not-negotiated", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcUnsupported, peer: noExt, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 0))) }},
-		{name: "atomic-unknown-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-unknown-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := atomicOn(e.dst, 0)
 				m.Op = 7
 				return e.send(atomicReqMsg(1, m))
 			}},
-		{name: "atomic-response-unsolicited", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
+		// AOpCode 0x1 is Reserved (RFC 7306 §10.1): RFC 7306 has no Swap.
+		{name: "atomic-reserved-operation", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAOpCode, delivered: true, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte {
+				m := atomicOn(e.dst, 0)
+				m.Op, m.AddSwapMask = rdmap.AtomicReserved, ^uint64(0)
+				return e.send(atomicReqMsg(1, m))
+			}},
+		{name: "atomic-response-unsolicited", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicRespMsg(1, 1)) }},
-		{name: "atomic-response-while-a-read-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-response-while-a-read-is-due", code: rdmap.TermRDMAPUnexpectedOp, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				e.serverRead()
 				return e.send(atomicRespMsg(1, 1))
 			}},
-		{name: "atomic-response-other-request", code: rdmap.TermRDMAPUnspecified, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-response-other-request", code: rdmap.TermRDMAPUnspecified, rfc: rfcAtomicResp, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := e.serverAtomic()
 				return e.send(atomicRespMsg(1, m.ReqID+1))
@@ -424,19 +452,17 @@ func tcRows() []tcRow {
 			hostile: func(e *tcEnv) []byte {
 				return e.send(taggedMsg(rdmap.OpWrite, e.ro.mr.RKey(), e.ro.mr.Addr(), true, []byte("x")))
 			}},
-		{name: "atomic-invalid-stag", code: rdmap.TermRDMAPInvalidSTag, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-invalid-stag", code: rdmap.TermRDMAPInvalidSTag, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				m := atomicOn(e.dst, 0)
 				m.STag ^= 0x100
 				return e.send(atomicReqMsg(1, m))
 			}},
-		{name: "atomic-misaligned", code: rdmap.TermRDMAPBaseBounds, rfc: rfc7306, recv: verbs.WCFlushErr,
-			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4))) }},
-		{name: "atomic-out-of-bounds", code: rdmap.TermRDMAPBaseBounds, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-out-of-bounds", code: rdmap.TermRDMAPBaseBounds, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4096))) }},
-		{name: "atomic-no-remote-atomic", code: rdmap.TermRDMAPAccess, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-no-remote-atomic", code: rdmap.TermRDMAPAccess, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.ro, 0))) }},
-		{name: "atomic-other-pd", code: rdmap.TermRDMAPStagNotAssoc, rfc: rfc7306, recv: verbs.WCFlushErr,
+		{name: "atomic-other-pd", code: rdmap.TermRDMAPStagNotAssoc, rfc: rfcAtomicTarget, delivered: true, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.other, 0))) }},
 		{name: "send-invalidate-unknown-stag", code: rdmap.TermRDMAPCannotInvalidate, rfc: rfcRDMAP, recv: verbs.WCRemInvReqErr,
 			hostile: func(e *tcEnv) []byte {
@@ -453,7 +479,7 @@ func tcRows() []tcRow {
 				e.write(out) // all in one segment: the responder cannot answer in between
 				return nil
 			}},
-		{name: "atomic-beyond-ird", code: rdmap.TermRDMAPCatastrophicStream, rfc: rfc7306, srv: ird1, peer: ord1, recv: verbs.WCFlushErr,
+		{name: "atomic-beyond-ird", code: rdmap.TermRDMAPCatastrophicStream, rfc: rfcAtomicIRD, srv: ird1, peer: ord1, recv: verbs.WCFlushErr,
 			hostile: func(e *tcEnv) []byte {
 				var out []byte
 				for msn := uint32(1); msn <= 8; msn++ {
@@ -462,6 +488,9 @@ func tcRows() []tcRow {
 				e.write(out)
 				return nil
 			}},
+		// RFC 7306 §8.2 names the code of a word not 64-bit aligned.
+		{name: "atomic-misaligned", code: rdmap.TermRDMAPCatastrophicStream, rfc: rfcMisaligned, delivered: true, recv: verbs.WCFlushErr,
+			hostile: func(e *tcEnv) []byte { return e.send(atomicReqMsg(1, atomicOn(e.dst, 4))) }},
 		{name: "receive-region-gone", code: rdmap.TermRDMAPLocalCatastrophic, rfc: rfcRDMAP, recv: verbs.WCLocProtErr,
 			hostile: func(e *tcEnv) []byte {
 				if err := e.rbuf.mr.Dereg(); err != nil {
@@ -586,7 +615,10 @@ func runRow(t *testing.T, row tcRow, crc bool) {
 	if h.QN != ddp.QNTerminate || h.MSN != 1 || h.MO != 0 || !h.Last {
 		t.Fatalf("Terminate DDP header %v, want QN 2 MSN 1 MO 0 L", h)
 	}
-	if offending != nil && copiesDDPHeader(row.code) {
+	if row.delivered && term.HasRDMAPHeader {
+		t.Fatalf("Terminate copies an RDMAP header %x for an RFC 7306 message (RFC 7306 §8.1 item 2: none)", term.RDMAPHeader)
+	}
+	if offending != nil && (copiesDDPHeader(row.code) || row.delivered) {
 		n := ddp.HeaderLen(offending[0])
 		if !term.HasDDPHeader || !bytes.Equal(term.DDPHeader, offending[:n]) {
 			t.Fatalf("Terminate copies DDP header %x (D %v), want %x", term.DDPHeader, term.HasDDPHeader, offending[:n])

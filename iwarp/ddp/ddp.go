@@ -47,7 +47,8 @@ const (
 	// QNTerminate is the queue of Terminate messages.
 	QNTerminate = 2
 	// QNAtomicResponse is the queue of RFC 7306's Atomic Response
-	// messages (its Atomic Requests share QNReadRequest).
+	// messages (RFC 7306 §5.2, §10.2; its Atomic Requests share
+	// QNReadRequest).
 	QNAtomicResponse = 3
 )
 

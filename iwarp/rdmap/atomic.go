@@ -7,13 +7,14 @@ import (
 
 // RFC 7306 atomic operations. An Atomic Request (OpAtomicRequest) rides the
 // untagged queue of RDMA Read Requests (QN 1, sharing its MSNs and the
-// responder's IRD with Read Requests); the Atomic Response
-// (OpAtomicResponse) comes back on its own untagged queue, QN 3
-// (ddp.QNAtomicResponse), in the order of the requests. Both are one DDP
-// segment holding exactly their header.
+// responder's IRD with Read Requests: RFC 7306 §5.2, §5.2.2 item 4); the
+// Atomic Response (OpAtomicResponse) comes back on its own untagged queue,
+// QN 3 (ddp.QNAtomicResponse, §5.2.2 item 3), in the order of the requests
+// (§5.4 item 8). Both are one DDP segment holding exactly their header
+// (§4.2: no ULP payload).
 
 // AtomicRequestLen is the length in octets of an Atomic Request header
-// after the untagged DDP header:
+// after the untagged DDP header (RFC 7306 §5.2.1, Figure 4):
 //
 //	octets  0..3   Reserved (28 bits) | AOpCode (4 bits)
 //	octets  4..7   Request Identifier
@@ -29,45 +30,55 @@ const AtomicRequestLen = 52
 
 // AtomicResponseLen is the length in octets of an Atomic Response header
 // after the untagged DDP header: the Original Request Identifier (4
-// octets) and the Original Remote Data Value (8 octets), big-endian.
+// octets) and the Original Remote Data Value (8 octets), big-endian
+// (RFC 7306 §5.2.2, Figure 6, and the segment of Appendix A.2; the "32
+// bytes" of §4's prose matches neither).
 const AtomicResponseLen = 12
 
 // AtomicAlign is the alignment RFC 7306 requires of an atomic operation's
-// Remote Tagged Offset: the 64-bit word it operates on.
+// Remote Tagged Offset: the 64-bit word it operates on (§5.1.1, §5.1.2,
+// §8.2).
 const AtomicAlign = 8
 
-// AtomicOp is an Atomic Request's operation code (AOpCode, RFC 7306).
+// AtomicOp is an Atomic Request's operation code (AOpCode, RFC 7306
+// §5.2.1, Figure 5; IANA's "RDMAP Message Atomic Operation Subcodes",
+// §10.1).
 type AtomicOp uint8
 
-// Atomic operation codes.
+// Atomic operation codes. RFC 7306 defines two, and an RNIC that supports
+// atomics implements both (§5); 0x1 is registered as Reserved (§10.1) and
+// every other value is unassigned. The Swap the field descriptions of
+// §5.2.1 mention has no code: a request with AOpCode 0x1 is one the RNIC
+// does not support (§5.2.1 item 4).
 const (
 	// AtomicFetchAdd adds Add Data to the remote word (carries cut at the
-	// bits set in Add Mask) and returns its original value.
+	// bits set in Add Mask) and returns its original value (§5.1.1).
 	AtomicFetchAdd AtomicOp = 0
-	// AtomicSwap replaces the bits of the remote word set in Swap Mask by
-	// those of Swap Data and returns its original value.
-	AtomicSwap AtomicOp = 1
-	// AtomicCmpSwap does what AtomicSwap does if the bits of the remote
-	// word set in Compare Mask equal those of Compare Data, and returns
-	// its original value either way.
+	// AtomicReserved is AOpCode 0x1, registered as Reserved (§10.1).
+	AtomicReserved AtomicOp = 1
+	// AtomicCmpSwap replaces the bits of the remote word set in Swap Mask
+	// by those of Swap Data if the bits of the word set in Compare Mask
+	// equal those of Compare Data, and returns its original value either
+	// way (§5.1.2).
 	AtomicCmpSwap AtomicOp = 2
 )
 
-// String returns the operation's RFC name, or "AOpCode(0xN)".
+// String returns the operation's RFC name, or "AOpCode(0xN)" for a code
+// RFC 7306 does not define (0x1 included).
 func (o AtomicOp) String() string {
 	switch o {
 	case AtomicFetchAdd:
 		return "FetchAdd"
-	case AtomicSwap:
-		return "Swap"
 	case AtomicCmpSwap:
 		return "CmpSwap"
 	}
 	return fmt.Sprintf("AOpCode(0x%x)", uint8(o))
 }
 
-// Valid reports whether o is one of RFC 7306's three operations.
-func (o AtomicOp) Valid() bool { return o <= AtomicCmpSwap }
+// Valid reports whether o is one of RFC 7306's two operations (FetchAdd,
+// CmpSwap). A responder refuses an Atomic Request of any other code
+// (§5.2.1 item 4).
+func (o AtomicOp) Valid() bool { return o == AtomicFetchAdd || o == AtomicCmpSwap }
 
 // AtomicRequest is the header of an Atomic Request message.
 type AtomicRequest struct {
@@ -81,10 +92,27 @@ type AtomicRequest struct {
 	STag uint32
 	TO   uint64
 	// AddSwap and AddSwapMask are the Add Data and Add Mask of a FetchAdd,
-	// the Swap Data and Swap Mask of a Swap or CmpSwap.
+	// the Swap Data and Swap Mask of a CmpSwap.
 	AddSwap, AddSwapMask uint64
 	// Compare and CompareMask are a CmpSwap's Compare Data and Mask.
 	Compare, CompareMask uint64
+}
+
+// FetchAdd returns the Atomic Request of a FetchAdd of add to the word at
+// stag/to with the given Add Mask (0: a plain 64-bit add), its unused
+// fields as RFC 7306 §5.2.1 has them sent: Compare Data zero, Compare Mask
+// all ones.
+func FetchAdd(reqID, stag uint32, to, add, addMask uint64) AtomicRequest {
+	return AtomicRequest{Op: AtomicFetchAdd, ReqID: reqID, STag: stag, TO: to,
+		AddSwap: add, AddSwapMask: addMask, CompareMask: ^uint64(0)}
+}
+
+// CmpSwap returns the Atomic Request of a CmpSwap of the word at stag/to
+// (RFC 7306 §5.1.2). The verbs' unmasked Compare-and-Swap has both masks
+// all ones.
+func CmpSwap(reqID, stag uint32, to, compare, compareMask, swap, swapMask uint64) AtomicRequest {
+	return AtomicRequest{Op: AtomicCmpSwap, ReqID: reqID, STag: stag, TO: to,
+		AddSwap: swap, AddSwapMask: swapMask, Compare: compare, CompareMask: compareMask}
 }
 
 // Marshal writes the AtomicRequestLen octets of m to the front of b and
@@ -138,8 +166,6 @@ func (m AtomicRequest) String() string {
 		if m.CompareMask != ^uint64(0) {
 			s += fmt.Sprintf(" mask 0x%x", m.CompareMask)
 		}
-		fallthrough
-	case AtomicSwap:
 		s += fmt.Sprintf(" swap 0x%x", m.AddSwap)
 		if m.AddSwapMask != ^uint64(0) {
 			s += fmt.Sprintf(" mask 0x%x", m.AddSwapMask)
@@ -149,14 +175,14 @@ func (m AtomicRequest) String() string {
 }
 
 // Apply returns the new value of a remote word holding old after the
-// request, and whether the word changes. It is the operation alone; the
-// responder makes it atomic.
+// request, and whether the word changes: the pseudocode of RFC 7306
+// §5.1.1 (masked FetchAdd) and §5.1.2 (masked CmpSwap). It is the
+// operation alone; the responder makes it atomic. A code that is not
+// Valid leaves the word as it is.
 func (m *AtomicRequest) Apply(old uint64) (uint64, bool) {
 	switch m.Op {
 	case AtomicFetchAdd:
 		return maskedAdd(old, m.AddSwap, m.AddSwapMask), true
-	case AtomicSwap:
-		return old&^m.AddSwapMask | m.AddSwap&m.AddSwapMask, true
 	case AtomicCmpSwap:
 		if old&m.CompareMask != m.Compare&m.CompareMask {
 			return old, false
@@ -167,8 +193,8 @@ func (m *AtomicRequest) Apply(old uint64) (uint64, bool) {
 }
 
 // maskedAdd adds a to x in fields whose most significant bits are the
-// bits set in mask: a carry out of such a bit is dropped. With mask 0 it
-// is the plain 64-bit add.
+// bits set in mask: a carry out of such a bit is dropped (RFC 7306
+// §5.1.1). With mask 0 it is the plain 64-bit add.
 func maskedAdd(x, a, mask uint64) uint64 {
 	if mask == 0 {
 		return x + a

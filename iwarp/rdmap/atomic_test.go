@@ -29,9 +29,11 @@ func TestAtomicRequestGolden(t *testing.T) {
 			AddSwap: 0x1122334455667788, AddSwapMask: ^uint64(0), Compare: 0x2a, CompareMask: ^uint64(0)},
 			wire: "00000002 fffffffe aabbccdd 0000000000000010 1122334455667788 ffffffffffffffff 000000000000002a ffffffffffffffff",
 			str:  "atomic CmpSwap id 4294967294 stag 0xaabbccdd to 0x10 compare 0x2a swap 0x1122334455667788"},
-		{name: "swap masked", m: AtomicRequest{Op: AtomicSwap, ReqID: 2, STag: 3, TO: 0x18, AddSwap: 0xff00, AddSwapMask: 0xffff},
+		// AOpCode 0x1 is Reserved (RFC 7306 §10.1): decoded as it is,
+		// named by its number.
+		{name: "reserved aopcode 1", m: AtomicRequest{Op: AtomicReserved, ReqID: 2, STag: 3, TO: 0x18, AddSwap: 0xff00, AddSwapMask: 0xffff},
 			wire: "00000001 00000002 00000003 0000000000000018 000000000000ff00 000000000000ffff 0000000000000000 0000000000000000",
-			str:  "atomic Swap id 2 stag 0x00000003 to 0x18 swap 0xff00 mask 0xffff"},
+			str:  "atomic AOpCode(0x1) id 2 stag 0x00000003 to 0x18"},
 		{name: "reserved bits and unknown aopcode kept", m: AtomicRequest{Op: 0xf, Reserved: 0xabcdef1},
 			wire: "abcdef1f 00000000 00000000 0000000000000000 0000000000000000 0000000000000000 0000000000000000 0000000000000000",
 			str:  "atomic AOpCode(0xf) id 0 stag 0x00000000 to 0x0"},
@@ -51,6 +53,50 @@ func TestAtomicRequestGolden(t *testing.T) {
 				t.Fatalf("String = %q, want %q", s, tc.str)
 			}
 		})
+	}
+}
+
+// TestAtomicConstructorsGolden checks the requests FetchAdd and CmpSwap
+// build, octet for octet: RFC 7306 §5.2.1 has a FetchAdd sent with
+// Compare Data zero and Compare Mask all ones, and a plain (unmasked)
+// CmpSwap with both masks all ones.
+func TestAtomicConstructorsGolden(t *testing.T) {
+	all := ^uint64(0)
+	tests := []struct {
+		name string
+		m    AtomicRequest
+		wire string
+	}{
+		{"fetch add", FetchAdd(7, 0x01020304, 0x7f0000001000, 1, 0),
+			"00000000 00000007 01020304 00007f0000001000 0000000000000001 0000000000000000 0000000000000000 ffffffffffffffff"},
+		{"fetch add masked", FetchAdd(1, 5, 8, 0x0101, 0x8080),
+			"00000000 00000001 00000005 0000000000000008 0000000000000101 0000000000008080 0000000000000000 ffffffffffffffff"},
+		{"cmp swap", CmpSwap(0xfffffffe, 0xaabbccdd, 0x10, 0x2a, all, 0x1122334455667788, all),
+			"00000002 fffffffe aabbccdd 0000000000000010 1122334455667788 ffffffffffffffff 000000000000002a ffffffffffffffff"},
+		{"cmp swap masked", CmpSwap(3, 4, 0x20, 0xf0, 0xf0, 0x0f, 0x0f),
+			"00000002 00000003 00000004 0000000000000020 000000000000000f 000000000000000f 00000000000000f0 00000000000000f0"},
+	}
+	for _, tc := range tests {
+		buf := make([]byte, AtomicRequestLen)
+		tc.m.Marshal(buf)
+		if want := testkit.Hex(t, tc.wire); !bytes.Equal(buf, want) {
+			t.Errorf("%s: %x, want %x", tc.name, buf, want)
+		}
+	}
+}
+
+// TestAtomicOpValid checks that exactly RFC 7306's two codes are valid:
+// 0x0 FetchAdd and 0x2 CmpSwap (§5.2.1 Figure 5); 0x1 is Reserved and
+// the rest unassigned (§10.1).
+func TestAtomicOpValid(t *testing.T) {
+	for o := AtomicOp(0); o < 16; o++ {
+		want := o == 0 || o == 2
+		if o.Valid() != want {
+			t.Errorf("AtomicOp(%d).Valid() = %v, want %v", o, o.Valid(), want)
+		}
+		if name := o.String(); want != !strings.HasPrefix(name, "AOpCode(") {
+			t.Errorf("AtomicOp(%d).String() = %q", o, name)
+		}
 	}
 }
 
@@ -85,7 +131,7 @@ func TestAtomicResponseGolden(t *testing.T) {
 // messages (untagged DDP header with the RDMAP control octet, QN 1 and 3)
 // and checks every octet, both ways.
 func TestAtomicMessageGolden(t *testing.T) {
-	req := AtomicRequest{Op: AtomicFetchAdd, ReqID: 3, STag: 0x11223344, TO: 0x1000, AddSwap: 1}
+	req := FetchAdd(3, 0x11223344, 0x1000, 1, 0)
 	resp := AtomicResponse{ReqID: 3, Value: 99}
 	tests := []struct {
 		name string
@@ -96,7 +142,7 @@ func TestAtomicMessageGolden(t *testing.T) {
 	}{
 		{name: "atomic request", op: OpAtomicRequest, msn: 2, body: func() []byte { b := make([]byte, AtomicRequestLen); req.Marshal(b); return b }(),
 			wire: "414a 00000000 00000001 00000002 00000000 " +
-				"00000000 00000003 11223344 0000000000001000 0000000000000001 0000000000000000 0000000000000000 0000000000000000"},
+				"00000000 00000003 11223344 0000000000001000 0000000000000001 0000000000000000 0000000000000000 ffffffffffffffff"},
 		{name: "atomic response", op: OpAtomicResponse, msn: 1, body: func() []byte { b := make([]byte, AtomicResponseLen); resp.Marshal(b); return b }(),
 			wire: "414b 00000000 00000003 00000001 00000000 00000003 0000000000000063"},
 	}
@@ -149,7 +195,10 @@ func TestAtomicApply(t *testing.T) {
 		{"cmp swap equal", AtomicRequest{Op: AtomicCmpSwap, Compare: 7, CompareMask: all, AddSwap: 9, AddSwapMask: all}, 7, 9, true},
 		{"cmp swap differs", AtomicRequest{Op: AtomicCmpSwap, Compare: 8, CompareMask: all, AddSwap: 9, AddSwapMask: all}, 7, 7, false},
 		{"cmp swap masked compare", AtomicRequest{Op: AtomicCmpSwap, Compare: 0xf0, CompareMask: 0xf0, AddSwap: 1, AddSwapMask: all}, 0xf7, 1, true},
-		{"swap masked", AtomicRequest{Op: AtomicSwap, AddSwap: 0xabcd, AddSwapMask: 0x00ff}, 0x1234, 0x12cd, true},
+		{"cmp swap masked swap", AtomicRequest{Op: AtomicCmpSwap, Compare: 0x34, CompareMask: 0xff, AddSwap: 0xabcd, AddSwapMask: 0x00ff}, 0x1234, 0x12cd, true},
+		// The example of RFC 7306 §5.1.1: Add Mask 0 is the plain 64-bit add.
+		{"fetch add mask 0 carries through", AtomicRequest{Op: AtomicFetchAdd, AddSwap: 1}, 0x00000000ffffffff, 0x0000000100000000, true},
+		{"reserved op 1 (no Swap in RFC 7306)", AtomicRequest{Op: AtomicReserved, AddSwap: 0xabcd, AddSwapMask: all}, 0x1234, 0x1234, false},
 		{"unknown op", AtomicRequest{Op: 9, AddSwap: 1}, 3, 3, false},
 	}
 	for _, tc := range tests {

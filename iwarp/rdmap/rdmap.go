@@ -64,18 +64,18 @@ const (
 	OpSendSEInv Opcode = 0x6
 	// OpTerminate is Terminate (untagged, QN 2).
 	OpTerminate Opcode = 0x7
-	// OpImmediate is Immediate Data (RFC 7306; untagged, QN 0): eight
+	// OpImmediate is Immediate Data (RFC 7306 §4.1, §6.3; untagged, QN 0): eight
 	// octets of Immediate Data (ImmediateDataLen) that consume an untagged
 	// buffer (a posted receive) at the Data Sink.
 	OpImmediate Opcode = 0x8
-	// OpImmediateSE is Immediate Data with Solicited Event (RFC 7306;
-	// untagged, QN 0).
+	// OpImmediateSE is Immediate Data with Solicited Event (RFC 7306
+	// §4.1; untagged, QN 0).
 	OpImmediateSE Opcode = 0x9
-	// OpAtomicRequest is Atomic Request (RFC 7306; untagged, QN 1, the
-	// queue of RDMA Read Requests): an AtomicRequest header.
+	// OpAtomicRequest is Atomic Request (RFC 7306 §4.1, §5.2; untagged,
+	// QN 1, the queue of RDMA Read Requests): an AtomicRequest header.
 	OpAtomicRequest Opcode = 0xA
-	// OpAtomicResponse is Atomic Response (RFC 7306; untagged, QN 3): an
-	// AtomicResponse header.
+	// OpAtomicResponse is Atomic Response (RFC 7306 §4.1, §5.2; untagged,
+	// QN 3): an AtomicResponse header.
 	OpAtomicResponse Opcode = 0xB
 )
 

@@ -26,6 +26,12 @@ func TestAtomicHeaders(t *testing.T) {
 			m := rdmap.AtomicRequest{Op: rdmap.AtomicCmpSwap, ReqID: 5, STag: 0x1234, TO: 0x1008, Compare: 2, CompareMask: all, AddSwap: 3, AddSwapMask: all}
 			return m.Marshal(b)
 		}, "FPDU 1 Atomic Request L qn 1 msn 3 mo 0 payload 0 [atomic CmpSwap id 5 stag 0x00001234 to 0x1008 compare 0x2 swap 0x3], len 76"},
+		// AOpCode 0x1 is Reserved (RFC 7306 §10.1): no Swap, shown by
+		// its number and without operands.
+		{rdmap.OpAtomicRequest, ddp.QNReadRequest, func(b []byte) int {
+			m := rdmap.AtomicRequest{Op: rdmap.AtomicReserved, ReqID: 6, STag: 0x1234, TO: 0x1008, AddSwap: 3, AddSwapMask: all}
+			return m.Marshal(b)
+		}, "FPDU 1 Atomic Request L qn 1 msn 3 mo 0 payload 0 [atomic AOpCode(0x1) id 6 stag 0x00001234 to 0x1008], len 76"},
 		{rdmap.OpAtomicResponse, ddp.QNAtomicResponse, func(b []byte) int {
 			m := rdmap.AtomicResponse{ReqID: 5, Value: 42}
 			return m.Marshal(b)
