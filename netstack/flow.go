@@ -41,6 +41,7 @@ type flow struct {
 
 	ack    atomic.Uint64 // 1<<32 | highest cumulative ACK from the peer; 0 = none yet
 	edge   atomic.Uint64 // 1<<32 | right edge of the peer's window; 0 = not yet known
+	maxWnd atomic.Uint32 // the largest window the peer has offered
 	sent   atomic.Uint64 // 1<<32 | highest sequence number sent (segment end); 0 = none yet
 	peerWS atomic.Int32  // the peer's window scale in use; -1 until both SYNs were seen
 	// rcvAck and rcvEdge are what our own segments told the peer: the
@@ -129,7 +130,10 @@ func (f *flow) windowSeen(ack uint32, wnd uint16) {
 	if ws < 0 {
 		return
 	}
-	edge := ack + uint32(wnd)<<uint(ws)
+	w := uint32(wnd) << uint(ws)
+	for m := f.maxWnd.Load(); w > m && !f.maxWnd.CompareAndSwap(m, w); m = f.maxWnd.Load() {
+	}
+	edge := ack + w
 	if advanceSeq(&f.edge, edge) {
 		f.wake()
 	}

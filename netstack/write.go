@@ -283,15 +283,18 @@ func (c *Conn) windowRoom(n int) bool {
 	if room >= 0 {
 		return true
 	}
-	// The window as offered now: from the acknowledged point to the edge.
-	ack, ok := c.flow.peerAck()
-	if !ok {
-		return true
+	if c.s.gso {
+		// The window as offered now, from the acknowledged point to the
+		// edge: a write large for it does not wait. What TCP cuts at the
+		// window's edge the link holds until the rest comes (gsohold.go).
+		ack, ok := c.flow.peerAck()
+		return !ok || int32(edge-ack) < int32(2*n)
 	}
-	if wnd := int32(edge - ack); wnd < int32(2*n) {
-		return true // the write is large for this window: do not wait
-	}
-	return false
+	// Without segmentation offload nothing holds a cut: a write that
+	// could not fit half the largest window the peer has offered does not
+	// wait; any other waits for the window to reopen (a receiver that fell
+	// behind shrinks it for a while), at most maxWindowWait.
+	return int64(c.flow.maxWnd.Load()) < 2*int64(n)
 }
 
 func (c *Conn) waitRoomSlow(n int) error {
