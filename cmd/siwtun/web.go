@@ -114,6 +114,9 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string,
 	b.SetLive()
 	b.SetSampling(samplingPolicy)
 	b.SetMaxSegments(maxSegs)
+	anat := newWebAnatomy(b, opts)
+	b.SetAnatomyControl(anat.control)
+	defer anat.stop()
 	streams, closeAll, err := openWebStreams(opts)
 	if err != nil {
 		return err

@@ -496,6 +496,69 @@
     });
   }
 
+  // ---- round trip anatomy ------------------------------------------------
+  // The daemons' hop stamps taken apart (package anatomy): per connection a
+  // table of each leg's median and 99th percentile in each direction, in
+  // µs as siwtun ctl anatomy prints them, with a bar per leg (solid to the
+  // median, outlined to the 99th percentile) on one scale per connection.
+  const usText = (st, ns) => (st.n ? (ns / 1000).toFixed(1) : '-');
+  function anatomyBar(st, scale, big) {
+    if (!st.n || !scale) return '';
+    const pc = (ns) => Math.min(100, 100 * ns / scale).toFixed(2) + '%';
+    return '<div class="abar" role="img" aria-label="median ' + usText(st, st.med) + ' µs, p99 ' + usText(st, st.p99) + ' µs"><div class="p99" style="width:' + pc(st.p99) +
+      '"></div><div class="med" style="width:' + pc(st.med) + '"></div></div>' + (big ? '<span class="big">◀ largest</span>' : '');
+  }
+  function anatomyTable(c, ci) {
+    const legs = c.legs.filter((l) => !l.total);
+    const scale = Math.max(0, ...legs.map((l) => Math.max(l.dirs[0].p99, l.dirs[1].p99)));
+    const largest = [0, 1].map((d) => legs.reduce((b, l, k) => (l.dirs[d].n && (b < 0 || l.dirs[d].med > legs[b].dirs[d].med) ? k : b), -1));
+    let h = '<h3>' + esc(c.title) + '</h3><table class="anatomy" data-conn="' + ci + '"><thead><tr><th rowspan="2">leg</th>' +
+      c.dirs.map((d) => '<th colspan="4">' + esc(d) + '</th>').join('') + '</tr><tr>' +
+      '<th class="num">median µs</th><th class="num">p99 µs</th><th class="num">N</th><th>median ■ p99 □</th>'.repeat(2) + '</tr></thead><tbody>';
+    c.legs.forEach((l, k) => {
+      h += '<tr data-from="' + esc(l.from) + '" data-to="' + esc(l.to) + '"' + (l.total ? ' class="total" data-total="1"' : '');
+      l.dirs.forEach((st, d) => { h += ' data-med' + d + '="' + st.med + '" data-p99' + d + '="' + st.p99 + '" data-n' + d + '="' + st.n + '"'; });
+      h += '><td>' + (l.total ? '= ' : '') + esc(l.name) + '<br><span class="hops">' + esc(l.from) + ' → ' + esc(l.to) + '</span></td>';
+      l.dirs.forEach((st, d) => {
+        h += '<td class="num">' + usText(st, st.med) + '</td><td class="num">' + usText(st, st.p99) + '</td><td class="num">' + st.n + '</td><td>' +
+          (l.total ? '' : anatomyBar(st, scale, k === largest[d])) + '</td>';
+      });
+      h += '</tr>';
+    });
+    h += '</tbody></table>';
+    const rt = c.rt;
+    h += '<p class="rt" data-med="' + rt.med + '" data-p99="' + rt.p99 + '" data-n="' + rt.n + '">' + (rt.n ? 'round trip: post → seen the answer (' + esc(c.dirs[0].split(' -> ')[0]) +
+      '\'s application): median ' + usText(rt, rt.med) + ' µs, p99 ' + usText(rt, rt.p99) + ' µs over ' + rt.n + ' round trips' : 'no stamps of the applications: their legs are empty (only siwtun perf --anatomy hands them over)') + '</p>';
+    return h;
+  }
+  function anatomyAction(action) {
+    const st = $('anatstate');
+    document.querySelectorAll('.anatctl button').forEach((b) => { b.disabled = true; });
+    if (st) st.textContent = action === 'start' ? 'starting…' : 'reading the daemons’ stamps…';
+    fetch('anatomy?action=' + action, { method: 'POST', headers: { 'X-Siwtun-Page': '1' } }).then((r) => (r.ok ? '' : r.text())).catch((e) => String(e)).then((err) => {
+      if (!err) return; // the update comes on the event stream
+      renderAnatomy();
+      const box = $('anatstate');
+      if (box) { box.textContent = action + ' failed: ' + err; box.classList.add('bad'); }
+    });
+  }
+  function renderAnatomy() {
+    const A = V.anatomy;
+    $('anat').hidden = !A;
+    if (!A) return;
+    let h = '';
+    if (A.control) {
+      h += '<p class="anatctl"><button id="anatstart" data-action="start"' + (A.recording ? ' disabled' : '') + '>Record</button><button id="anatstop" data-action="stop"' +
+        (A.recording ? '' : ' disabled') + '>Stop and show</button><button id="anatshow" data-action="show">Show so far</button><span id="anatstate" data-recording="' + (A.recording ? 1 : 0) + '">' +
+        (A.recording ? 'recording: both daemons stamp every hop; run a ping-pong now (siwtun perf write --lat)' : 'not recording: the daemons stamp nothing') + '</span></p>';
+    }
+    if (A.note) h += '<p class="note">' + esc(A.note) + '</p>';
+    (A.conns || []).forEach((c, ci) => { h += anatomyTable(c, ci); });
+    if (A.lost) h += '<p>' + A.lost + ' stamps were lost (each daemon keeps the newest): the oldest messages are incomplete.</p>';
+    $('anatbody').innerHTML = h;
+    $('anatbody').querySelectorAll('.anatctl button').forEach((b) => b.addEventListener('click', () => anatomyAction(b.dataset.action)));
+  }
+
   // ---- header -----------------------------------------------------------
   function renderHead() {
     let left = 0;
@@ -524,12 +587,14 @@
     if (u.gap) V.gaps[u.gap.n] = u.gap;
     if (u.full) V.full = true;
     if (u.addr) V.addrs[u.addr_n || 0] = u.addr;
+    if (u.anatomy) { V.anatomy = u.anatomy; state.anatDirty = true; }
     V.version = u.v;
   }
   let pending = false;
   function refresh() {
     pending = false;
     renderHead(); renderQPs(); renderSteps();
+    if (state.anatDirty) { state.anatDirty = false; renderAnatomy(); }
     if (state.follow && V.segs.length) { select(V.segs.length - 1); } else { renderMemory(); }
     requestDraw();
   }
@@ -544,7 +609,7 @@
   }
 
   // ---- start -----------------------------------------------------------------
-  renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
+  renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderAnatomy(); renderByteMap(); renderMemory(); drawLadder();
   onDetails = () => { renderByteMap(); };
   timing.drawn = performance.now();
   // render draws everything now (tests read the page in one consistent state).
