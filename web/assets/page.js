@@ -497,39 +497,39 @@
   }
 
   // ---- round trip anatomy ------------------------------------------------
-  // The daemons' hop stamps taken apart (package anatomy): per connection a
-  // table of each leg's median and 99th percentile in each direction, in
-  // µs as siwtun ctl anatomy prints them, with a bar per leg (solid to the
-  // median, outlined to the 99th percentile) on one scale per connection.
+  // The daemons' hop stamps taken apart (package anatomy): per connection
+  // and direction a table of each leg's median and 99th percentile in µs,
+  // as siwtun ctl anatomy prints them, with a bar per leg: solid to the
+  // median, outlined to the 99th percentile, on one scale per connection
+  // (the largest median fills two thirds of it; a longer p99 runs off it).
   const usText = (st, ns) => (st.n ? (ns / 1000).toFixed(1) : '-');
   function anatomyBar(st, scale, big) {
     if (!st.n || !scale) return '';
     const pc = (ns) => Math.min(100, 100 * ns / scale).toFixed(2) + '%';
-    return '<div class="abar" role="img" aria-label="median ' + usText(st, st.med) + ' µs, p99 ' + usText(st, st.p99) + ' µs"><div class="p99" style="width:' + pc(st.p99) +
+    return '<div class="abar' + (st.p99 > scale ? ' off' : '') + '" role="img" aria-label="median ' + usText(st, st.med) + ' µs, p99 ' + usText(st, st.p99) + ' µs"><div class="p99" style="width:' + pc(st.p99) +
       '"></div><div class="med" style="width:' + pc(st.med) + '"></div></div>' + (big ? '<span class="big">◀ largest</span>' : '');
   }
-  function anatomyTable(c, ci) {
+  function anatomyDir(c, d, scale) {
     const legs = c.legs.filter((l) => !l.total);
-    const scale = Math.max(0, ...legs.map((l) => Math.max(l.dirs[0].p99, l.dirs[1].p99)));
-    const largest = [0, 1].map((d) => legs.reduce((b, l, k) => (l.dirs[d].n && (b < 0 || l.dirs[d].med > legs[b].dirs[d].med) ? k : b), -1));
-    let h = '<h3>' + esc(c.title) + '</h3><table class="anatomy" data-conn="' + ci + '"><thead><tr><th rowspan="2">leg</th>' +
-      c.dirs.map((d) => '<th colspan="4">' + esc(d) + '</th>').join('') + '</tr><tr>' +
-      '<th class="num">median µs</th><th class="num">p99 µs</th><th class="num">N</th><th>median ■ p99 □</th>'.repeat(2) + '</tr></thead><tbody>';
+    const largest = legs.reduce((b, l, k) => (l.dirs[d].n && (b < 0 || l.dirs[d].med > legs[b].dirs[d].med) ? k : b), -1);
+    let h = '<h4>' + esc(c.dirs[d]) + '</h4><table class="anatomy" data-dir="' + d + '"><thead><tr><th>leg</th><th class="num">median µs</th><th class="num">p99 µs</th><th class="num">N</th>' +
+      '<th class="barh">median ■ p99 □</th></tr></thead><tbody>';
     c.legs.forEach((l, k) => {
-      h += '<tr data-from="' + esc(l.from) + '" data-to="' + esc(l.to) + '"' + (l.total ? ' class="total" data-total="1"' : '');
-      l.dirs.forEach((st, d) => { h += ' data-med' + d + '="' + st.med + '" data-p99' + d + '="' + st.p99 + '" data-n' + d + '="' + st.n + '"'; });
-      h += '><td>' + (l.total ? '= ' : '') + esc(l.name) + '<br><span class="hops">' + esc(l.from) + ' → ' + esc(l.to) + '</span></td>';
-      l.dirs.forEach((st, d) => {
-        h += '<td class="num">' + usText(st, st.med) + '</td><td class="num">' + usText(st, st.p99) + '</td><td class="num">' + st.n + '</td><td>' +
-          (l.total ? '' : anatomyBar(st, scale, k === largest[d])) + '</td>';
-      });
-      h += '</tr>';
+      const st = l.dirs[d];
+      h += '<tr data-from="' + esc(l.from) + '" data-to="' + esc(l.to) + '"' + (l.total ? ' class="total" data-total="1"' : '') + ' data-med="' + st.med + '" data-p99="' + st.p99 + '" data-n="' + st.n +
+        '"><td>' + (l.total ? '= ' : '') + esc(l.name) + ' <span class="hops">' + esc(l.from) + ' → ' + esc(l.to) + '</span></td><td class="num">' + usText(st, st.med) + '</td><td class="num">' +
+        usText(st, st.p99) + '</td><td class="num">' + st.n + '</td><td>' + (l.total ? '' : anatomyBar(st, scale, k === largest)) + '</td></tr>';
     });
-    h += '</tbody></table>';
+    return h + '</tbody></table>';
+  }
+  function anatomyConn(c, ci) {
+    const meds = c.legs.filter((l) => !l.total).flatMap((l) => l.dirs.map((st) => (st.n ? st.med : 0)));
+    const scale = 1.5 * Math.max(0, ...meds);
+    let h = '<div class="anatconn" data-conn="' + ci + '"><h3>' + esc(c.title) + '</h3>' + anatomyDir(c, 0, scale) + anatomyDir(c, 1, scale);
     const rt = c.rt;
     h += '<p class="rt" data-med="' + rt.med + '" data-p99="' + rt.p99 + '" data-n="' + rt.n + '">' + (rt.n ? 'round trip: post → seen the answer (' + esc(c.dirs[0].split(' -> ')[0]) +
       '\'s application): median ' + usText(rt, rt.med) + ' µs, p99 ' + usText(rt, rt.p99) + ' µs over ' + rt.n + ' round trips' : 'no stamps of the applications: their legs are empty (only siwtun perf --anatomy hands them over)') + '</p>';
-    return h;
+    return h + '</div>';
   }
   function anatomyAction(action) {
     const st = $('anatstate');
@@ -553,7 +553,7 @@
         (A.recording ? 'recording: both daemons stamp every hop; run a ping-pong now (siwtun perf write --lat)' : 'not recording: the daemons stamp nothing') + '</span></p>';
     }
     if (A.note) h += '<p class="note">' + esc(A.note) + '</p>';
-    (A.conns || []).forEach((c, ci) => { h += anatomyTable(c, ci); });
+    (A.conns || []).forEach((c, ci) => { h += anatomyConn(c, ci); });
     if (A.lost) h += '<p>' + A.lost + ' stamps were lost (each daemon keeps the newest): the oldest messages are incomplete.</p>';
     $('anatbody').innerHTML = h;
     $('anatbody').querySelectorAll('.anatctl button').forEach((b) => b.addEventListener('click', () => anatomyAction(b.dataset.action)));
