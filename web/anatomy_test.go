@@ -1,14 +1,18 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/siwtun/siwtun/anatomy"
+	"github.com/siwtun/siwtun/internal/browsertest"
 )
 
 // TestAnatomyConnOf: the page's rows are the assembled legs in order,
@@ -127,5 +131,80 @@ func TestAnatomyControl(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("POST without a control: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestAnatomyPage draws an anatomy in headless Chromium: each cell reads
+// as the CLI prints it (Go's %.1f, exact ties rounded to even, "-" for a
+// leg of no message), each leg of messages has a bar, the largest median
+// is marked, and a page without a control has no buttons.
+func TestAnatomyPage(t *testing.T) {
+	an := anatomy.Anatomy{RoundTrip: anatomy.Stat{N: 5, Median: 301250, P99: 991750}}
+	meds := []time.Duration{75250, 75750, 1250, 2250, 150, 123456789, 99999950, 250, 750, 4050}
+	for d := range an.Dirs {
+		an.Dirs[d] = anatomy.Direction{From: []string{"siwtun0", "siwtun1"}[d], To: []string{"siwtun1", "siwtun0"}[d]}
+		for i, l := range anatomy.Legs {
+			n := 5
+			if d == 1 && i == 0 {
+				n = 0 // no application stamps that way
+			}
+			an.Dirs[d].Legs = append(an.Dirs[d].Legs, anatomy.Stat{Leg: l, N: n, Median: meds[i] + time.Duration(d*500), P99: 2 * meds[i]})
+		}
+		an.Dirs[d].Legs = append(an.Dirs[d].Legs, anatomy.Stat{Leg: anatomy.Leg{From: anatomy.Post, To: anatomy.Seen}, N: 5, Median: 250250, P99: 260750})
+	}
+	b := NewBuilder("anatomy", "siwtun0", "siwtun1", nil)
+	conn := AnatomyConnOf("siwtun0:40000 <-> siwtun1:18515", an, nil)
+	b.SetAnatomy(Anatomy{Conns: []AnatomyConn{conn}})
+	path := filepath.Join(t.TempDir(), "anatomy.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteHTML(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	br := browsertest.New(t)
+	br.Do(t, 60*time.Second, navigate("file://"+path))
+	waitReady(t, br, false)
+	type row struct {
+		Cells   []string `json:"cells"`
+		Bar     bool     `json:"bar"`
+		Largest bool     `json:"largest"`
+	}
+	rows := browsertest.Eval[[][]row](t, br, `[...document.querySelectorAll('#anat table.anatomy')].map((t) => [...t.querySelectorAll('tbody tr')].map((r) => ({
+	  cells: [...r.querySelectorAll('td.num')].map((c) => c.textContent), bar: !!r.querySelector('.abar'), largest: /largest/.test(r.textContent)})))`)
+	if len(rows) != 2 {
+		t.Fatalf("%d tables, want one per direction", len(rows))
+	}
+	us := func(s AnatomyStat, ns int64) string {
+		if s.N == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", float64(ns)/1000)
+	}
+	for d := range 2 {
+		for k, l := range conn.Legs {
+			st, r := l.Dirs[d], rows[d][k]
+			want := []string{us(st, st.Median), us(st, st.P99), fmt.Sprint(st.N)}
+			if strings.Join(r.Cells, " ") != strings.Join(want, " ") {
+				t.Errorf("direction %d, %s -> %s: the page reads %q, the CLI %q", d, l.From, l.To, r.Cells, want)
+			}
+			if r.Bar != (!l.Total && st.N > 0) {
+				t.Errorf("direction %d, %s -> %s: bar %v", d, l.From, l.To, r.Bar)
+			}
+			if r.Largest != (k == 5) { // 123456789 ns, the largest median
+				t.Errorf("direction %d, %s -> %s: marked largest %v", d, l.From, l.To, r.Largest)
+			}
+		}
+	}
+	if n := browsertest.Eval[int](t, br, `document.querySelectorAll('#anat button').length`); n != 0 {
+		t.Errorf("%d buttons on a page without a control", n)
+	}
+	if rt := browsertest.Eval[string](t, br, `document.querySelector('#anat p.rt').textContent`); !strings.Contains(rt, "median 301.2 µs, p99 991.8 µs over 5 round trips") {
+		t.Errorf("round trip line %q", rt)
+	}
+	if errs := br.Errors(); len(errs) > 0 {
+		t.Errorf("console errors: %q", errs)
 	}
 }

@@ -502,7 +502,16 @@
   // as siwtun ctl anatomy prints them, with a bar per leg: solid to the
   // median, outlined to the 99th percentile, on one scale per connection
   // (the largest median fills two thirds of it; a longer p99 runs off it).
-  const usText = (st, ns) => (st.n ? (ns / 1000).toFixed(1) : '-');
+  // µs with one decimal as the CLI prints them (Go's %.1f): toFixed breaks
+  // an exact tie upwards where Go rounds it to even; an exact tie is a
+  // whole number of ns that is 250 modulo 500 (a double holds it exactly).
+  function usText(st, ns) {
+    if (!st.n) return '-';
+    const a = Math.abs(ns);
+    if (a % 500 !== 250) return (ns / 1000).toFixed(1);
+    const q = (a - 50) / 100, t = q % 2 === 0 ? q : q + 1;
+    return (ns < 0 ? '-' : '') + (t / 10).toFixed(1);
+  }
   function anatomyBar(st, scale, big) {
     if (!st.n || !scale) return '';
     const pc = (ns) => Math.min(100, 100 * ns / scale).toFixed(2) + '%';
