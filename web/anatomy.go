@@ -149,7 +149,7 @@ func (b *Builder) anatomyControl() (AnatomyControl, bool) {
 const anatomyHeader = "X-Siwtun-Page"
 
 // serveAnatomy answers POST /anatomy: action=start, stop or show.
-func serveAnatomy(b *Builder, w http.ResponseWriter, r *http.Request) {
+func serveAnatomy(b *Builder, open *pages, w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(anatomyHeader) == "" {
 		http.Error(w, "anatomy: only the view's page may drive the recorders", http.StatusForbidden)
 		return
@@ -170,6 +170,9 @@ func serveAnatomy(b *Builder, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
+	if action == AnatomyStart {
+		open.started()
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -186,6 +189,7 @@ type pages struct {
 	mu    sync.Mutex
 	n     int
 	timer *time.Timer
+	gen   uint64 // counts the timers armed
 }
 
 func (p *pages) open() {
@@ -195,6 +199,7 @@ func (p *pages) open() {
 	if p.timer != nil {
 		p.timer.Stop()
 		p.timer = nil
+		p.gen++ // a timer that fired already finds itself stale
 	}
 }
 
@@ -202,12 +207,31 @@ func (p *pages) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n--
-	if p.n > 0 {
+	p.arm()
+}
+
+// started is called when the recorders were started: with no page open
+// (a request of its own), the grace period starts at once.
+func (p *pages) started() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.arm()
+}
+
+// arm starts the grace period if no page is open and none runs; p.mu is
+// held.
+func (p *pages) arm() {
+	if p.n > 0 || p.timer != nil {
 		return
 	}
+	p.gen++
+	gen := p.gen
 	p.timer = time.AfterFunc(p.grace, func() {
 		p.mu.Lock()
-		idle := p.n == 0
+		idle := p.gen == gen && p.n == 0 // not stopped, nor a later one's
+		if p.gen == gen {
+			p.timer = nil
+		}
 		p.mu.Unlock()
 		if ctl, on := p.b.anatomyControl(); idle && on {
 			if err := ctl(AnatomyStop); err != nil {

@@ -114,9 +114,18 @@ func TestAnatomyControl(t *testing.T) {
 		t.Fatalf("the recorders were not stopped after the last page left; calls %q", calls)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if got := strings.Join(calls, " "); got != "start show start stop" {
 		t.Errorf("calls %q", got)
+	}
+	mu.Unlock()
+
+	// Started by a request of its own, with no page open: the recorders
+	// stop after the grace period too.
+	post("start", true)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the recorders started with no page open were not stopped; calls %q", calls)
 	}
 
 	// Without a control the page cannot drive anything.

@@ -27,7 +27,7 @@ func Handler(b *Builder) http.Handler { return handler(b, nil, pageGrace) }
 func handler(b *Builder, done <-chan struct{}, grace time.Duration) http.Handler {
 	mux := http.NewServeMux()
 	open := &pages{b: b, grace: grace}
-	mux.HandleFunc("POST /anatomy", func(w http.ResponseWriter, r *http.Request) { serveAnatomy(b, w, r) })
+	mux.HandleFunc("POST /anatomy", func(w http.ResponseWriter, r *http.Request) { serveAnatomy(b, open, w, r) })
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
 		if err := b.WriteHTML(&buf); err != nil {
