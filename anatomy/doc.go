@@ -13,5 +13,6 @@
 // CLOCK_MONOTONIC, one clock for every process of the host.
 //
 // Assemble joins the records of the two daemons into an Anatomy; its
-// String is the table `siwtun perf write --lat --anatomy` prints.
+// String is the table `siwtun perf write --lat --anatomy` prints, and the
+// web view (`siwtun web`, the anatomy lesson) draws the same figures.
 package anatomy

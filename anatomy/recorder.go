@@ -31,6 +31,9 @@ const (
 	// within it).
 	TUNWrite
 	// TUNRead: the peer's read from its TUN device returned the segment.
+	// (Over netstack's in-memory Pipe, as in-process RNICs run, TUNWrite
+	// is the hand-over to the pipe and TUNRead the pipe goroutine's
+	// delivery to the peer's stack.)
 	TUNRead
 	// Queued: the peer's TCP, having run its receive path on the segment
 	// (gVisor's processor goroutine), queued the data and woke the reader.

@@ -10,7 +10,8 @@ import (
 
 // The stack's stamps of a round trip's anatomy (package anatomy): TCP's
 // segments on their way out (TCPOut), the device's writes and reads
-// (TUNWrite, TUNRead), TCP's queueing of received data (Queued) and its
+// (TUNWrite, TUNRead; on a Pipe, the stack's hand-over to the pipe and
+// the pipe's delivery to the peer's stack), TCP's queueing of received data (Queued) and its
 // hand-over to the reader (Handover),
 // each keyed by the data's ports and TCP sequence numbers. Only segments
 // that carry data are stamped. Every stamp site first asks the Recorder

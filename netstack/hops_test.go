@@ -8,7 +8,8 @@ import (
 )
 
 // TestHopsNoAllocs: with both stacks' recorders on, the aligned write and
-// the ReadTo receive path stamp TCP's segments leaving (TCPOut), its
+// the ReadTo receive path stamp TCP's segments leaving (TCPOut), the
+// link's writes and deliveries (TUNWrite, TUNRead: here a Pipe's), its
 // queueing of received data (Queued) and its hand-over of it (Handover,
 // at the right sequence numbers), without allocating per write.
 func TestHopsNoAllocs(t *testing.T) {
@@ -55,6 +56,10 @@ func TestHopsNoAllocs(t *testing.T) {
 	// 5001 writes (AllocsPerRun's warm-up call included), each one segment.
 	checkCover(t, out, anatomy.TCPOut, sport, dport, start, 5001*uint32(len(buf)))
 	checkCover(t, in, anatomy.Handover, sport, dport, start, 5001*uint32(len(buf)))
+	// The pipe stamps its hand-overs as a device link stamps its writes
+	// and reads.
+	checkCover(t, out, anatomy.TUNWrite, sport, dport, start, 5001*uint32(len(buf)))
+	checkCover(t, in, anatomy.TUNRead, sport, dport, start, 5001*uint32(len(buf)))
 	queued := 0
 	for _, r := range in {
 		if r.Hop == anatomy.Queued && r.SrcPort == sport && r.DstPort == dport {

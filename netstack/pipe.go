@@ -11,6 +11,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/siwtun/siwtun/anatomy"
 )
 
 const (
@@ -57,6 +59,7 @@ func Pipe(mtu int, imp Impairments) (a, b *Link) {
 			mtu:      mtu,
 			stats:    func() LinkStats { return LinkStats{Tx: e.tx.snapshot(), Rx: e.rx.snapshot()} },
 			shutdown: e.shutdown,
+			hops:     e.hops,
 		}
 	}
 	return mk(ea), mk(eb)
@@ -79,6 +82,10 @@ type pipeEndpoint struct {
 	peer *pipeEndpoint
 	tx   *dirCounters
 	rx   *dirCounters
+	// hops stamps the packets the stack hands to the pipe (TUNWrite) and
+	// those the pipe hands to the stack (TUNRead), as a device link stamps
+	// its writes and reads (hops.go).
+	hops *anatomy.Recorder
 
 	q        chan pipePacket
 	txClosed atomic.Bool
@@ -105,6 +112,7 @@ func newPipeEndpoint(mtu uint32, imp Impairments, seed int64, tx, rx *dirCounter
 		rx:   rx,
 		q:    make(chan pipePacket, pipeQueueLen),
 		done: make(chan struct{}),
+		hops: anatomy.NewRecorder(),
 	}
 }
 
@@ -138,6 +146,9 @@ func (e *pipeEndpoint) deliver(p pipePacket, c *dirCounters) {
 	}
 	c.delivered.Add(1)
 	c.bytes.Add(uint64(p.buf.Size()))
+	if e.hops.On() {
+		stampRead(e.hops, p.buf, anatomy.Now())
+	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: p.buf})
 	e.dispatcher.DeliverNetworkPacket(p.proto, pkt)
 	pkt.DecRef()
@@ -439,6 +450,9 @@ func (e *pipeEndpoint) SetOnCloseAction(func()) {}
 func (e *pipeEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	if e.txClosed.Load() {
 		return 0, &tcpip.ErrClosedForSend{}
+	}
+	if e.hops.On() {
+		stampOut(e.hops, anatomy.TUNWrite, pkts.AsSlice())
 	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {

@@ -59,6 +59,8 @@ type Update struct {
 	// Addr is a new address pair, the AddrN'th of View.Addrs.
 	Addr  string `json:"addr,omitempty"`
 	AddrN int    `json:"addr_n,omitempty"`
+	// Anatomy replaces View.Anatomy.
+	Anatomy *Anatomy `json:"anatomy,omitempty"`
 }
 
 // Builder builds a View from watch events. The local device's segments
@@ -91,6 +93,8 @@ type Builder struct {
 	log      [][]byte // updates logBase+1, logBase+2, ... (live)
 	logBase  int
 	changed  chan struct{} // closed and replaced on every update (live)
+	// anatomyCtl drives the daemons' recorders of hop stamps (anatomy.go).
+	anatomyCtl AnatomyControl
 }
 
 // maxLog bounds the updates a live Builder keeps for pages that are behind:

@@ -69,6 +69,9 @@ type View struct {
 	// Sampling says how the view samples a device that sends more than it
 	// can take (the daemons' policy), for the page to show.
 	Sampling string `json:"sampling,omitempty"`
+	// Anatomy is the round trip taken apart hop by hop (anatomy.go): the
+	// watched daemons' stamps, or a lesson's run.
+	Anatomy *Anatomy `json:"anatomy,omitempty"`
 }
 
 // Gap is a window of one device's events that its daemon left out (ctl

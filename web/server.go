@@ -17,12 +17,17 @@ const keepAlive = 15 * time.Second
 // Handler serves a Builder's View live: "/" the page with the View as it
 // is now, "/view.json" the View, "/events?from=N" the updates after
 // version N as server-sent events (one JSON Update per event; a "reload"
-// event when they are no longer kept).
-func Handler(b *Builder) http.Handler { return handler(b, nil) }
+// event when they are no longer kept), and, with an AnatomyControl, POST
+// "/anatomy?action=start|stop|show" the daemons' recorders of hop stamps,
+// which it stops when no page has had its event stream open for a while.
+func Handler(b *Builder) http.Handler { return handler(b, nil, pageGrace) }
 
-// handler is Handler whose event streams end when done is closed.
-func handler(b *Builder, done <-chan struct{}) http.Handler {
+// handler is Handler whose event streams end when done is closed, and
+// whose recorders stop grace after the last page left.
+func handler(b *Builder, done <-chan struct{}, grace time.Duration) http.Handler {
 	mux := http.NewServeMux()
+	open := &pages{b: b, grace: grace}
+	mux.HandleFunc("POST /anatomy", func(w http.ResponseWriter, r *http.Request) { serveAnatomy(b, open, w, r) })
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		var buf bytes.Buffer
 		if err := b.WriteHTML(&buf); err != nil {
@@ -48,6 +53,8 @@ func handler(b *Builder, done <-chan struct{}) http.Handler {
 			http.Error(w, "events: from must be a version (a number ≥ 0)", http.StatusBadRequest)
 			return
 		}
+		open.open()
+		defer open.close()
 		rc := http.NewResponseController(w)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-store")
@@ -105,7 +112,7 @@ func Serve(addr string, b *Builder) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{ln: ln, err: make(chan error, 1), done: make(chan struct{})}
-	s.srv = &http.Server{Handler: handler(b, s.done), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: handler(b, s.done, pageGrace), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.err <- s.srv.Serve(ln) }()
 	return s, nil
 }

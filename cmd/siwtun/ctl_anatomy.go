@@ -85,43 +85,82 @@ func anatomyShow(w io.Writer, o *ctlOptions, sockets []string) error {
 	if err := anatomyAction(sockets, ctl.AnatomyStop); err != nil {
 		return err
 	}
-	var sides [2]anatomy.Side
-	var lost uint64
+	run, err := collectAnatomy(sockets)
+	if err != nil {
+		return err
+	}
+	if len(run.flows) == 0 {
+		return fmt.Errorf("%s (was `siwtun ctl anatomy start` run before the traffic?)", run.none())
+	}
+	if o.wantJSON() {
+		return ctl.WriteJSON(w, run.all, o.pretty)
+	}
+	for i, an := range run.all {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "connection %s\n", run.title(i))
+		fmt.Fprint(w, an.String())
+	}
+	if run.lost > 0 {
+		fmt.Fprintf(w, "%d stamps were lost (each daemon keeps the newest %d)\n", run.lost, anatomy.RingSize)
+	}
+	return nil
+}
+
+// anatomyRun is what the recorders of the daemons of one or two devices
+// hold, taken apart: every connection between the two (or, of one
+// device, between two of its own ports) that carried messages.
+type anatomyRun struct {
+	sides [2]anatomy.Side
+	flows []anatomy.Flow // each from sides[0]'s port to sides[1]'s
+	all   []anatomy.Anatomy
+	lost  uint64
+	on    bool // a recorder is still on
+}
+
+// collectAnatomy reads the recorders of the daemons of sockets (one or
+// two control sockets) and assembles each connection between them.
+func collectAnatomy(sockets []string) (anatomyRun, error) {
+	var run anatomyRun
 	for i, path := range sockets {
 		dev := ctl.DevFromPath(path)
 		c, err := ctl.Dial(path)
 		if err != nil {
-			return err
+			return run, err
 		}
 		recs, st, err := c.AnatomyRecords()
 		c.Close()
 		if err != nil {
-			return err
+			return run, err
 		}
-		sides[i], lost = anatomy.Side{Name: dev, Records: recs}, lost+st.Lost
+		run.sides[i], run.lost, run.on = anatomy.Side{Name: dev, Records: recs}, run.lost+st.Lost, run.on || st.On
 	}
-	flows := sharedFlows(sides[0].Records, sides[1].Records)
-	if len(flows) == 0 {
-		return fmt.Errorf("no messages between %s and %s were recorded (was `siwtun ctl anatomy start` run before the traffic?)", sides[0].Name, sides[1].Name)
+	one := len(sockets) == 1
+	if one {
+		run.sides[1] = run.sides[0]
 	}
-	var all []anatomy.Anatomy
-	for _, f := range flows {
-		all = append(all, anatomy.Assemble(sides[0], sides[1], f))
-	}
-	if o.wantJSON() {
-		return ctl.WriteJSON(w, all, o.pretty)
-	}
-	for i, an := range all {
-		if i > 0 {
-			fmt.Fprintln(w)
+	for _, f := range sharedFlows(run.sides[0].Records, run.sides[1].Records) {
+		if one && slices.Contains(run.flows, f.Reverse()) {
+			continue // a connection of one daemon is found from both ends
 		}
-		fmt.Fprintf(w, "connection %s:%d <-> %s:%d\n", sides[0].Name, flows[i].Src, sides[1].Name, flows[i].Dst)
-		fmt.Fprint(w, an.String())
+		run.flows = append(run.flows, f)
+		run.all = append(run.all, anatomy.Assemble(run.sides[0], run.sides[1], f))
 	}
-	if lost > 0 {
-		fmt.Fprintf(w, "%d stamps were lost (each daemon keeps the newest %d)\n", lost, anatomy.RingSize)
+	return run, nil
+}
+
+// title names connection i: "siwtun0:40000 <-> siwtun1:18515".
+func (r *anatomyRun) title(i int) string {
+	return fmt.Sprintf("%s:%d <-> %s:%d", r.sides[0].Name, r.flows[i].Src, r.sides[1].Name, r.flows[i].Dst)
+}
+
+// none says that no messages were recorded.
+func (r *anatomyRun) none() string {
+	if r.sides[0].Name == r.sides[1].Name {
+		return fmt.Sprintf("no messages between two ports of %s were recorded", r.sides[0].Name)
 	}
-	return nil
+	return fmt.Sprintf("no messages between %s and %s were recorded", r.sides[0].Name, r.sides[1].Name)
 }
 
 // sharedFlows returns the connections between the two daemons that

@@ -41,6 +41,10 @@ type demoOptions struct {
 	// gate, if set, sees every TCP segment siwtun1 receives and may damage
 	// it (a lesson's fault: netstack.Gate).
 	gate netstack.GateRule
+	// anatomy runs, instead of the application, the anatomy lesson's
+	// ping-pong with the RNICs' recorders of hop stamps on
+	// (lesson_anatomy.go).
+	anatomy bool
 }
 
 func newDemoCmd() *cobra.Command {
@@ -280,7 +284,12 @@ func (r *demoRun) part(w io.Writer, o demoOptions, i int, p lessonPart) error {
 	if p.title != "" {
 		r.view.step(p.title, p.text)
 	}
-	if err := runPartApp(w, r.appW, o, cli.Device, srv.Device, srvAddr.Addr()); err != nil {
+	if o.anatomy {
+		err = r.anatomyPart(w, r.appW, cli, srv, srvAddr.Addr())
+	} else {
+		err = runPartApp(w, r.appW, o, cli.Device, srv.Device, srvAddr.Addr())
+	}
+	if err != nil {
 		return err
 	}
 	log.mu.Lock()

@@ -112,6 +112,13 @@ var lessons = []lesson{
 		intro: "iWARP Sends consume a posted receive at the peer; there is no credit scheme in the protocol, so the application must post receives before the peer sends (perftest sends credits itself with RDMA Writes). Here the server posts none: the Send arrives, DDP finds no buffer for queue 0 (RFC 5041 §7.2: untagged buffer error, no buffer available, 0x02) and the server terminates the stream.",
 		set:   func(o *demoOptions) { o.app = faultApp("no-receive") },
 	},
+	{
+		name: "anatomy", summary: "a 4-byte RDMA Write round trip taken apart hop by hop: where an RNIC's time goes, and why",
+		intro: "An RDMA Write is placed by the RNIC into the target's memory without the target's CPU, but on its way it passes many hands. Here siwtun0 and siwtun1 play perftest's ib_write_lat ping-pong with every hop stamped: the application's post, the RNIC taking the request, the TX goroutine, the FPDU built, TCP's segment, the link, the peer's TCP, its RX goroutine, the FPDU parsed and placed, the peer application's sight of it. The anatomy section (right, at the bottom) shows each leg's median and 99th percentile in each direction, with a bar per leg; the steps below walk through the legs, what each is in an RNIC and what it took in this run, and end with the big ones and why. Choose a Write arrow in the ladder: its byte map is the whole 24-octet FPDU that crossed.",
+		set: func(o *demoOptions) {
+			o.anatomy = true
+		},
+	},
 }
 
 // addLessonFlag adds --lesson.

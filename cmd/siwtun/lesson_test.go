@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/siwtun/siwtun/anatomy"
 	"github.com/siwtun/siwtun/internal/browsertest"
 	"github.com/siwtun/siwtun/web"
 )
@@ -135,6 +137,7 @@ func TestLessons(t *testing.T) {
 			}
 			return nil
 		}, `s.cls === 'term'`, "bm", nil},
+		"anatomy": {checkAnatomyLesson, `s.cls === 'write' && s.len === 24`, "anat", checkAnatomyPage},
 	}
 	br := browsertest.New(t)
 	dir := t.TempDir()
@@ -272,4 +275,81 @@ func checkMarkersPage(t *testing.T, br *browsertest.Browser) {
 		}
 	}
 	browsertest.Eval[bool](t, br, fmt.Sprintf(`(siwtunView.select(%d), true)`, chosen))
+}
+
+// checkAnatomyLesson checks the anatomy lesson's view: one connection
+// taken apart, every leg of both directions resting on (nearly) every
+// round trip, and the steps telling each leg's median and the largest
+// legs as the anatomy has them.
+func checkAnatomyLesson(v *web.View) error {
+	a := v.Anatomy
+	if a == nil || len(a.Conns) != 1 || a.Control {
+		return fmt.Errorf("anatomy %+v: want one connection and no controls", a)
+	}
+	c := a.Conns[0]
+	if len(c.Legs) != len(anatomy.Legs)+1 {
+		return fmt.Errorf("%d rows, want %d legs and the one-way trip", len(c.Legs), len(anatomy.Legs))
+	}
+	for _, l := range c.Legs {
+		for d, st := range l.Dirs {
+			if st.N < anatomyIters*9/10 || st.Median <= 0 || st.P99 < st.Median {
+				return fmt.Errorf("%s -> %s, direction %d: %+v over %d round trips", l.From, l.To, d, st, anatomyIters)
+			}
+		}
+	}
+	if rt := c.RoundTrip; rt.N < anatomyIters*9/10 || rt.Median < c.Legs[len(anatomy.Legs)].Dirs[0].Median {
+		return fmt.Errorf("round trip %+v, one way %+v", rt, c.Legs[len(anatomy.Legs)].Dirs[0])
+	}
+	var text strings.Builder
+	for _, s := range v.Steps {
+		text.WriteString(s.Title + "\n" + s.Text + "\n")
+	}
+	us := func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1000) }
+	for _, l := range c.Legs[:len(anatomy.Legs)] {
+		want := fmt.Sprintf("%s → %s: median %s µs (%s the other way), p99 %s µs — ", l.From, l.To, us(l.Dirs[0].Median), us(l.Dirs[1].Median), us(l.Dirs[0].P99))
+		if !strings.Contains(text.String(), want) {
+			return fmt.Errorf("the steps do not say %q:\n%s", want, text.String())
+		}
+	}
+	legs := slices.Clone(c.Legs[:len(anatomy.Legs)])
+	slices.SortStableFunc(legs, func(a, b web.AnatomyLeg) int { return int(b.Dirs[0].Median - a.Dirs[0].Median) })
+	var top []string
+	for _, l := range legs[:3] {
+		top = append(top, fmt.Sprintf("%s → %s (%s µs)", l.From, l.To, us(l.Dirs[0].Median)))
+	}
+	if want := "The largest legs siwtun0 -> siwtun1 were " + strings.Join(top, ", "); !strings.Contains(text.String(), want) {
+		return fmt.Errorf("the steps do not say %q:\n%s", want, text.String())
+	}
+	return nil
+}
+
+// checkAnatomyPage checks the anatomy lesson's page: its tables show the
+// view's figures, leg by leg and direction by direction, as the CLI
+// rounds them, with a bar for each leg.
+func checkAnatomyPage(t *testing.T, br *browsertest.Browser) {
+	t.Helper()
+	type row struct {
+		From  string   `json:"from"`
+		To    string   `json:"to"`
+		Med   int64    `json:"med"`
+		N     int      `json:"n"`
+		Cells []string `json:"cells"`
+		Bar   bool     `json:"bar"`
+	}
+	rows := browsertest.Eval[[][]row](t, br, `[...document.querySelectorAll('#anat table.anatomy')].map((t) => [...t.querySelectorAll('tbody tr')].map((r) => ({from: r.dataset.from, to: r.dataset.to,
+	  med: +r.dataset.med, n: +r.dataset.n, cells: [...r.querySelectorAll('td.num')].map((c) => c.textContent), bar: !!r.querySelector('.abar')})))`)
+	v := browsertest.Eval[web.Anatomy](t, br, `siwtunView.view.anatomy`)
+	if len(v.Conns) != 1 || len(rows) != 2 {
+		t.Fatalf("anatomy: %d connections in the view, %d tables on the page; want 1 and 2", len(v.Conns), len(rows))
+	}
+	us := func(ns int64) string { return fmt.Sprintf("%.1f", float64(ns)/1000) }
+	for d := range 2 {
+		for k, l := range v.Conns[0].Legs {
+			st, r := l.Dirs[d], rows[d][k]
+			want := []string{us(st.Median), us(st.P99), fmt.Sprint(st.N)}
+			if r.From != l.From || r.To != l.To || r.Med != st.Median || strings.Join(r.Cells, " ") != strings.Join(want, " ") || r.Bar == l.Total {
+				t.Errorf("anatomy, direction %d, %s -> %s: the page shows %+v, the view %+v", d, l.From, l.To, r, st)
+			}
+		}
+	}
 }

@@ -69,7 +69,14 @@ windows of events rather than single ones, and reports each: the ladder
 shows the window as a row of its own ("not observed"), and the checker
 skips the octets in it and picks the FPDU stream up again at the next FPDU
 it can verify; no segment is flagged out of order because of them.
---max-segments bounds the view's memory. See doc/live-view.md.`,
+--max-segments bounds the view's memory. See doc/live-view.md.
+
+The page's round trip anatomy section has buttons that start and stop
+both daemons' recorders of hop stamps (as siwtun ctl anatomy start and
+show do) and show, for each connection between the watched devices, every
+hop's median and 99th percentile in each direction (doc/latency-anatomy.md).
+The recorders are on only between Record and Stop; they stop when no page
+has been open for 5 seconds, and when siwtun web ends.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -114,6 +121,9 @@ func runWeb(ctx context.Context, w io.Writer, listen, dir string, devs []string,
 	b.SetLive()
 	b.SetSampling(samplingPolicy)
 	b.SetMaxSegments(maxSegs)
+	anat := newWebAnatomy(b, opts)
+	b.SetAnatomyControl(anat.control)
+	defer anat.stop()
 	streams, closeAll, err := openWebStreams(opts)
 	if err != nil {
 		return err

@@ -496,6 +496,78 @@
     });
   }
 
+  // ---- round trip anatomy ------------------------------------------------
+  // The daemons' hop stamps taken apart (package anatomy): per connection
+  // and direction a table of each leg's median and 99th percentile in µs,
+  // as siwtun ctl anatomy prints them, with a bar per leg: solid to the
+  // median, outlined to the 99th percentile, on one scale per connection
+  // (the largest median fills two thirds of it; a longer p99 runs off it).
+  // µs with one decimal as the CLI prints them (Go's %.1f): toFixed breaks
+  // an exact tie upwards where Go rounds it to even; an exact tie is a
+  // whole number of ns that is 250 modulo 500 (a double holds it exactly).
+  function usText(st, ns) {
+    if (!st.n) return '-';
+    const a = Math.abs(ns);
+    if (a % 500 !== 250) return (ns / 1000).toFixed(1);
+    const q = (a - 50) / 100, t = q % 2 === 0 ? q : q + 1;
+    return (ns < 0 ? '-' : '') + (t / 10).toFixed(1);
+  }
+  function anatomyBar(st, scale, big) {
+    if (!st.n || !scale) return '';
+    const pc = (ns) => Math.min(100, 100 * ns / scale).toFixed(2) + '%';
+    return '<div class="abar' + (st.p99 > scale ? ' off' : '') + '" role="img" aria-label="median ' + usText(st, st.med) + ' µs, p99 ' + usText(st, st.p99) + ' µs"><div class="p99" style="width:' + pc(st.p99) +
+      '"></div><div class="med" style="width:' + pc(st.med) + '"></div></div>' + (big ? '<span class="big">◀ largest</span>' : '');
+  }
+  function anatomyDir(c, d, scale) {
+    const legs = c.legs.filter((l) => !l.total);
+    const largest = legs.reduce((b, l, k) => (l.dirs[d].n && (b < 0 || l.dirs[d].med > legs[b].dirs[d].med) ? k : b), -1);
+    let h = '<h4>' + esc(c.dirs[d]) + '</h4><table class="anatomy" data-dir="' + d + '"><thead><tr><th>leg</th><th class="num">median µs</th><th class="num">p99 µs</th><th class="num">N</th>' +
+      '<th class="barh">median ■ p99 □</th></tr></thead><tbody>';
+    c.legs.forEach((l, k) => {
+      const st = l.dirs[d];
+      h += '<tr data-from="' + esc(l.from) + '" data-to="' + esc(l.to) + '"' + (l.total ? ' class="total" data-total="1"' : '') + ' data-med="' + st.med + '" data-p99="' + st.p99 + '" data-n="' + st.n +
+        '"><td>' + (l.total ? '= ' : '') + esc(l.name) + ' <span class="hops">' + esc(l.from) + ' → ' + esc(l.to) + '</span></td><td class="num">' + usText(st, st.med) + '</td><td class="num">' +
+        usText(st, st.p99) + '</td><td class="num">' + st.n + '</td><td>' + (l.total ? '' : anatomyBar(st, scale, k === largest)) + '</td></tr>';
+    });
+    return h + '</tbody></table>';
+  }
+  function anatomyConn(c, ci) {
+    const meds = c.legs.filter((l) => !l.total).flatMap((l) => l.dirs.map((st) => (st.n ? st.med : 0)));
+    const scale = 1.5 * Math.max(0, ...meds);
+    let h = '<div class="anatconn" data-conn="' + ci + '"><h3>' + esc(c.title) + '</h3>' + anatomyDir(c, 0, scale) + anatomyDir(c, 1, scale);
+    const rt = c.rt;
+    h += '<p class="rt" data-med="' + rt.med + '" data-p99="' + rt.p99 + '" data-n="' + rt.n + '">' + (rt.n ? 'round trip: post → seen the answer (' + esc(c.dirs[0].split(' -> ')[0]) +
+      '\'s application): median ' + usText(rt, rt.med) + ' µs, p99 ' + usText(rt, rt.p99) + ' µs over ' + rt.n + ' round trips' : 'no stamps of the applications: their legs are empty (only siwtun perf --anatomy hands them over)') + '</p>';
+    return h + '</div>';
+  }
+  function anatomyAction(action) {
+    const st = $('anatstate');
+    document.querySelectorAll('.anatctl button').forEach((b) => { b.disabled = true; });
+    if (st) st.textContent = action === 'start' ? 'starting…' : 'reading the daemons’ stamps…';
+    fetch('anatomy?action=' + action, { method: 'POST', headers: { 'X-Siwtun-Page': '1' } }).then((r) => (r.ok ? '' : r.text())).catch((e) => String(e)).then((err) => {
+      if (!err) return; // the update comes on the event stream
+      renderAnatomy();
+      const box = $('anatstate');
+      if (box) { box.textContent = action + ' failed: ' + err; box.classList.add('bad'); }
+    });
+  }
+  function renderAnatomy() {
+    const A = V.anatomy;
+    $('anat').hidden = !A;
+    if (!A) return;
+    let h = '';
+    if (A.control) {
+      h += '<p class="anatctl"><button id="anatstart" data-action="start"' + (A.recording ? ' disabled' : '') + '>Record</button><button id="anatstop" data-action="stop"' +
+        (A.recording ? '' : ' disabled') + '>Stop and show</button><button id="anatshow" data-action="show">Show so far</button><span id="anatstate" data-recording="' + (A.recording ? 1 : 0) + '">' +
+        (A.recording ? 'recording: both daemons stamp every hop; run a ping-pong now (siwtun perf write --lat)' : 'not recording: the daemons stamp nothing') + '</span></p>';
+    }
+    if (A.note) h += '<p class="note">' + esc(A.note) + '</p>';
+    (A.conns || []).forEach((c, ci) => { h += anatomyConn(c, ci); });
+    if (A.lost) h += '<p>' + A.lost + ' stamps were lost (each daemon keeps the newest): the oldest messages are incomplete.</p>';
+    $('anatbody').innerHTML = h;
+    $('anatbody').querySelectorAll('.anatctl button').forEach((b) => b.addEventListener('click', () => anatomyAction(b.dataset.action)));
+  }
+
   // ---- header -----------------------------------------------------------
   function renderHead() {
     let left = 0;
@@ -524,12 +596,14 @@
     if (u.gap) V.gaps[u.gap.n] = u.gap;
     if (u.full) V.full = true;
     if (u.addr) V.addrs[u.addr_n || 0] = u.addr;
+    if (u.anatomy) { V.anatomy = u.anatomy; state.anatDirty = true; }
     V.version = u.v;
   }
   let pending = false;
   function refresh() {
     pending = false;
     renderHead(); renderQPs(); renderSteps();
+    if (state.anatDirty) { state.anatDirty = false; renderAnatomy(); }
     if (state.follow && V.segs.length) { select(V.segs.length - 1); } else { renderMemory(); }
     requestDraw();
   }
@@ -544,7 +618,7 @@
   }
 
   // ---- start -----------------------------------------------------------------
-  renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderByteMap(); renderMemory(); drawLadder();
+  renderLegend(); sizeLadder(); renderHead(); renderSteps(); renderQPs(); renderAnatomy(); renderByteMap(); renderMemory(); drawLadder();
   onDetails = () => { renderByteMap(); };
   timing.drawn = performance.now();
   // render draws everything now (tests read the page in one consistent state).
