@@ -27,6 +27,7 @@ var nonText = []string{
 	"iwarp/mpa/testdata/siw-bad-crc-fpdus.bin",
 	// The teaching view's lessons, as doc/teaching shows them
 	// (cmd/siwtun's lesson test writes them from the headless browser).
+	"doc/teaching/lesson-anatomy.png",
 	"doc/teaching/lesson-credits.png",
 	"doc/teaching/lesson-markers.png",
 	"doc/teaching/lesson-negotiation.png",
