@@ -23,10 +23,11 @@ import (
 // files, one code block line per file.
 const filesMapHeading = "Files"
 
-// fileMapped are the packages that must carry a file map: the engine's,
-// whose files are many and whose reader follows a data path through them.
-// Any other package that has a "# Files" section is held to it as well.
-var fileMapped = []string{"offload", "netstack"}
+// fileMapped are the packages that must carry a file map: the engine's
+// and the codecs it builds on, whose files are many and whose reader
+// follows a data path through them. Any other package that has a
+// "# Files" section is held to it as well.
+var fileMapped = []string{"offload", "netstack", "iwarp/mpa", "iwarp/rdmap"}
 
 // packageDoc returns the parsed package doc comment of the Go package in
 // dir, taken from its non-test files (nil when none has one).
