@@ -8,19 +8,46 @@
 //
 // # Files
 //
-//	config.go   Config: a device's iWARP defaults and limits
-//	device.go   Device: the QP and region tables, counters, Close
-//	cm.go       connection management: Connect, Listen, ConnRequest, the MPA
-//	            Request/Reply, and start, which puts a connection under a QP
-//	qp.go       QP: work queues, posting, completions, states (see QP)
-//	rx.go       the receive loop and engine, rxState; rxops.go its opcodes
-//	tx.go       the transmit loop: send requests and Read Responses to FPDUs;
-//	            txfpdu.go builds one TCP write's FPDUs in place
-//	imm.go      RFC 7306 Immediate Data, both ways (Write and Send with
-//	            Immediate Data), for peers that negotiated it (mpa.Ext)
-//	ooo.go      out-of-order placement of tagged FPDUs
-//	regions.go  memory regions and STags
-//	stats.go    counters; tap.go the segment, placement and completion tap
+// Every non-test file of the package, with what it holds (maps_test.go at
+// the root keeps this list and the folder in step):
+//
+//	doc.go          this overview
+//	config.go       Config: a device's iWARP defaults and limits
+//	device.go       Device: the QP and region tables, counters, Close
+//	mtu.go          the smallest MTU and MSS the engine can run on, and the
+//	                check of a link's MTU against them
+//	cm.go           connection management: Connect, Listen, ConnRequest, the
+//	                MPA Request/Reply, and start, which puts a connection
+//	                under a QP
+//	startup.go      the start of a connection: the responder's hold until
+//	                the first FPDU, the peer-to-peer RTR
+//	qp.go           QP: work queues, posting, completions, states (see QP)
+//	qpclose.go      the end of a QP's connection (Terminate first, then the
+//	                FIN): Disconnect, Destroy
+//	srq.go          SRQ: shared receive queues
+//	rx.go           the receive loop and engine, rxState
+//	rxops.go        the receive opcodes: where each one's payload goes, and
+//	                what its last segment completes
+//	rxcut.go        when a header error goes out while its FPDU's CRC has
+//	                not yet arrived
+//	ooo.go          out-of-order placement of tagged FPDUs
+//	tx.go           the transmit loop: send requests and Read Responses to
+//	                FPDUs
+//	txfpdu.go       builds one TCP write's FPDUs in place in the send buffer
+//	imm.go          RFC 7306 Immediate Data, both ways (Write and Send with
+//	                Immediate Data), for peers that negotiated it (mpa.Ext)
+//	atomic.go       RFC 7306 atomics (Fetch-and-Add, Compare-and-Swap), both
+//	                ways
+//	regions.go      Regions: memory regions and their STags, access checks
+//	regions_list.go Regions.List, the regions in table order for the control
+//	                plane
+//	stag.go         unpredictable STags: the keyed permutation of a table's
+//	                slots
+//	mw.go           memory windows: allocation, binding, invalidation
+//	stats.go        counters, and the segment observer that counts FPDU
+//	                alignment
+//	tap.go          the segment, placement and completion tap (Device.Watch)
+//	hops.go         the engine's stamps of a round trip's anatomy
 //
 // # A segment's way in
 //

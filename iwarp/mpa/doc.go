@@ -16,6 +16,30 @@
 //     segment at a time). It removes and validates Markers, checks the CRC
 //     and passes ULPDU bytes to a [Handler] without buffering an FPDU.
 //
+// Beside them, the checks of what others put on the wire: [Aligner]
+// classifies a connection's segments by FPDU alignment, and [FindFPDUs]
+// finds whole FPDUs in one segment without the stream before it.
+//
+// # Files
+//
+// Every non-test file of the package, with what it holds (maps_test.go at
+// the root keeps this list and the folder in step):
+//
+//	doc.go        this overview and the wire facts the package settles
+//	frame.go      startup frames: the MPA Request, Reply and RTR on the wire
+//	negotiate.go  Config and Params: the negotiation of CRC, Markers and
+//	              the peer-to-peer mode
+//	ext.go        Ext: what one siwtun RNIC announces to another in the
+//	              private data
+//	sender.go     Sender: one FPDU built in place, Markers, pad and CRC
+//	receiver.go   Receiver: FPDUs taken out of the in-order stream, handed
+//	              to a Handler
+//	observe.go    Marker and MarkerObserver: the Markers a Receiver removes
+//	errors.go     Error and the LLP/MPA Terminate codes
+//	align.go      Aligner: a direction's segments classified by FPDU
+//	              alignment
+//	whole.go      FindFPDUs: the whole FPDUs inside one segment
+//
 // # Wire facts this package relies on
 //
 // All multi-octet fields are big-endian except the CRC trailer: the standard

@@ -12,6 +12,18 @@
 // and, in untagged segments, the rest of DDP's RsvdULP field
 // (ddp.Header.ULPData), which carries the Invalidate STag of the
 // Send-with-Invalidate variants.
+//
+// # Files
+//
+// Every non-test file of the package, with what it holds (maps_test.go at
+// the root keeps this list and the folder in step):
+//
+//	rdmap.go      this overview; the control octet: version and opcodes
+//	readreq.go    the RDMA Read Request header
+//	terminate.go  the Terminate header and the headers it carries back
+//	code.go       Terminate's layers, error types and codes; Error
+//	immediate.go  RFC 7306 Immediate Data
+//	atomic.go     RFC 7306 atomic operations: requests and responses
 package rdmap
 
 import (
