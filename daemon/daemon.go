@@ -165,6 +165,12 @@ func (d *Daemon) share() error {
 	d.undo = append(d.undo, func() { m.Close() }) // after the RNIC's Close: its ports are given back first
 	d.shared, d.netdev = sh, plan.Dev
 	d.cfg.Addrs = []netip.Prefix{netip.PrefixFrom(private, 32)}
+	if mac, ok := interfaceMAC(plan.Dev); ok && !plan.OnTUN {
+		// The RNIC stands on the shared interface: its node GUID and
+		// GID are that interface's, as an iWARP card's are its port's,
+		// so two hosts' RNICs of one name tell each other apart.
+		d.cfg.Engine.MAC = mac
+	}
 	d.view = sharedLink(d.cfg.Dev, private, m)
 	return nil
 }

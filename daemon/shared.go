@@ -187,3 +187,15 @@ func sharedLink(tun string, private netip.Addr, m *portmap.Mapper) func() *ctl.S
 			Reserved: m.Held(), Published: m.Published()}
 	}
 }
+
+// interfaceMAC returns the Ethernet address of interface name, if it has
+// one (a TUN device or a loopback has none).
+func interfaceMAC(name string) ([6]byte, bool) {
+	var mac [6]byte
+	ifi, err := net.InterfaceByName(name)
+	if err != nil || len(ifi.HardwareAddr) != len(mac) {
+		return mac, false
+	}
+	copy(mac[:], ifi.HardwareAddr)
+	return mac, mac != [6]byte{}
+}

@@ -13,6 +13,11 @@ import (
 type Config struct {
 	// Name is the device name (siwtun0).
 	Name string
+	// MAC is the hardware address of the interface the device stands on,
+	// from which its node GUID and iWARP GID are built (as Linux siw,
+	// cxgb4 and irdma build them from their interface's); zero:
+	// verbs.NodeMAC of Name, for a TUN device, which has none.
+	MAC [6]byte
 	// MPARev is the MPA revision requested: 1 (RFC 5044) or 2 (RFC 6581).
 	MPARev uint8
 	// CRC requests MPA CRC32c (it is used when either side asks).

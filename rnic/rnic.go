@@ -90,7 +90,7 @@ func EngineQP(qp *verbs.QP) *offload.QP {
 func Query(eng *offload.Device) verbs.DeviceAttr {
 	cfg := eng.Config()
 	return verbs.DeviceAttr{
-		FWVersion: "0.1.0", NodeGUID: verbs.NodeGUID(cfg.Name), VendorID: verbs.VendorID, VendorPartID: 1,
+		FWVersion: "0.1.0", NodeGUID: nodeGUID(cfg), VendorID: verbs.VendorID, VendorPartID: 1,
 		MaxQP: cfg.MaxQP, MaxQPWR: verbs.MaxQPWR, MaxSGE: verbs.MaxSGE, MaxSGERead: verbs.MaxSGERead,
 		MaxCQ: cfg.MaxQP * 2, MaxCQE: verbs.MaxCQE, MaxMR: cfg.MaxMR, MaxPD: cfg.MaxQP,
 		MaxQPRdAtom: verbs.MaxIRDORD, MaxQPInitRdAtom: verbs.MaxIRDORD, MaxInline: verbs.MaxInline,
@@ -106,4 +106,13 @@ func atomicCap(ext bool) verbs.AtomicCap {
 		return verbs.AtomicHCA
 	}
 	return verbs.AtomicNone
+}
+
+// nodeGUID is the node GUID of a device with engine configuration cfg:
+// that of its interface's MAC, or of its name's verbs.NodeMAC.
+func nodeGUID(cfg offload.Config) uint64 {
+	if cfg.MAC != ([6]byte{}) {
+		return verbs.GUIDOfMAC(cfg.MAC)
+	}
+	return verbs.NodeGUID(cfg.Name)
 }

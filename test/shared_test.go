@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siwtun/siwtun/ctl"
 	ipnetns "github.com/siwtun/siwtun/internal/netns"
 	"github.com/siwtun/siwtun/internal/syncbuf"
+	"github.com/siwtun/siwtun/verbs"
 )
 
 // Shared-address mode (siwtun up --shared): namespaces stand for hosts on
@@ -182,6 +185,32 @@ func TestSharedTwoHosts(t *testing.T) {
 		if got := sysctlIn(t, h, "net.ipv4.conf.lan0.forwarding"); got != "1" {
 			t.Errorf("lan0 forwarding %s while the RNIC runs, want 1", got)
 		}
+	}
+
+	// Each RNIC's node GUID (and with it its GID) is its LAN interface's
+	// MAC's, as an iWARP card's is its port's: two hosts' siwtun0 differ.
+	guids := map[string]bool{}
+	for _, h := range []struct {
+		n *netns
+		d *daemon
+	}{{a, da}, {b, db}} {
+		mac, err := net.ParseMAC(strings.TrimSpace(h.n.run("cat", "/sys/class/net/lan0/address")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ctl.FormatGUID(verbs.GUIDOfMAC([6]byte(mac)))
+		out := h.n.run(bin, "ctl", "devinfo", "-j", "--dev", h.d.dev, "--socket-dir", h.d.socketDir)
+		var dev map[string]any
+		if err := json.Unmarshal([]byte(out), &dev); err != nil {
+			t.Fatalf("ctl devinfo -j: %v\n%s", err, out)
+		}
+		if got := dev["node_guid"]; got != want {
+			t.Errorf("node_guid %v, want %s (lan0's MAC %s)", got, want, mac)
+		}
+		guids[want] = true
+	}
+	if len(guids) != 2 {
+		t.Errorf("both hosts' RNICs have node GUID %v", guids)
 	}
 
 	pingAcross(t, bin, b, db, a, da, "198.18.20.2", 5)

@@ -149,11 +149,14 @@ func NodeMAC(name string) [6]byte {
 	return [6]byte{0x02, byte(h >> 32), byte(h >> 24), byte(h >> 16), byte(h >> 8), byte(h)}
 }
 
-// NodeGUID is a device's stable GUID: the modified EUI-64 of NodeMAC
-// (ff:fe in the middle, the universal/local bit flipped), as Linux siw
-// derives its node GUID from its interface's MAC.
-func NodeGUID(name string) uint64 {
-	m := NodeMAC(name)
+// NodeGUID is a device's stable GUID: GUIDOfMAC of NodeMAC.
+func NodeGUID(name string) uint64 { return GUIDOfMAC(NodeMAC(name)) }
+
+// GUIDOfMAC is the node GUID of a device whose interface has hardware
+// address m: its modified EUI-64 (ff:fe in the middle, the
+// universal/local bit flipped), as Linux siw derives its node GUID (and
+// with it its GID) from its interface's MAC.
+func GUIDOfMAC(m [6]byte) uint64 {
 	return uint64(m[0]^0x02)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xff<<32 | 0xfe<<24 |
 		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
 }

@@ -20,3 +20,11 @@ func TestNodeGUID(t *testing.T) {
 		}
 	}
 }
+
+// TestGUIDOfMAC: a golden pair, the node GUID Linux siw would have on an
+// interface with that MAC.
+func TestGUIDOfMAC(t *testing.T) {
+	if g := GUIDOfMAC([6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}); g != 0x505400fffe123456 {
+		t.Fatalf("GUIDOfMAC(52:54:00:12:34:56) = %016x, want 505400fffe123456", g)
+	}
+}
