@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -23,6 +24,10 @@ import (
 type hosts struct {
 	a, b *env
 	dir  string // the programs' working directory (libfabric writes a backtrace file there when a program crashes)
+	// sanitized, when set, is the environment that runs the programs on
+	// libsiwtun built with AddressSanitizer and UBSan (libasan preloaded
+	// for programs built without it).
+	sanitized []string
 }
 
 // The hosts' LAN addresses, each its RNIC's too.
@@ -52,7 +57,34 @@ func newHosts(t *testing.T) *hosts {
 func (h *hosts) cmd(e *env, args ...string) *exec.Cmd {
 	c := e.command(append([]string{e.bin, "exec", "--socket-dir", e.sockDir, "--dev", "siwtun0", "--"}, args...)...)
 	c.Dir = h.dir
+	if h.sanitized != nil {
+		c.Env = append(os.Environ(), h.sanitized...)
+	}
 	return c
+}
+
+// sanitize makes the programs run on the sanitizer-built libsiwtun.
+func (h *hosts) sanitize(t *testing.T) {
+	t.Helper()
+	asan, err := exec.Command("gcc", "-print-file-name=libasan.so").Output()
+	if err != nil {
+		t.Fatalf("gcc -print-file-name=libasan.so: %v", err)
+	}
+	h.sanitized = []string{"LD_PRELOAD=" + strings.TrimSpace(string(asan)), "SIWTUN_LIB=" + h.a.asanLib(),
+		"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "UBSAN_OPTIONS=print_stacktrace=1"}
+	// A program gets both: the library and the sanitizers' runtime.
+	maps, err := h.run(t, time.Minute, h.a, "cat", "/proc/self/maps")
+	if err != nil || !strings.Contains(maps, h.a.asanLib()) || !strings.Contains(maps, "libasan") {
+		t.Fatalf("a program under the sanitized environment does not map %s and libasan (%v):\n%s", h.a.asanLib(), err, maps)
+	}
+}
+
+// sanitizerSaid fails the test if a sanitizer reported anything in out.
+func sanitizerSaid(t *testing.T, what, out string) {
+	t.Helper()
+	if strings.Contains(out, "AddressSanitizer") || strings.Contains(out, "runtime error:") {
+		t.Errorf("%s: the sanitizers reported:\n%s", what, out)
+	}
 }
 
 // run runs the program to its end (at most d) and returns its output.
@@ -258,7 +290,8 @@ func TestLibfabric(t *testing.T) {
 }
 
 // TestHostsRdmacm: rdma-core's cmtime and rdma_xserver/rdma_xclient
-// (rdmacm-utils) between the hosts.
+// (rdmacm-utils) between the hosts, on libsiwtun built with the
+// sanitizers.
 func TestHostsRdmacm(t *testing.T) {
 	for _, p := range []string{"cmtime", "rdma_xserver", "rdma_xclient"} {
 		if _, err := exec.LookPath(p); err != nil {
@@ -266,6 +299,7 @@ func TestHostsRdmacm(t *testing.T) {
 		}
 	}
 	h := newHosts(t)
+	h.sanitize(t)
 
 	// cmtime: 1000 connections set up and torn down at once. Its server
 	// (rdma-core 44) never returns: it handles events until one fails. So
@@ -277,6 +311,7 @@ func TestHostsRdmacm(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^connect\s*:\s+[\d.]+`).MatchString(out) || strings.Contains(out, "event:") {
 		t.Fatalf("cmtime -c 1000: %v\n%s\nserver:\n%s", err, out, srv.out.String())
 	}
+	sanitizerSaid(t, "cmtime's client", out)
 	t.Logf("cmtime -c 1000:\n%s", out)
 	var left string
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
@@ -291,6 +326,7 @@ func TestHostsRdmacm(t *testing.T) {
 		out, err := srv.wait(0)
 		t.Fatalf("cmtime's server exited: %v\n%s", err, out)
 	}
+	sanitizerSaid(t, "cmtime's server", srv.out.String())
 
 	// rdma_xserver/rdma_xclient: one message over RC, with the default
 	// and the named connection type.
@@ -305,6 +341,8 @@ func TestHostsRdmacm(t *testing.T) {
 		if cerr != nil || serr != nil || !strings.Contains(cout, "rdma_xclient: end 0") || !strings.Contains(sout, "rdma_xserver: end 0") {
 			t.Fatalf("rdma_xclient %v: %v\n%s\nrdma_xserver: %v\n%s", mode, cerr, cout, serr, sout)
 		}
+		sanitizerSaid(t, "rdma_xclient", cout)
+		sanitizerSaid(t, "rdma_xserver", sout)
 	}
 	// XRC is InfiniBand's: both sides say so at rdma_create_ep, as on any
 	// iWARP device, and neither crashes.
@@ -317,6 +355,7 @@ func TestHostsRdmacm(t *testing.T) {
 		if !ok || !ee.Exited() || !strings.Contains(out, "rdma_create_ep: Operation not supported") {
 			t.Errorf("%s: %v, want an exit status and EOPNOTSUPP:\n%s", strings.Join(c.args, " "), err, out)
 		}
+		sanitizerSaid(t, c.args[0], out)
 	}
 }
 
