@@ -359,6 +359,44 @@ func TestHostsRdmacm(t *testing.T) {
 	}
 }
 
+// TestHostsCMTools: more of rdma-core's tools between the hosts:
+// ucmatose (10 connections, 100 messages each), ib_write_bw -R (perftest
+// over rdma_cm) and rstream (rsockets).
+func TestHostsCMTools(t *testing.T) {
+	for _, p := range []string{"ucmatose", "rstream"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s not installed: install rdmacm-utils (.ci/run does)", p)
+		}
+	}
+	h := newHosts(t)
+	for _, c := range []struct {
+		name     string
+		port     int
+		kernel   bool // the server's port is a kernel socket (rstream's is its rsocket, served by the RNIC)
+		srv, cli []string
+		want     string // in the client's output
+		srvAlso  bool   // and in the server's
+	}{
+		{"ucmatose", 7471, false, []string{"ucmatose", "-c", "10", "-C", "100"}, []string{"ucmatose", "-s", hostB, "-c", "10", "-C", "100"},
+			"test complete\n", true},
+		{"ib_write_bw", 18515, false, []string{"ib_write_bw", "-R", "-d", "siwtun0", "-s", "65536", "-n", "1000"},
+			[]string{"ib_write_bw", "-R", "-d", "siwtun0", "-s", "65536", "-n", "1000", hostB}, " 65536      1000 ", true},
+		{"rstream", 7471, false, []string{"rstream", "-b", hostB, "-S", "65536", "-C", "100"},
+			[]string{"rstream", "-s", hostB, "-S", "65536", "-C", "100"}, "64k", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := h.start(t, h.b, c.srv...)
+			waitListening(t, h.b, c.port, srv)
+			cout, cerr := h.run(t, 2*time.Minute, h.a, c.cli...)
+			sout, serr := srv.wait(time.Minute)
+			if cerr != nil || serr != nil || !strings.Contains(cout, c.want) || (c.srvAlso && !strings.Contains(sout, c.want)) {
+				t.Fatalf("%s: client %v:\n%s\nserver %v:\n%s", c.name, cerr, cout, serr, sout)
+			}
+			t.Logf("%s client:\n%s", c.name, cout)
+		})
+	}
+}
+
 // TestQperf: qperf's RC tests between the two hosts, its control
 // connection to the address of the RNIC it then connects to; then qperf
 // rc_bw (64 KiB) and rc_lat taking turns with siwtun perf write in the same
