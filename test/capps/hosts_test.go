@@ -372,16 +372,15 @@ func TestHostsCMTools(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		port     int
-		kernel   bool // the server's port is a kernel socket (rstream's is its rsocket, served by the RNIC)
 		srv, cli []string
 		want     string // in the client's output
 		srvAlso  bool   // and in the server's
 	}{
-		{"ucmatose", 7471, false, []string{"ucmatose", "-c", "10", "-C", "100"}, []string{"ucmatose", "-s", hostB, "-c", "10", "-C", "100"},
+		{"ucmatose", 7471, []string{"ucmatose", "-c", "10", "-C", "100"}, []string{"ucmatose", "-s", hostB, "-c", "10", "-C", "100"},
 			"test complete\n", true},
-		{"ib_write_bw", 18515, false, []string{"ib_write_bw", "-R", "-d", "siwtun0", "-s", "65536", "-n", "1000"},
+		{"ib_write_bw", 18515, []string{"ib_write_bw", "-R", "-d", "siwtun0", "-s", "65536", "-n", "1000"},
 			[]string{"ib_write_bw", "-R", "-d", "siwtun0", "-s", "65536", "-n", "1000", hostB}, " 65536      1000 ", true},
-		{"rstream", 7471, false, []string{"rstream", "-b", hostB, "-S", "65536", "-C", "100"},
+		{"rstream", 7471, []string{"rstream", "-b", hostB, "-S", "65536", "-C", "100"},
 			[]string{"rstream", "-s", hostB, "-S", "65536", "-C", "100"}, "64k", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
