@@ -58,6 +58,13 @@ struct sw_cm_id {
 	 * no thread still handles an event of an id that is gone. */
 	unsigned reported, acked;
 	uint32_t port_res; /* the daemon's reservation of the bound port (rdma_bind_addr to port 0) */
+	/* Bound to a wildcard or loopback address: rdma_cm binds such an id
+	 * to no device (cma_any_addr counts loopback as any), so id->verbs
+	 * and id->pd stay NULL until rdma_resolve_addr; libsiwtun still talks
+	 * to the device it picked through ctx. libfabric's verbs provider
+	 * relies on it: with no device it takes the devices' own addresses
+	 * for its passive endpoints, which a peer can reach. */
+	int wild;
 	int has_port_res;
 	struct sw_cm_id *next;
 };
@@ -667,6 +674,11 @@ SW_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		return fail(err);
 	}
 	memcpy(&id->route.addr.src_storage, &a, sa_len(addr));
+	if (is_any(addr) || is_loopback(addr)) {
+		sid->wild = 1;
+		id->verbs = NULL;
+		id->pd = NULL;
+	}
 	return 0;
 }
 
@@ -682,6 +694,12 @@ SW_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, str
 		return fail(err);
 	if (!sid->ctx && (err = set_ctx(sid, d)))
 		return fail(err);
+	if (sid->wild) {
+		/* Resolving binds the id to its device, as rdma_cm does. */
+		sid->wild = 0;
+		id->verbs = &sid->ctx->vctx.context;
+		id->pd = cm_pd(sid->ctx);
+	}
 	if (src && !is_any(src)) {
 		memcpy(&id->route.addr.src_storage, src, sa_len(src));
 	} else if (is_any(&id->route.addr.src_addr)) {
@@ -718,15 +736,16 @@ static void deliver(struct sw_cm_id *l, uint32_t h, const struct sockaddr_storag
 		return;
 	child->ch = l->ch;
 	child->ctx = l->ctx;
-	child->id.verbs = l->id.verbs;
-	child->id.pd = l->id.pd;
+	child->id.verbs = &l->ctx->vctx.context; /* a wildcard listener's is NULL */
+	child->id.pd = cm_pd(l->ctx);
 	child->id.channel = l->id.channel;
 	child->id.context = l->id.context;
 	child->id.ps = l->id.ps;
 	child->id.qp_type = IBV_QPT_RC;
 	child->id.port_num = 1;
 	child->id.route.addr.src_storage = l->id.route.addr.src_storage;
-	if (is_any(&child->id.route.addr.src_addr) && l->ctx->dev->naddrs) {
+	if ((is_any(&child->id.route.addr.src_addr) || is_loopback(&child->id.route.addr.src_addr)) &&
+	    l->ctx->dev->naddrs) {
 		in_port_t port = ((struct sockaddr_in *)&l->id.route.addr.src_storage)->sin_port;
 		child->id.route.addr.src_storage = l->ctx->dev->addrs[0];
 		((struct sockaddr_in *)&child->id.route.addr.src_storage)->sin_port = port;
@@ -1224,8 +1243,8 @@ SW_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
 	if (is_ud(id))
 		return fail(EOPNOTSUPP);
-	if (!sid->ctx || sid->qp)
-		return fail(EINVAL);
+	if (!sid->ctx || sid->wild || sid->qp)
+		return fail(EINVAL); /* an id on no device yet has no PD for it, as with rdma_cm */
 	struct ibv_context *c = id->verbs;
 	if (!pd && !(pd = id->pd ? id->pd : cm_pd(sid->ctx)))
 		return -1;
@@ -1559,6 +1578,11 @@ SW_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, 
 {
 	if (!id || !res)
 		return fail(EINVAL);
+	/* XRC is InfiniBand's; an iWARP device has no XRC QP, so neither end
+	 * gets an endpoint (a passive one would listen for connections it
+	 * could never take). */
+	if (res->ai_qp_type == IBV_QPT_XRC_SEND || res->ai_qp_type == IBV_QPT_XRC_RECV)
+		return fail(EOPNOTSUPP);
 	struct rdma_cm_id *cid;
 	if (rdma_create_id(NULL, &cid, NULL, (enum rdma_port_space)res->ai_port_space))
 		return -1;
@@ -1765,7 +1789,7 @@ SW_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 SW_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	struct sw_cm_id *sid = (struct sw_cm_id *)id;
-	if (!sid->ctx || id->srq)
+	if (!sid->ctx || sid->wild || id->srq)
 		return fail(EINVAL);
 	if (!pd)
 		pd = id->pd;

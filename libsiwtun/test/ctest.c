@@ -921,6 +921,60 @@ static int rsockets(const char *deva, const char *devb, int port)
 	return 0;
 }
 
+/* check_wildcard_listener: an id bound to 0.0.0.0 is on no device, as
+ * with rdma_cm (libfabric's verbs provider relies on it): no verbs, no
+ * PD, no QP; it listens, and its connection requests come on an id of
+ * the device, whose local address is the device's and the listener's
+ * port. */
+static void check_wildcard_listener(struct sockaddr_in addr_a, struct sockaddr_in addr_b)
+{
+	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
+	CHECK(cha && chb, "wildcard: channels");
+	struct rdma_cm_id *wid, *aid;
+	struct sockaddr_in wild = {.sin_family = AF_INET};
+	CHECK(rdma_create_id(chb, &wid, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(wid, (struct sockaddr *)&wild) == 0,
+	      "bind to 0.0.0.0");
+	uint16_t port = ntohs(rdma_get_src_port(wid));
+	CHECK(port != 0 && !wid->verbs && !wid->pd, "a port (%u) and no device at a wildcard bind", port);
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp_init_attr q0 = qa;
+	errno = 0;
+	CHECK(rdma_create_qp(wid, NULL, &q0) == -1 && errno == EINVAL, "no QP on an id of no device");
+	CHECK(rdma_listen(wid, 0) == 0 && ntohs(rdma_get_src_port(wid)) == port, "listen on 0.0.0.0");
+
+	/* The listener is on the device a loopback destination resolves to:
+	 * the first (there is no other way to name a device of no address). */
+	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
+	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_resolve_addr(aid, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve loopback");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(aid->verbs && aid->pd && rdma_resolve_route(aid, 2000) == 0, "a device at resolve");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr qc = qa;
+	CHECK(rdma_create_qp(aid, NULL, &qc) == 0 && rdma_connect(aid, NULL) == 0, "connect to the wildcard listener");
+	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *cid = ev->id;
+	rdma_ack_cm_event(ev);
+	struct sockaddr_in *local = (struct sockaddr_in *)rdma_get_local_addr(cid);
+	CHECK(cid->verbs == aid->verbs && cid->pd == aid->pd, "the request's id is on the listener's device");
+	CHECK(local->sin_family == AF_INET && ntohs(local->sin_port) == port &&
+	      (local->sin_addr.s_addr == addr_a.sin_addr.s_addr || local->sin_addr.s_addr == addr_b.sin_addr.s_addr),
+	      "the request's local address is the device's, the port the listener's");
+	struct ibv_qp_init_attr qb = qa;
+	CHECK(rdma_create_qp(cid, NULL, &qb) == 0 && rdma_accept(cid, NULL) == 0, "accept");
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(aid);
+	rdma_destroy_qp(cid);
+	CHECK(rdma_destroy_id(cid) == 0 && rdma_destroy_id(aid) == 0 && rdma_destroy_id(wid) == 0, "destroy");
+	rdma_destroy_event_channel(cha);
+	rdma_destroy_event_channel(chb);
+	OK("wildcard listener");
+}
+
 /* check_cm_semantics: what rdma_cm gives programs before they connect
  * (a port at bind, the device's PD, loopback binds, options, hint-only
  * address info), and DISCONNECTED on both sides when the connecting side
@@ -943,9 +997,9 @@ static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in add
 
 	struct sockaddr_in loop = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	CHECK(rdma_create_id(NULL, &lo, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lo, (struct sockaddr *)&loop) == 0 &&
-	      lo->verbs && lo->pd && rdma_get_src_port(lo) != 0 &&
+	      !lo->verbs && !lo->pd && rdma_get_src_port(lo) != 0 &&
 	      ((struct sockaddr_in *)rdma_get_local_addr(lo))->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
-	      "loopback binds the first device");
+	      "loopback binds a port and no device");
 	uint8_t t21 = 21, tos = 0;
 	int one = 1;
 	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t21, 1) == 0 &&
@@ -959,6 +1013,9 @@ static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in add
 	/* To no channel and back: a synchronous id moved to a channel. */
 	struct rdma_event_channel *mch = rdma_create_event_channel();
 	CHECK(mch && rdma_migrate_id(lo, mch) == 0 && lo->channel == mch, "migrate a synchronous id to a channel");
+	CHECK(rdma_resolve_addr(lo, NULL, (struct sockaddr *)&addr_b, 2000) == 0, "resolve from loopback");
+	rdma_ack_cm_event(wait_event(mch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(lo->verbs && lo->pd, "resolving binds the loopback id to a device");
 	CHECK(rdma_destroy_id(lo) == 0, "destroy the loopback id");
 	rdma_destroy_event_channel(mch);
 	OK("loopback bind, options");
@@ -968,6 +1025,19 @@ static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in add
 	hints.ai_dst_len = sizeof(addr_b);
 	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0 && res->ai_dst_len == sizeof(addr_b) &&
 	      !memcmp(res->ai_dst_addr, &addr_b, sizeof(addr_b)) && res->ai_qp_type == IBV_QPT_RC, "hint-only addrinfo");
+	/* XRC endpoints, either end: EOPNOTSUPP at once. */
+	struct rdma_addrinfo xrc = *res;
+	struct rdma_cm_id *xid = NULL;
+	struct ibv_qp_init_attr xa = {.cap = {.max_recv_wr = 1, .max_recv_sge = 1}};
+	xrc.ai_qp_type = IBV_QPT_XRC_SEND;
+	errno = 0;
+	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "an XRC endpoint");
+	xrc.ai_qp_type = IBV_QPT_XRC_RECV;
+	xrc.ai_flags |= RAI_PASSIVE;
+	xrc.ai_src_addr = (struct sockaddr *)&addr_b;
+	xrc.ai_src_len = sizeof(addr_b);
+	errno = 0;
+	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "a passive XRC endpoint");
 	rdma_freeaddrinfo(res);
 	struct rdma_addrinfo none = {0};
 	errno = 0;
@@ -1003,6 +1073,7 @@ static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in add
 	rdma_destroy_event_channel(cha);
 	rdma_destroy_event_channel(chb);
 	OK("disconnect, then destroy the QP");
+	check_wildcard_listener(addr_a, addr_b);
 }
 
 int main(int argc, char **argv)

@@ -95,20 +95,28 @@ func need(t *testing.T) {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	need(t)
-	bin, ctest := build(t)
-	e := &env{t: t, bin: bin, ctest: ctest, sockDir: t.TempDir(), stops: map[string]func(){},
-		ns: fmt.Sprintf("siwtun-capps-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
-	if err := ipnetns.IP("netns", "add", e.ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ipnetns.IP("netns", "del", e.ns) })
-	e.run("ip", "link", "set", "lo", "up")
+	e := newNamespace(t, "")
 	e.run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward; echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")
 	// Both RNICs have an IPv4 and an IPv6 address (the documentation
 	// prefix 2001:db8::/32), so programs reach them by either.
 	e.daemon("siwtun0", "198.18.1.2/24,2001:db8:1::2/64", "198.18.1.1/24,2001:db8:1::1/64")
 	e.daemon("siwtun1", "198.18.2.2/24,2001:db8:2::2/64", "198.18.2.1/24,2001:db8:2::1/64")
+	return e
+}
+
+// newNamespace is an env with no daemon yet: a namespace of its own
+// (its name ending in suffix) with loopback up.
+func newNamespace(t *testing.T, suffix string) *env {
+	t.Helper()
+	need(t)
+	bin, ctest := build(t)
+	e := &env{t: t, bin: bin, ctest: ctest, sockDir: t.TempDir(), stops: map[string]func(){},
+		ns: fmt.Sprintf("siwtun-capps-%d-%d%s", os.Getpid(), time.Now().UnixNano()%1e6, suffix)}
+	if err := ipnetns.IP("netns", "add", e.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ipnetns.IP("netns", "del", e.ns) })
+	e.run("ip", "link", "set", "lo", "up")
 	return e
 }
 
@@ -138,8 +146,15 @@ func (e *env) run(args ...string) {
 // sockets; cleanup stops it (SIGINT, by PID) and waits.
 func (e *env) daemon(dev, addr, host string, extra ...string) {
 	e.t.Helper()
+	e.up(dev, append([]string{"--addr", addr, "--host-addr", host}, extra...)...)
+}
+
+// up starts siwtun up on dev with the flags and waits for its sockets;
+// cleanup stops it (SIGINT, by PID) and waits.
+func (e *env) up(dev string, flags ...string) {
+	e.t.Helper()
 	var log bytes.Buffer
-	args := append([]string{e.bin, "up", "--dev", dev, "--addr", addr, "--host-addr", host, "--socket-dir", e.sockDir, "--log-level", "warn"}, extra...)
+	args := append([]string{e.bin, "up", "--dev", dev, "--socket-dir", e.sockDir, "--log-level", "warn"}, flags...)
 	cmd := e.command(args...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	ipnetns "github.com/siwtun/siwtun/internal/netns"
 )
 
 // pyverbsTests is where Debian's python3-pyverbs ships rdma-core's tests/
@@ -106,13 +104,12 @@ func pyverbsOutcomes(out string) map[string]string {
 }
 
 // TestPyverbs runs rdma-core's own test suite (Debian's python3-pyverbs)
-// through siwtun exec on siwtun0, file by file. The program runs in a
-// namespace of its own standing for a host of a shared-address set-up:
-// there an interface named siwtun0 has the RNIC's address (the address the
-// suite reads through /sys/class/infiniband/siwtun0/device/net), while the
-// RNIC's traffic runs in the daemons' namespace. Client and server of the
-// rdma_cm tests are the same RNIC, which reaches its own address through
-// the host side of its TUN device.
+// through siwtun exec on siwtun0, file by file, on a host of the
+// shared-address mode: a namespace whose LAN interface (lan0, a veth pair)
+// has 198.18.40.1, which siwtun up --shared gives the RNIC too. The suite
+// finds that address through /sys/class/infiniband/siwtun0/device/net
+// (siwtun exec's view). Client and server of the rdma_cm tests are the
+// same RNIC, which reaches its own shared address through the host.
 func TestPyverbs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pyverbsTests, "run_tests.py")); err != nil {
 		t.Skipf("rdma-core's tests missing (%v): install python3-pyverbs (.ci/run does)", err)
@@ -120,27 +117,21 @@ func TestPyverbs(t *testing.T) {
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import pyverbs.device").CombinedOutput(); err != nil {
 		t.Skipf("/usr/bin/python3 cannot import pyverbs (%v: %s): install python3-pyverbs", err, out)
 	}
-	e := newEnv(t)
+	e := newNamespace(t, "-host")
 	dir := t.TempDir()
 	if out, err := exec.Command("sh", "-c", "cp -r "+pyverbsTests+" "+dir+"/ && gunzip -f "+dir+"/tests/*.gz").CombinedOutput(); err != nil {
 		t.Fatalf("copying the tests: %v\n%s", err, out)
 	}
-	host := e.ns + "-app"
-	if err := ipnetns.IP("netns", "add", host); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ipnetns.IP("netns", "del", host) })
-	for _, c := range [][]string{{"link", "set", "lo", "up"}, {"link", "add", "siwtun0", "type", "veth", "peer", "name", "siwpeer0"},
-		{"addr", "add", "198.18.1.2/24", "dev", "siwtun0"}, {"link", "set", "siwtun0", "up"}, {"link", "set", "siwpeer0", "up"}} {
-		if err := ipnetns.IP(append([]string{"-n", host}, c...)...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.run("ip", "link", "add", "lan0", "type", "veth", "peer", "name", "lan1")
+	e.run("ip", "addr", "add", hostA+"/24", "dev", "lan0")
+	e.run("ip", "link", "set", "lan0", "up")
+	e.run("ip", "link", "set", "lan1", "up")
+	e.up("siwtun0", "--shared", hostA)
 	for _, f := range pyverbsFiles {
 		t.Run(f.file, func(t *testing.T) {
-			args := append([]string{"netns", "exec", host, e.bin, "exec", "--socket-dir", e.sockDir, "--dev", "siwtun0", "--",
+			args := append([]string{e.bin, "exec", "--socket-dir", e.sockDir, "--dev", "siwtun0", "--",
 				"/usr/bin/python3", "tests/run_tests.py", "--dev", "siwtun0", "-v"}, f.args...)
-			cmd := exec.Command("ip", append(args, "-k", f.file)...)
+			cmd := e.command(append(args, "-k", f.file)...)
 			cmd.Dir = dir
 			timer := time.AfterFunc(10*time.Minute, func() { cmd.Process.Kill() })
 			b, err := cmd.CombinedOutput()
