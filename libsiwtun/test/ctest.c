@@ -25,8 +25,8 @@
  * libsiwtun's rsockets (see rsockets below). The run on two devices is a
  * table of named cases (cases[] below), run in order, each sharing the
  * connection and memory the ones before it set up; --list prints the
- * names a run with the same flags reports. Prints "ok NAME" per case;
- * exits 1 at the first failure. */
+ * cases (name, tab, what it checks) a run with the same flags reports.
+ * Prints "ok NAME" per case; exits 1 at the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -1514,41 +1514,76 @@ static const struct tcase {
 	const char *name;
 	void (*run)(struct fix *f);
 	int modes;
+	const char *what; /* what the case checks (its function's comment says more) */
 } cases[] = {
-	{"devices", case_devices, ALL},
-	{"queries", case_queries, ALL},
-	{"bind-port-0", case_bind_port0, ALL},
-	{"loopback-bind-options", case_loopback_options, ALL},
-	{"addrinfo-hints", case_addrinfo_hints, ALL},
-	{"disconnect-destroy-qp", case_disconnect_destroy_qp, ALL},
-	{"resolve", case_resolve, ALL},
-	{"unsupported", case_unsupported, ALL},
-	{"connect", case_connect, ALL},
-	{"ports", case_ports, ALL},
-	{"notify", case_notify, ALL},
-	{"ud", case_ud, ALL},
-	{"qp-extras", case_qp_extras, ALL},
-	{"rdma-devices", case_rdma_devices, ALL},
-	{"reject", case_reject, ALL},
-	{"memory-registration", case_memory, ALL},
-	{"reg-mr-iova", case_reg_mr_iova, ALL},
-	{"rereg-mr", case_rereg, ALL},
-	{"comp-channel", case_comp_channel, ALL},
-	{"solicited", case_solicited, ALL},
-	{"write-with-imm", case_write_imm, IMM},
-	{"send-with-imm", case_send_imm, IMM},
-	{"atomic-fetch-add", case_fetch_add, IMM},
-	{"atomic-cmp-swap", case_cmp_swap, IMM},
-	{"atomic-post-errors", case_atomic_errors, IMM},
-	{"atomic-unsignaled", case_atomic_unsignaled, IMM},
-	{"imm-refused", case_no_imm, NO_IMM},
-	{"atomic-refused", case_no_atomic, NO_IMM},
-	{"post-errors", case_post_errors, ALL},
-	{"terminate-qp-fatal", case_terminate, TERMINATE},
-	{"disconnect", case_disconnect, ALL},
-	{"cq-overflow", case_cq_overflow, ALL},
-	{"qp-reuse", case_qp_reuse, PLAIN},
-	{"teardown", case_teardown, ALL},
+	{"devices", case_devices, ALL,
+	 "both devices open as iWARP RNICs; their addresses"},
+	{"queries", case_queries, ALL,
+	 "device, port, P_Key and GID queries; the GID table"},
+	{"bind-port-0", case_bind_port0, ALL,
+	 "a port and the device's PD at bind; listen with backlog 0"},
+	{"loopback-bind-options", case_loopback_options, ALL,
+	 "a loopback bind; id options and their refusals"},
+	{"addrinfo-hints", case_addrinfo_hints, ALL,
+	 "rdma_getaddrinfo from hints alone; of nothing, EINVAL"},
+	{"disconnect-destroy-qp", case_disconnect_destroy_qp, ALL,
+	 "DISCONNECTED on both sides when a QP goes right after rdma_disconnect"},
+	{"resolve", case_resolve, ALL,
+	 "B listens, A resolves; A's PD, channel and CQ"},
+	{"unsupported", case_unsupported, ALL,
+	 "every refused verb and its errno"},
+	{"connect", case_connect, ALL,
+	 "private data both ways, IRD/ORD, RTS"},
+	{"ports", case_ports, ALL,
+	 "the three ids' ports and addresses"},
+	{"notify", case_notify, ALL,
+	 "rdma_notify on connected ids and on one without connection"},
+	{"ud", case_ud, ALL,
+	 "datagram ids: what needs UD fails with EOPNOTSUPP"},
+	{"qp-extras", case_qp_extras, ALL,
+	 "no ECE, no extended QP, no in-order placement"},
+	{"rdma-devices", case_rdma_devices, ALL,
+	 "rdma_get_devices lists both devices"},
+	{"reject", case_reject, ALL,
+	 "rdma_reject's private data reaches REJECTED"},
+	{"memory-registration", case_memory, ALL,
+	 "every registration case written and read back, guards untouched"},
+	{"reg-mr-iova", case_reg_mr_iova, ALL,
+	 "regions addressed by an IOVA"},
+	{"rereg-mr", case_rereg, ALL,
+	 "ibv_rereg_mr: memory, access, PD, bad input"},
+	{"comp-channel", case_comp_channel, ALL,
+	 "Send/Receive woken through a completion channel"},
+	{"solicited", case_solicited, ALL,
+	 "solicited-only arming"},
+	{"write-with-imm", case_write_imm, IMM,
+	 "RDMA Write with Immediate Data"},
+	{"send-with-imm", case_send_imm, IMM,
+	 "Send with Immediate Data"},
+	{"atomic-fetch-add", case_fetch_add, IMM,
+	 "Fetch-and-Add results and the word"},
+	{"atomic-cmp-swap", case_cmp_swap, IMM,
+	 "Compare-and-Swap, stored and not"},
+	{"atomic-post-errors", case_atomic_errors, IMM,
+	 "malformed atomics refused at post"},
+	{"atomic-unsignaled", case_atomic_unsignaled, IMM,
+	 "unsignaled atomics beyond the send queue's depth"},
+	{"imm-refused", case_no_imm, NO_IMM,
+	 "immediate data toward a peer without RFC 7306: EOPNOTSUPP"},
+	{"atomic-refused", case_no_atomic, NO_IMM,
+	 "atomics toward a peer without RFC 7306: EOPNOTSUPP"},
+	{"post-errors", case_post_errors, ALL,
+	 "bad work requests refused at post"},
+	{"terminate-qp-fatal", case_terminate, TERMINATE,
+	 "a Terminate: IBV_EVENT_QP_FATAL on both sides"},
+	{"disconnect", case_disconnect, ALL,
+	 "DISCONNECTED on both sides, B's receive flushed"},
+	{"cq-overflow", case_cq_overflow, ALL,
+	 "a CQ overflowed: IBV_EVENT_CQ_ERR"},
+	{"qp-reuse", case_qp_reuse, PLAIN,
+	 "a QP through ERR, RESET and INIT, connected again"},
+	{"teardown", case_teardown, ALL,
+	 "every object released, every call checked"},
 };
 
 int main(int argc, char **argv)
@@ -1575,7 +1610,7 @@ int main(int argc, char **argv)
 	if (list) {
 		for (int i = 0; i < n; i++)
 			if (cases[i].modes & mode)
-				printf("%s\n", cases[i].name);
+				printf("%s\t%s\n", cases[i].name, cases[i].what);
 		return 0;
 	}
 	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate | --no-imm] [--list] DEV_A DEV_B [PORT] | --removal DEV | "
