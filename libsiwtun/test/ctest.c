@@ -22,99 +22,104 @@
  * back to RESET and connected again, and the flush of posted receives on disconnect
  * (with --terminate: on the Terminate a Write to a bad rkey draws, after
  * IBV_EVENT_QP_FATAL on both sides). With --rsockets DEV_A DEV_B PORT:
- * libsiwtun's rsockets (see rsockets below). Prints "ok NAME" per check;
- * exits 1 at the first failure. */
+ * libsiwtun's rsockets (see rsockets below). The run on two devices is a
+ * table of named cases (cases[] below), run in order, each sharing the
+ * connection and memory the ones before it set up; --list prints the
+ * cases (name, tab, what it checks) a run with the same flags reports.
+ * Prints "ok NAME" per case; exits 1 at the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/select.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
 
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                     \
-			fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
-
-#define OK(name) printf("ok %s\n", name)
+#include "testlib.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xA5
 
-static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+/* One registration case: LEN bytes at P, with GUARD bytes before and after
+ * that nothing may touch. */
+struct mcase {
+	const char *name;
+	uint8_t *p;
+	size_t len;
+	struct ibv_mr *mr;
+};
+
+static void fill_guards(struct mcase *m)
 {
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	CHECK(poll(&p, 1, 10000) == 1, "no rdma_cm event (want %s)", rdma_event_str(want));
-	struct rdma_cm_event *ev;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event");
-	CHECK(ev->event == want, "event %s, want %s (status %d)", rdma_event_str(ev->event), rdma_event_str(want),
-	      ev->status);
-	return ev;
+	memset(m->p - GUARD, GUARD_BYTE, GUARD);
+	memset(m->p + m->len, GUARD_BYTE, GUARD);
 }
 
-/* The RNIC's IPv4 address: an iWARP device's GID is its MAC (siw's
- * form), so the test takes the address from SIWTUN_TEST_ADDRS
- * ("siwtun0=198.18.1.2,siwtun1=198.18.2.2"), which the Go test sets. */
-static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
+static void check_guards(struct mcase *m)
 {
-	const char *name = ibv_get_device_name(c->device), *all = getenv("SIWTUN_TEST_ADDRS");
-	CHECK(all, "SIWTUN_TEST_ADDRS not set");
-	size_t nl = strlen(name);
-	const char *p = all;
-	while (p && (strncmp(p, name, nl) || p[nl] != '='))
-		p = (p = strchr(p, ',')) ? p + 1 : NULL;
-	CHECK(p, "no address of %s in SIWTUN_TEST_ADDRS=%s", name, all);
-	char a[64];
-	snprintf(a, sizeof(a), "%s", p + nl + 1);
-	a[strcspn(a, ",")] = 0;
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	CHECK(inet_pton(AF_INET, a, &sin->sin_addr) == 1, "address %s of %s", a, name);
-}
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	CHECK(l, "ibv_get_device_list");
-	struct ibv_context *c = NULL;
-	for (int i = 0; i < n; i++) {
-		if (strcmp(ibv_get_device_name(l[i]), name))
-			continue;
-		CHECK(l[i]->transport_type == IBV_TRANSPORT_IWARP && l[i]->node_type == IBV_NODE_RNIC, "%s type", name);
-		CHECK(ibv_get_device_guid(l[i]) != 0, "guid");
-		/* No kernel device, so no kernel index: -1, as rdma-core gives
-		 * when the kernel reports none. */
-		CHECK(ibv_get_device_index(l[i]) == -1, "device index %d", ibv_get_device_index(l[i]));
-		c = ibv_open_device(l[i]);
+	for (int i = 0; i < GUARD; i++) {
+		CHECK(m->p[-GUARD + i] == GUARD_BYTE, "%s: guard byte %d before the region changed", m->name, GUARD - i);
+		CHECK(m->p[m->len + i] == GUARD_BYTE, "%s: guard byte %d after the region changed", m->name, i);
 	}
-	ibv_free_device_list(l);
-	CHECK(c, "device %s not listed or not opened", name);
-	return c;
 }
 
-static void check_queries(struct ibv_context *c)
+static uint8_t static_buf[GUARD + 1000 + GUARD];
+
+/* state_of is the QP's state as ibv_query_qp gives it. */
+static enum ibv_qp_state state_of(struct ibv_qp *qp)
 {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	CHECK(ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) == 0, "query qp");
+	CHECK(a.qp_state == qp->state, "ibv_query_qp's state %d, the QP's field %d", a.qp_state, qp->state);
+	return a.qp_state;
+}
+
+/* The atomic cases' target word on B and result buffers on A. */
+enum { ATOM_N = 40 };
+struct atom {
+	uint64_t *tbuf, *word, *res, sum;
+	struct ibv_mr *tmr, *rmr;
+};
+
+/* fix is what the cases of one run share: the devices, the connection A
+ * makes to B's listener and its queues, B's registered memory and A's
+ * source and read-back buffers. */
+struct fix {
+	const char *dev_a, *dev_b;
+	int port, terminate;
+	struct ibv_context *ca, *cb;
+	struct sockaddr_in addr_a, addr_b;
+	/* The rdma_cm semantics cases' listener, on a port its bind chose. */
+	struct rdma_event_channel *scha, *schb;
+	struct rdma_cm_id *slid;
+	uint16_t sport;
+	/* The connection. */
+	struct rdma_event_channel *cha, *chb;
+	struct rdma_cm_id *lid, *aid, *bid;
+	struct ibv_pd *pda, *pdb;
+	struct ibv_comp_channel *cca, *ccb;
+	struct ibv_cq *cqa, *cqb;
+	struct ibv_qp *qpa, *qpb;
+	struct ibv_qp_init_attr qa;
+	/* B's memory (mem[0] is the Send/Receive buffer after registration). */
+	uint8_t *heap, *shared, *odd, *stack;
+	struct mcase mem[6];
+	struct ibv_mr *twice;
+	uint8_t *src, *back;
+	struct ibv_mr *srcmr, *backmr;
+	struct atom atom;
+};
+
+static void case_queries(struct fix *f)
+{
+	struct ibv_context *c = f->ca;
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(c, &da) == 0, "query device");
 	CHECK(da.vendor_id == 0x736977 && da.phys_port_cnt == 1 && da.max_sge >= 1 && da.max_qp_wr > 0, "device attr");
@@ -155,11 +160,13 @@ static void check_queries(struct ibv_context *c)
 	CHECK(tab[1].gid_index == 0x5a5a5a5a, "gid table wrote past its one entry");
 	CHECK(ibv_query_gid_table(c, tab, 0, 0) == -EINVAL && ibv_query_gid_table(c, tab, 4, 1) == -EINVAL,
 	      "gid table: no room, or unknown flags");
-	OK("queries");
 }
 
-static void check_unsupported(struct ibv_context *c, struct ibv_pd *pd, struct ibv_cq *cq)
+static void case_unsupported(struct fix *f)
 {
+	struct ibv_context *c = f->aid->verbs;
+	struct ibv_pd *pd = f->pda;
+	struct ibv_cq *cq = f->cqa;
 	struct ibv_ah_attr aa = {.port_num = 1};
 	errno = 0;
 	CHECK(!ibv_create_ah(pd, &aa) && errno == EOPNOTSUPP, "create ah");
@@ -214,71 +221,20 @@ static void check_unsupported(struct ibv_context *c, struct ibv_pd *pd, struct i
 	uint8_t mac[6];
 	uint16_t vid;
 	CHECK(ibv_resolve_eth_l2_from_gid(c, &aa, mac, &vid) == EOPNOTSUPP, "resolve eth l2");
-	OK("unsupported");
 }
 
-/* One registration case: LEN bytes at P, with GUARD bytes before and after
- * that nothing may touch. */
-struct mcase {
-	const char *name;
-	uint8_t *p;
-	size_t len;
-	struct ibv_mr *mr;
-};
-
-static void fill_guards(struct mcase *m)
-{
-	memset(m->p - GUARD, GUARD_BYTE, GUARD);
-	memset(m->p + m->len, GUARD_BYTE, GUARD);
-}
-
-static void check_guards(struct mcase *m)
-{
-	for (int i = 0; i < GUARD; i++) {
-		CHECK(m->p[-GUARD + i] == GUARD_BYTE, "%s: guard byte %d before the region changed", m->name, GUARD - i);
-		CHECK(m->p[m->len + i] == GUARD_BYTE, "%s: guard byte %d after the region changed", m->name, i);
-	}
-}
-
-static void poll_one(struct ibv_cq *cq, enum ibv_wc_opcode op, enum ibv_wc_status st, uint64_t id, struct ibv_wc *out)
-{
-	struct ibv_wc wc;
-	for (int i = 0;; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "poll cq");
-		if (n == 1)
-			break;
-		CHECK(i < 2000000, "no completion (want opcode %d id %lu)", op, (unsigned long)id);
-		if (i > 1000)
-			usleep(10);
-	}
-	CHECK(wc.status == st && wc.opcode == op && wc.wr_id == id, "completion status %s opcode %d id %lu, want %s %d %lu",
-	      ibv_wc_status_str(wc.status), wc.opcode, (unsigned long)wc.wr_id, ibv_wc_status_str(st), op,
-	      (unsigned long)id);
-	if (out)
-		*out = wc;
-}
-
-static uint8_t static_buf[GUARD + 1000 + GUARD];
-
-/* state_of is the QP's state as ibv_query_qp gives it. */
-static enum ibv_qp_state state_of(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	CHECK(ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) == 0, "query qp");
-	CHECK(a.qp_state == qp->state, "ibv_query_qp's state %d, the QP's field %d", a.qp_state, qp->state);
-	return a.qp_state;
-}
-
-/* check_qp_reuse: a QP A creates itself (ibv_create_qp) connects through
+/* qp-reuse: a QP A creates itself (ibv_create_qp) connects through
  * an id by its number, is moved to ERR (its posted receive flushed, the
  * peer disconnected), back to RESET and INIT, and connects again through
  * a new id to a new peer QP, where a Send lands in a receive posted after
  * the reset; ibv_query_qp tells each state. */
-static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_channel *chb, struct ibv_context *ctxa,
-			   const struct sockaddr_in *addr_a, struct sockaddr_in addr_b, int port)
+static void case_qp_reuse(struct fix *f)
 {
+	struct rdma_event_channel *cha = f->cha, *chb = f->chb;
+	struct ibv_context *ctxa = f->aid->verbs;
+	const struct sockaddr_in *addr_a = &f->addr_a;
+	struct sockaddr_in addr_b = f->addr_b;
+	int port = f->port + 50;
 	addr_b.sin_port = htons((uint16_t)port);
 	struct rdma_cm_id *lid;
 	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0, "create listen id");
@@ -304,20 +260,15 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 	for (int round = 0; round < 2; round++) {
 		struct rdma_cm_id *aid, *bid;
 		CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0, "create id");
-		CHECK(rdma_resolve_addr(aid, (struct sockaddr *)addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
-		CHECK(rdma_resolve_route(aid, 2000) == 0, "route");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+		tl_resolve(aid, addr_a, &addr_b);
 		struct rdma_conn_param cp = {.qp_num = qp->qp_num, .responder_resources = 1, .initiator_depth = 1};
 		CHECK(rdma_connect(aid, &cp) == 0, "connect the self-created QP (round %d)", round);
-		struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-		bid = ev->id;
-		rdma_ack_cm_event(ev);
+		bid = tl_request(chb);
 		struct ibv_qp_init_attr qb = {.send_cq = cqb, .recv_cq = cqb, .qp_type = IBV_QPT_RC,
 					      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
 		CHECK(rdma_create_qp(bid, pdb, &qb) == 0 && rdma_accept(bid, NULL) == 0, "accept");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
-		rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+		tl_ack_event(cha, RDMA_CM_EVENT_ESTABLISHED);
+		tl_ack_event(chb, RDMA_CM_EVENT_ESTABLISHED);
 		CHECK(state_of(qp) == IBV_QPS_RTS, "RTS after connecting (round %d)", round);
 		/* A Send from B into the receive posted on A. */
 		char msg[32];
@@ -326,14 +277,14 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 		struct ibv_send_wr sw = {.wr_id = 42, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
 					 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *sbad;
 		CHECK(ibv_post_send(bid->qp, &sw, &sbad) == 0, "post send");
-		poll_one(cqb, IBV_WC_SEND, IBV_WC_SUCCESS, 42, NULL);
+		tl_expect(cqb, IBV_WC_SEND, IBV_WC_SUCCESS, 42, NULL);
 		struct ibv_wc wc;
-		poll_one(cq, IBV_WC_RECV, IBV_WC_SUCCESS, 41, &wc);
+		tl_expect(cq, IBV_WC_RECV, IBV_WC_SUCCESS, 41, &wc);
 		CHECK(wc.qp_num == qp->qp_num && !strcmp(buf, msg), "round %d: received %s", round, buf);
 		if (round == 1) {
 			CHECK(rdma_disconnect(aid) == 0, "disconnect");
-			rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-			rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+			tl_ack_event(cha, RDMA_CM_EVENT_DISCONNECTED);
+			tl_ack_event(chb, RDMA_CM_EVENT_DISCONNECTED);
 		} else {
 			/* ERR by hand: the posted receive is flushed, the peer sees
 			 * the connection end. */
@@ -341,9 +292,9 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 			CHECK(ibv_post_recv(qp, &rw, &rbad) == 0, "post recv");
 			st.qp_state = IBV_QPS_ERR;
 			CHECK(ibv_modify_qp(qp, &st, IBV_QP_STATE) == 0 && state_of(qp) == IBV_QPS_ERR, "ERR");
-			poll_one(cq, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 43, NULL);
-			rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-			rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+			tl_expect(cq, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 43, NULL);
+			tl_ack_event(cha, RDMA_CM_EVENT_DISCONNECTED);
+			tl_ack_event(chb, RDMA_CM_EVENT_DISCONNECTED);
 			/* Back to RESET and INIT for the next round. */
 			st.qp_state = IBV_QPS_RESET;
 			CHECK(ibv_modify_qp(qp, &st, IBV_QP_STATE) == 0 && state_of(qp) == IBV_QPS_RESET, "RESET");
@@ -367,18 +318,21 @@ static void check_qp_reuse(struct rdma_event_channel *cha, struct rdma_event_cha
 	      "reuse teardown");
 	free(buf);
 	free(bbuf);
-	OK("qp-reuse");
 }
 
-/* check_rereg: ibv_rereg_mr on a region of B that A writes and reads:
+/* rereg-mr: ibv_rereg_mr on a region of B that A writes and reads:
  * moved to other memory (CHANGE_TRANSLATION) the rkey stays and A's Write
  * lands in the new memory only; its access changed (CHANGE_ACCESS) A can
  * still read it; moved to another PD and back (CHANGE_PD; the other PD
  * cannot go while it holds the region); bad input refused with
  * IBV_REREG_MR_ERR_INPUT, the region unchanged. */
-static void check_rereg(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *pdb, struct ibv_mr *srcmr, uint8_t *src,
-			struct ibv_mr *backmr, uint8_t *back)
+static void case_rereg(struct fix *f)
 {
+	struct ibv_qp *qpa = f->qpa;
+	struct ibv_cq *cqa = f->cqa;
+	struct ibv_pd *pdb = f->pdb;
+	struct ibv_mr *srcmr = f->srcmr, *backmr = f->backmr;
+	uint8_t *src = f->src, *back = f->back;
 	uint8_t *m1 = calloc(1, 512), *m2 = calloc(1, 512);
 	CHECK(m1 && m2, "malloc");
 	struct ibv_mr *mr = ibv_reg_mr(pdb, m1, 512, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -395,12 +349,12 @@ static void check_rereg(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *p
 					 .send_flags = IBV_SEND_SIGNALED,                                           \
 					 .wr = {.rdma = {(uintptr_t)(base) + 10, mr->rkey}}};                       \
 		CHECK(ibv_post_send(qpa, &w_, &bad) == 0, "post write");                                            \
-		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, 900, NULL);                                        \
+		tl_expect(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, 900, NULL);                                        \
 		struct ibv_sge rs_ = {(uintptr_t)back, (n) + 10, backmr->lkey};                                     \
 		struct ibv_send_wr r_ = {.wr_id = 901, .sg_list = &rs_, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,  \
 					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)(base), mr->rkey}}}; \
 		CHECK(ibv_post_send(qpa, &r_, &bad) == 0, "post read");                                             \
-		poll_one(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, 901, NULL);                                         \
+		tl_expect(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, 901, NULL);                                         \
 	} while (0)
 	REREG_RW(m1, 0x11, 100);
 	CHECK(m1[10] == 0x11 && m1[109] == 0x11 && m1[110] == 0 && back[10] == 0x11, "first write");
@@ -435,18 +389,17 @@ static void check_rereg(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *p
 	CHECK(ibv_dereg_mr(mr) == 0, "dereg");
 	free(m1);
 	free(m2);
-	OK("rereg-mr");
 }
 
-/* check_imm: RDMA Write with Immediate Data from A into B's region m, each
- * consuming one of B's receives and completing it as
+/* write-with-imm: RDMA Write with Immediate Data from A into B's region
+ * mem[0], each consuming one of B's receives and completing it as
  * IBV_WC_RECV_RDMA_WITH_IMM with the immediate value (in network order, as
- * posted) and the Write's length, the data in place by then; a zero-length
- * one; and Send with Immediate Data, completing as IBV_WC_RECV with
- * IBV_WC_WITH_IMM and the data in the receive's buffer. */
-static void check_imm(struct ibv_qp *qpa, struct ibv_qp *qpb, struct ibv_cq *cqa, struct ibv_cq *cqb, uint8_t *src,
-		      struct ibv_mr *srcmr, struct mcase *m)
+ * posted) and the Write's length, the data in place by then; zero-length
+ * ones among them. */
+static void case_write_imm(struct fix *f)
 {
+	struct mcase *m = &f->mem[0];
+	uint8_t *src = f->src;
 	struct ibv_sge rs = {(uintptr_t)m->p, (uint32_t)m->len, m->mr->lkey};
 	struct ibv_recv_wr rw = {.sg_list = &rs, .num_sge = 1}, *rbad;
 	struct ibv_send_wr *bad;
@@ -456,185 +409,215 @@ static void check_imm(struct ibv_qp *qpa, struct ibv_qp *qpb, struct ibv_cq *cqa
 		for (uint32_t k = 0; k < len; k++)
 			src[k] = (uint8_t)(k * 13 + (uint32_t)i);
 		rw.wr_id = 600 + (uint64_t)i;
-		CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for write with imm %d", i);
-		struct ibv_sge sge = {(uintptr_t)src, len, srcmr->lkey};
+		CHECK(ibv_post_recv(f->qpb, &rw, &rbad) == 0, "post recv for write with imm %d", i);
+		struct ibv_sge sge = {(uintptr_t)src, len, f->srcmr->lkey};
 		struct ibv_send_wr wr = {.wr_id = 700 + (uint64_t)i, .sg_list = &sge, .num_sge = len ? 1 : 0,
 					 .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
 					 .imm_data = htonl(0xc0de0000u + (uint32_t)i), .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}};
 		if (i % 3 == 1)
 			wr.send_flags |= IBV_SEND_SOLICITED;
-		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write with imm %d", i);
-		poll_one(cqb, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS, rw.wr_id, &wc);
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post write with imm %d", i);
+		tl_expect(f->cqb, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS, rw.wr_id, &wc);
 		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0xc0de0000u + (uint32_t)i) && wc.byte_len == len &&
-			      wc.qp_num == qpb->qp_num,
+			      wc.qp_num == f->qpb->qp_num,
 		      "write with imm %d: flags 0x%x imm 0x%x len %u", i, wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
 		CHECK(!memcmp(m->p, src, len), "write with imm %d: data not placed before its completion", i);
-		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+		tl_expect(f->cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
 	}
 	check_guards(m);
-	OK("write-with-imm");
+}
 
+/* send-with-imm: Send with Immediate Data from A, completing on B as
+ * IBV_WC_RECV with IBV_WC_WITH_IMM and the data in the receive's buffer. */
+static void case_send_imm(struct fix *f)
+{
+	struct mcase *m = &f->mem[0];
+	struct ibv_sge rs = {(uintptr_t)m->p, (uint32_t)m->len, m->mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 650, .sg_list = &rs, .num_sge = 1}, *rbad;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
 	static const char note[] = "send with immediate data";
 	memset(m->p, 0, sizeof(note));
-	rw.wr_id = 650;
-	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv for send with imm");
+	CHECK(ibv_post_recv(f->qpb, &rw, &rbad) == 0, "post recv for send with imm");
 	struct ibv_sge ns = {(uintptr_t)note, sizeof(note), 0};
 	struct ibv_send_wr sw = {.wr_id = 750, .sg_list = &ns, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
 				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE, .imm_data = htonl(0x5157u)};
-	CHECK(ibv_post_send(qpa, &sw, &bad) == 0, "post send with imm");
-	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 650, &wc);
+	CHECK(ibv_post_send(f->qpa, &sw, &bad) == 0, "post send with imm");
+	tl_expect(f->cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 650, &wc);
 	CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htonl(0x5157u) && wc.byte_len == sizeof(note) &&
 		      !memcmp(m->p, note, sizeof(note)),
 	      "send with imm: flags 0x%x imm 0x%x len %u", wc.wc_flags, ntohl(wc.imm_data), wc.byte_len);
-	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 750, NULL);
+	tl_expect(f->cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 750, NULL);
 	check_guards(m);
-	OK("send-with-imm");
 }
 
-/* check_no_imm: toward a peer without RFC 7306 (--rdmap-ext off) both
+/* imm-refused: toward a peer without RFC 7306 (--rdmap-ext off) both
  * requests with immediate data fail at post time with EOPNOTSUPP, bad_wr
  * naming them, and nothing completes. */
-static void check_no_imm(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_mr *srcmr, struct mcase *m)
+static void case_no_imm(struct fix *f)
 {
+	struct ibv_mr *srcmr = f->srcmr;
+	struct mcase *m = &f->mem[0];
 	const enum ibv_wr_opcode ops[2] = {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM};
 	for (int k = 0; k < 2; k++) {
 		struct ibv_sge sge = {srcmr->addr ? (uintptr_t)srcmr->addr : 0, 8, srcmr->lkey};
 		struct ibv_send_wr wr = {.wr_id = 800 + (uint64_t)k, .sg_list = &sge, .num_sge = 1, .opcode = ops[k],
 					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(1),
 					 .wr = {.rdma = {(uintptr_t)m->p, m->mr->rkey}}}, *bad = NULL;
-		CHECK(ibv_post_send(qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without RFC 7306",
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without RFC 7306",
 		      ops[k]);
 	}
 	struct ibv_wc wc;
 	usleep(100000);
-	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused request completed");
-	OK("imm-refused");
+	CHECK(ibv_poll_cq(f->cqa, 1, &wc) == 0, "a refused request completed");
 }
 
-/* check_atomic: RFC 7306 atomics from A on a word of B's region (both
+/* atomic_wr is an atomic request of A on the target word. */
+static struct ibv_send_wr atomic_wr(struct atom *at, struct ibv_sge *sge, uint64_t id, enum ibv_wr_opcode op, int flags)
+{
+	struct ibv_send_wr wr = {.wr_id = id, .sg_list = sge, .num_sge = 1, .opcode = op, .send_flags = (unsigned)flags};
+	wr.wr.atomic.remote_addr = (uintptr_t)at->word;
+	wr.wr.atomic.rkey = at->tmr->rkey;
+	return wr;
+}
+
+/* atomic-fetch-add: RFC 7306 atomics from A on a word of B's region (both
  * daemons report IBV_ATOMIC_HCA): Fetch-and-Adds returning the word's
  * value before each into A's 8-byte result buffers (IBV_WC_FETCH_ADD,
- * byte_len 8), a Compare-and-Swap that stores and one that does not
- * (IBV_WC_COMP_SWAP), the word itself checked in B's memory, guard bytes
- * untouched; and what the library refuses at post time (EINVAL: two SGEs,
- * a 4-byte result, inline) and registration (REMOTE_ATOMIC without
- * LOCAL_WRITE). */
-static void check_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *pda, struct ibv_pd *pdb)
+ * byte_len 8), the word's sum checked in B's memory. */
+static void case_fetch_add(struct fix *f)
 {
+	struct atom *at = &f->atom;
 	struct ibv_device_attr da;
-	CHECK(ibv_query_device(pda->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "A's atomic_cap %d", da.atomic_cap);
-	CHECK(ibv_query_device(pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "B's atomic_cap %d", da.atomic_cap);
-	enum { N = 40 };
-	uint64_t *tbuf = aligned_alloc(64, 64 + 64 + 64);
-	CHECK(tbuf, "aligned_alloc");
-	memset(tbuf, GUARD_BYTE, 192);
-	uint64_t *word = tbuf + 8 + 1; /* the region is tbuf[8..15]; the word its second */
-	memset(tbuf + 8, 0, 64);
-	*word = 10;
-	struct ibv_mr *tmr = ibv_reg_mr(pdb, tbuf + 8, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
-	CHECK(tmr, "register the atomic target");
-	uint64_t *res = calloc(N, 8);
-	CHECK(res, "calloc");
-	struct ibv_mr *rmr = ibv_reg_mr(pda, res, N * 8, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(rmr, "register the results");
+	CHECK(ibv_query_device(f->pda->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "A's atomic_cap %d", da.atomic_cap);
+	CHECK(ibv_query_device(f->pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_HCA, "B's atomic_cap %d", da.atomic_cap);
+	at->tbuf = aligned_alloc(64, 64 + 64 + 64);
+	CHECK(at->tbuf, "aligned_alloc");
+	memset(at->tbuf, GUARD_BYTE, 192);
+	at->word = at->tbuf + 8 + 1; /* the region is tbuf[8..15]; the word its second */
+	memset(at->tbuf + 8, 0, 64);
+	*at->word = 10;
+	at->tmr = ibv_reg_mr(f->pdb, at->tbuf + 8, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(at->tmr, "register the atomic target");
+	at->res = calloc(ATOM_N, 8);
+	CHECK(at->res, "calloc");
+	at->rmr = ibv_reg_mr(f->pda, at->res, ATOM_N * 8, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(at->rmr, "register the results");
 	struct ibv_send_wr *bad;
 	struct ibv_wc wc;
-	uint64_t sum = 10;
-	for (int i = 0; i < N; i++) {
-		struct ibv_sge sge = {(uintptr_t)&res[i], 8, rmr->lkey};
-		struct ibv_send_wr wr = {.wr_id = 900 + (uint64_t)i, .sg_list = &sge, .num_sge = 1,
-					 .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD, .send_flags = IBV_SEND_SIGNALED};
-		wr.wr.atomic.remote_addr = (uintptr_t)word;
-		wr.wr.atomic.rkey = tmr->rkey;
+	at->sum = 10;
+	for (int i = 0; i < ATOM_N; i++) {
+		struct ibv_sge sge = {(uintptr_t)&at->res[i], 8, at->rmr->lkey};
+		struct ibv_send_wr wr = atomic_wr(at, &sge, 900 + (uint64_t)i, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_SEND_SIGNALED);
 		wr.wr.atomic.compare_add = (uint64_t)i;
-		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post fetch-and-add %d", i);
-		if (i % 8 == 7 || i == N - 1)
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post fetch-and-add %d", i);
+		if (i % 8 == 7 || i == ATOM_N - 1)
 			for (int k = i - i % 8; k <= i; k++) {
-				poll_one(cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 900 + (uint64_t)k, &wc);
+				tl_expect(f->cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 900 + (uint64_t)k, &wc);
 				CHECK(wc.byte_len == 8, "fetch-and-add %d: byte_len %u", k, wc.byte_len);
 			}
 	}
-	for (int i = 0; i < N; i++) {
-		CHECK(res[i] == sum, "fetch-and-add %d returned %llu, want %llu", i, (unsigned long long)res[i], (unsigned long long)sum);
-		sum += (uint64_t)i;
+	for (int i = 0; i < ATOM_N; i++) {
+		CHECK(at->res[i] == at->sum, "fetch-and-add %d returned %llu, want %llu", i, (unsigned long long)at->res[i],
+		      (unsigned long long)at->sum);
+		at->sum += (uint64_t)i;
 	}
-	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == sum, "word %llu, want %llu", (unsigned long long)*word, (unsigned long long)sum);
-	OK("atomic-fetch-add");
-	const uint64_t cmp[2] = {sum, sum}, swp[2] = {0x0123456789abcdefull, 7};
+	CHECK(__atomic_load_n(at->word, __ATOMIC_SEQ_CST) == at->sum, "word %llu, want %llu", (unsigned long long)*at->word,
+	      (unsigned long long)at->sum);
+}
+
+/* atomic-cmp-swap: a Compare-and-Swap that stores and one that does not
+ * (IBV_WC_COMP_SWAP, byte_len 8), the word checked in B's memory and the
+ * bytes around it untouched. */
+static void case_cmp_swap(struct fix *f)
+{
+	struct atom *at = &f->atom;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	const uint64_t cmp[2] = {at->sum, at->sum}, swp[2] = {0x0123456789abcdefull, 7};
 	for (int k = 0; k < 2; k++) {
-		struct ibv_sge sge = {(uintptr_t)&res[k], 8, rmr->lkey};
-		struct ibv_send_wr wr = {.wr_id = 990 + (uint64_t)k, .sg_list = &sge, .num_sge = 1,
-					 .opcode = IBV_WR_ATOMIC_CMP_AND_SWP, .send_flags = IBV_SEND_SIGNALED};
-		wr.wr.atomic.remote_addr = (uintptr_t)word;
-		wr.wr.atomic.rkey = tmr->rkey;
+		struct ibv_sge sge = {(uintptr_t)&at->res[k], 8, at->rmr->lkey};
+		struct ibv_send_wr wr = atomic_wr(at, &sge, 990 + (uint64_t)k, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_SEND_SIGNALED);
 		wr.wr.atomic.compare_add = cmp[k];
 		wr.wr.atomic.swap = swp[k];
-		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post compare-and-swap %d", k);
-		poll_one(cqa, IBV_WC_COMP_SWAP, IBV_WC_SUCCESS, wr.wr_id, &wc);
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post compare-and-swap %d", k);
+		tl_expect(f->cqa, IBV_WC_COMP_SWAP, IBV_WC_SUCCESS, wr.wr_id, &wc);
 		CHECK(wc.byte_len == 8, "compare-and-swap %d: byte_len %u", k, wc.byte_len);
 	}
-	CHECK(res[0] == sum && res[1] == swp[0], "compare-and-swap returned %llx %llx", (unsigned long long)res[0],
-	      (unsigned long long)res[1]);
-	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == swp[0], "word %llx after compare-and-swap", (unsigned long long)*word);
-	const uint8_t *b = (const uint8_t *)tbuf;
+	CHECK(at->res[0] == at->sum && at->res[1] == swp[0], "compare-and-swap returned %llx %llx",
+	      (unsigned long long)at->res[0], (unsigned long long)at->res[1]);
+	CHECK(__atomic_load_n(at->word, __ATOMIC_SEQ_CST) == swp[0], "word %llx after compare-and-swap",
+	      (unsigned long long)*at->word);
+	const uint8_t *b = (const uint8_t *)at->tbuf;
 	for (int i = 0; i < 192; i++)
 		CHECK((i >= 72 && i < 80) || (i >= 64 && i < 128 ? b[i] == 0 : b[i] == GUARD_BYTE), "byte %d around the word", i);
-	OK("atomic-cmp-swap");
-	/* Malformed atomics fail at post with EINVAL. */
-	struct ibv_sge two[2] = {{(uintptr_t)&res[0], 8, rmr->lkey}, {(uintptr_t)&res[1], 8, rmr->lkey}};
-	struct ibv_send_wr w = {.wr_id = 999, .sg_list = two, .num_sge = 2, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
-				.send_flags = IBV_SEND_SIGNALED};
-	w.wr.atomic.remote_addr = (uintptr_t)word;
-	w.wr.atomic.rkey = tmr->rkey;
-	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "two SGEs");
+}
+
+/* atomic-post-errors: what the library refuses at post time (EINVAL: two
+ * SGEs, a 4-byte result, inline) and registration (REMOTE_ATOMIC without
+ * LOCAL_WRITE); nothing completes. */
+static void case_atomic_errors(struct fix *f)
+{
+	struct atom *at = &f->atom;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	struct ibv_sge two[2] = {{(uintptr_t)&at->res[0], 8, at->rmr->lkey}, {(uintptr_t)&at->res[1], 8, at->rmr->lkey}};
+	struct ibv_send_wr w = atomic_wr(at, two, 999, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_SEND_SIGNALED);
+	w.num_sge = 2;
+	CHECK(ibv_post_send(f->qpa, &w, &bad) == EINVAL && bad == &w, "two SGEs");
 	w.num_sge = 1;
 	two[0].length = 4;
-	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "a 4-byte result");
+	CHECK(ibv_post_send(f->qpa, &w, &bad) == EINVAL && bad == &w, "a 4-byte result");
 	two[0].length = 8;
 	w.send_flags |= IBV_SEND_INLINE;
-	CHECK(ibv_post_send(qpa, &w, &bad) == EINVAL && bad == &w, "inline atomic");
+	CHECK(ibv_post_send(f->qpa, &w, &bad) == EINVAL && bad == &w, "inline atomic");
 	errno = 0;
-	CHECK(!ibv_reg_mr(pdb, tbuf + 8, 64, IBV_ACCESS_REMOTE_ATOMIC) && errno == EINVAL, "REMOTE_ATOMIC without LOCAL_WRITE");
+	CHECK(!ibv_reg_mr(f->pdb, at->tbuf + 8, 64, IBV_ACCESS_REMOTE_ATOMIC) && errno == EINVAL,
+	      "REMOTE_ATOMIC without LOCAL_WRITE");
 	usleep(50000);
-	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused atomic completed");
-	OK("atomic-post-errors");
-	/* perftest's way: every request with the same wr_id, one in 16
-	 * signaled, more of them than the send queue holds (32): each signaled
-	 * completion frees the 16 requests up to it. */
-	*word = 0;
+	CHECK(ibv_poll_cq(f->cqa, 1, &wc) == 0, "a refused atomic completed");
+}
+
+/* atomic-unsignaled: perftest's way: every request with the same wr_id,
+ * one in 16 signaled, more of them than the send queue holds (32): each
+ * signaled completion frees the 16 requests up to it. */
+static void case_atomic_unsignaled(struct fix *f)
+{
+	struct atom *at = &f->atom;
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	*at->word = 0;
 	enum { M = 400, MOD = 16, DEPTH = 32 };
 	int scnt = 0, ccnt = 0;
 	while (ccnt < M) {
 		while (scnt < M && scnt - ccnt < DEPTH) {
-			struct ibv_sge sge = {(uintptr_t)&res[scnt % N], 8, rmr->lkey};
-			struct ibv_send_wr wr = {.wr_id = 0x5157, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
-						 .send_flags = (scnt + 1) % MOD == 0 ? IBV_SEND_SIGNALED : 0};
-			wr.wr.atomic.remote_addr = (uintptr_t)word;
-			wr.wr.atomic.rkey = tmr->rkey;
+			struct ibv_sge sge = {(uintptr_t)&at->res[scnt % ATOM_N], 8, at->rmr->lkey};
+			struct ibv_send_wr wr = atomic_wr(at, &sge, 0x5157, IBV_WR_ATOMIC_FETCH_AND_ADD,
+							  (scnt + 1) % MOD == 0 ? IBV_SEND_SIGNALED : 0);
 			wr.wr.atomic.compare_add = 1;
-			CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post unsignaled fetch-and-add %d (%d completed)", scnt, ccnt);
+			CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post unsignaled fetch-and-add %d (%d completed)", scnt, ccnt);
 			scnt++;
 		}
-		poll_one(cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 0x5157, &wc);
+		tl_expect(f->cqa, IBV_WC_FETCH_ADD, IBV_WC_SUCCESS, 0x5157, &wc);
 		ccnt += MOD;
 	}
-	CHECK(__atomic_load_n(word, __ATOMIC_SEQ_CST) == M, "word %llu after %d unsignaled adds", (unsigned long long)*word, M);
-	OK("atomic-unsignaled");
-	CHECK(ibv_dereg_mr(tmr) == 0 && ibv_dereg_mr(rmr) == 0, "dereg");
-	free(tbuf);
-	free(res);
+	CHECK(__atomic_load_n(at->word, __ATOMIC_SEQ_CST) == M, "word %llu after %d unsignaled adds",
+	      (unsigned long long)*at->word, M);
+	CHECK(ibv_dereg_mr(at->tmr) == 0 && ibv_dereg_mr(at->rmr) == 0, "dereg");
+	free(at->tbuf);
+	free(at->res);
 }
 
-/* check_no_atomic: toward a peer without RFC 7306 atomics (--rdmap-ext
+/* atomic-refused: toward a peer without RFC 7306 atomics (--rdmap-ext
  * off, which also reports IBV_ATOMIC_NONE) both atomics fail at post time
  * with EOPNOTSUPP, bad_wr naming them, and nothing completes. */
-static void check_no_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_pd *pda, struct ibv_pd *pdb)
+static void case_no_atomic(struct fix *f)
 {
 	struct ibv_device_attr da;
-	CHECK(ibv_query_device(pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_NONE, "B's atomic_cap %d", da.atomic_cap);
+	CHECK(ibv_query_device(f->pdb->context, &da) == 0 && da.atomic_cap == IBV_ATOMIC_NONE, "B's atomic_cap %d", da.atomic_cap);
 	uint64_t *res = calloc(1, 8);
 	CHECK(res, "calloc");
-	struct ibv_mr *rmr = ibv_reg_mr(pda, res, 8, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *rmr = ibv_reg_mr(f->pda, res, 8, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(rmr, "register the result");
 	const enum ibv_wr_opcode ops[2] = {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
 	for (int k = 0; k < 2; k++) {
@@ -644,14 +627,13 @@ static void check_no_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_p
 		wr.wr.atomic.remote_addr = 0x1000;
 		wr.wr.atomic.rkey = 1;
 		wr.wr.atomic.compare_add = 1;
-		CHECK(ibv_post_send(qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without atomics", ops[k]);
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == EOPNOTSUPP && bad == &wr, "opcode %d toward a peer without atomics", ops[k]);
 	}
 	struct ibv_wc wc;
 	usleep(100000);
-	CHECK(ibv_poll_cq(cqa, 1, &wc) == 0, "a refused atomic completed");
+	CHECK(ibv_poll_cq(f->cqa, 1, &wc) == 0, "a refused atomic completed");
 	CHECK(ibv_dereg_mr(rmr) == 0, "dereg");
 	free(res);
-	OK("atomic-refused");
 }
 
 /* removal: siwtun-ctest --removal DEV: with a PD, an armed CQ on a
@@ -661,9 +643,9 @@ static void check_no_atomic(struct ibv_qp *qpa, struct ibv_cq *cqa, struct ibv_p
  * later calls. */
 static int removal(const char *dev)
 {
-	struct ibv_context *c = open_dev(dev);
+	struct ibv_context *c = tl_open_dev(dev);
 	struct sockaddr_in sin;
-	get_addr(c, &sin);
+	tl_get_addr(c, &sin);
 	sin.sin_port = htons(17998);
 	struct ibv_pd *pd = ibv_alloc_pd(c);
 	struct ibv_comp_channel *cc = ibv_create_comp_channel(c);
@@ -685,7 +667,7 @@ static int removal(const char *dev)
 	CHECK(ibv_get_cq_event(cc, &evcq, &evctx) == 0 && evcq == cq, "cq event");
 	ibv_ack_cq_events(cq, 1);
 	OK("comp-channel-woken");
-	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DEVICE_REMOVAL));
+	tl_ack_event(ch, RDMA_CM_EVENT_DEVICE_REMOVAL);
 	OK("cm-device-removal");
 	errno = 0;
 	CHECK(!ibv_alloc_pd(c) && errno == ENODEV, "alloc pd after removal");
@@ -725,10 +707,10 @@ static uint8_t rs_pattern(size_t i) { return (uint8_t)(i * 7 + i / 251); }
  * after) and the refusals (datagram sockets, other families). */
 static int rsockets(const char *deva, const char *devb, int port)
 {
-	struct ibv_context *ca = open_dev(deva), *cb = open_dev(devb);
+	struct ibv_context *ca = tl_open_dev(deva), *cb = tl_open_dev(devb);
 	struct sockaddr_in addr_a, addr_b;
-	get_addr(ca, &addr_a);
-	get_addr(cb, &addr_b);
+	tl_get_addr(ca, &addr_a);
+	tl_get_addr(cb, &addr_b);
 	addr_b.sin_port = htons((uint16_t)port);
 
 	/* rdma_migrate_id (each accepted rsocket gets a channel of its own):
@@ -740,7 +722,7 @@ static int rsockets(const char *deva, const char *devb, int port)
 	CHECK(rdma_migrate_id(mid, my) == 0 && mid->channel == my, "rdma_migrate_id");
 	struct pollfd mp = {.fd = mx->fd, .events = POLLIN};
 	CHECK(poll(&mp, 1, 0) == 0, "the old channel still readable after the move");
-	rdma_ack_cm_event(wait_event(my, RDMA_CM_EVENT_ADDR_RESOLVED));
+	tl_ack_event(my, RDMA_CM_EVENT_ADDR_RESOLVED);
 	/* To no channel: synchronous on a channel of its own (librdmacm);
 	 * a synchronous id cannot go to none again; back to a channel. */
 	CHECK(rdma_migrate_id(mid, NULL) == 0 && mid->channel && mid->channel != my && mid->channel != mx,
@@ -921,12 +903,134 @@ static int rsockets(const char *deva, const char *devb, int port)
 	return 0;
 }
 
-/* check_wildcard_listener: an id bound to 0.0.0.0 is on no device, as
- * with rdma_cm (libfabric's verbs provider relies on it): no verbs, no
- * PD, no QP; it listens, and its connection requests come on an id of
- * the device, whose local address is the device's and the listener's
- * port. */
-static void check_wildcard_listener(struct sockaddr_in addr_a, struct sockaddr_in addr_b)
+
+/* ---- the cases of a run on two devices, in the order cases[] runs them ---- */
+
+/* devices: both devices open (listed once, iWARP RNICs), their addresses. */
+static void case_devices(struct fix *f)
+{
+	f->ca = tl_open_dev(f->dev_a);
+	f->cb = tl_open_dev(f->dev_b);
+	tl_get_addr(f->ca, &f->addr_a);
+	tl_get_addr(f->cb, &f->addr_b);
+	f->addr_b.sin_port = htons((uint16_t)f->port);
+}
+
+/* bind-port-0: a port at bind (to port 0) and the device's PD; binding a
+ * bound id refused; listen with backlog 0 on the port. The listener stays
+ * for disconnect-destroy-qp. */
+static void case_bind_port0(struct fix *f)
+{
+	f->scha = rdma_create_event_channel();
+	f->schb = rdma_create_event_channel();
+	CHECK(f->scha && f->schb, "semantics: channels");
+	struct sockaddr_in any_b = f->addr_b;
+	any_b.sin_port = 0;
+	CHECK(rdma_create_id(f->schb, &f->slid, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(f->slid, (struct sockaddr *)&any_b) == 0,
+	      "bind to port 0");
+	struct rdma_cm_id *lid = f->slid;
+	uint16_t got = ntohs(rdma_get_src_port(lid));
+	CHECK(got != 0 && lid->verbs && lid->pd, "a port (%u) and the device's PD at bind", got);
+	errno = 0;
+	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&any_b) == -1 && errno == EINVAL, "binding a bound id");
+	CHECK(rdma_listen(lid, 0) == 0 && ntohs(rdma_get_src_port(lid)) == got, "listen with backlog 0 on the bound port");
+	f->sport = got;
+}
+
+/* loopback-bind-options: a loopback bind takes a port and no device (as
+ * rdma_cm, which counts loopback as any address); id options (ack timeout,
+ * TOS, reuse) and their refusals; a synchronous id migrated to a channel;
+ * resolving binds it to a device. */
+static void case_loopback_options(struct fix *f)
+{
+	struct rdma_cm_id *lo;
+	struct sockaddr_in loop = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	CHECK(rdma_create_id(NULL, &lo, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lo, (struct sockaddr *)&loop) == 0 &&
+	      !lo->verbs && !lo->pd && rdma_get_src_port(lo) != 0 &&
+	      ((struct sockaddr_in *)rdma_get_local_addr(lo))->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+	      "loopback binds a port and no device");
+	uint8_t t21 = 21, tos = 0;
+	int one = 1;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t21, 1) == 0 &&
+	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0 &&
+	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0, "options");
+	errno = 0;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &one, sizeof(one)) == -1 && errno == EINVAL,
+	      "ack timeout of the wrong size");
+	errno = 0;
+	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, 99, &one, sizeof(one)) == -1 && errno == ENOSYS, "unknown option");
+	/* To no channel and back: a synchronous id moved to a channel. */
+	struct rdma_event_channel *mch = rdma_create_event_channel();
+	CHECK(mch && rdma_migrate_id(lo, mch) == 0 && lo->channel == mch, "migrate a synchronous id to a channel");
+	CHECK(rdma_resolve_addr(lo, NULL, (struct sockaddr *)&f->addr_b, 2000) == 0, "resolve from loopback");
+	tl_ack_event(mch, RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(lo->verbs && lo->pd, "resolving binds the loopback id to a device");
+	CHECK(rdma_destroy_id(lo) == 0, "destroy the loopback id");
+	rdma_destroy_event_channel(mch);
+}
+
+/* addrinfo-hints: rdma_getaddrinfo from a hint's destination alone; of
+ * nothing, EINVAL; XRC endpoints, either end, EOPNOTSUPP at once. */
+static void case_addrinfo_hints(struct fix *f)
+{
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
+	hints.ai_dst_addr = (struct sockaddr *)&f->addr_b;
+	hints.ai_dst_len = sizeof(f->addr_b);
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0 && res->ai_dst_len == sizeof(f->addr_b) &&
+	      !memcmp(res->ai_dst_addr, &f->addr_b, sizeof(f->addr_b)) && res->ai_qp_type == IBV_QPT_RC, "hint-only addrinfo");
+	struct rdma_addrinfo xrc = *res;
+	struct rdma_cm_id *xid = NULL;
+	struct ibv_qp_init_attr xa = {.cap = {.max_recv_wr = 1, .max_recv_sge = 1}};
+	xrc.ai_qp_type = IBV_QPT_XRC_SEND;
+	errno = 0;
+	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "an XRC endpoint");
+	xrc.ai_qp_type = IBV_QPT_XRC_RECV;
+	xrc.ai_flags |= RAI_PASSIVE;
+	xrc.ai_src_addr = (struct sockaddr *)&f->addr_b;
+	xrc.ai_src_len = sizeof(f->addr_b);
+	errno = 0;
+	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "a passive XRC endpoint");
+	rdma_freeaddrinfo(res);
+	struct rdma_addrinfo none = {0};
+	errno = 0;
+	CHECK(rdma_getaddrinfo(NULL, NULL, &none, &res) == -1 && errno == EINVAL, "addrinfo of nothing");
+}
+
+/* disconnect-destroy-qp: a connection to bind-port-0's listener (QPs in
+ * the ids' PDs), then rdma_disconnect and the QP destroyed at once (as
+ * cmtime does): DISCONNECTED on both sides. */
+static void case_disconnect_destroy_qp(struct fix *f)
+{
+	struct rdma_event_channel *cha = f->scha, *chb = f->schb;
+	struct rdma_cm_id *aid;
+	struct sockaddr_in dst = f->addr_b;
+	dst.sin_port = htons(f->sport);
+	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0 &&
+	      rdma_resolve_addr(aid, (struct sockaddr *)&f->addr_a, (struct sockaddr *)&dst, 2000) == 0, "resolve");
+	tl_ack_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(aid->pd && rdma_resolve_route(aid, 2000) == 0, "the device's PD at resolve");
+	tl_ack_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
+	CHECK(rdma_create_qp(aid, NULL, &qa) == 0 && aid->qp->pd == aid->pd, "rdma_create_qp in the id's PD");
+	CHECK(rdma_connect(aid, NULL) == 0, "connect");
+	struct rdma_cm_id *sid = tl_request(chb);
+	struct ibv_qp_init_attr qb = qa;
+	CHECK(sid->pd && rdma_create_qp(sid, NULL, &qb) == 0 && rdma_accept(sid, NULL) == 0, "accept");
+	tl_established(chb, cha);
+	CHECK(rdma_disconnect(aid) == 0, "disconnect");
+	rdma_destroy_qp(aid);
+	tl_disconnected(cha, chb);
+	rdma_destroy_qp(sid);
+	CHECK(rdma_destroy_id(sid) == 0 && rdma_destroy_id(aid) == 0 && rdma_destroy_id(f->slid) == 0, "destroy");
+	rdma_destroy_event_channel(cha);
+	rdma_destroy_event_channel(chb);
+}
+
+/* wildcard-listener: an id bound to 0.0.0.0 is on no device, as with
+ * rdma_cm (libfabric's verbs provider relies on it): no verbs, no PD, no
+ * QP; it listens, and its connection requests come on an id of the
+ * device, whose local address is the device's and the listener's port. */
+static void case_wildcard_listener(struct fix *f)
 {
 	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
 	CHECK(cha && chb, "wildcard: channels");
@@ -947,134 +1051,605 @@ static void check_wildcard_listener(struct sockaddr_in addr_a, struct sockaddr_i
 	struct sockaddr_in dst = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
 	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0 &&
 	      rdma_resolve_addr(aid, NULL, (struct sockaddr *)&dst, 2000) == 0, "resolve loopback");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+	tl_ack_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED);
 	CHECK(aid->verbs && aid->pd && rdma_resolve_route(aid, 2000) == 0, "a device at resolve");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	tl_ack_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	struct ibv_qp_init_attr qc = qa;
 	CHECK(rdma_create_qp(aid, NULL, &qc) == 0 && rdma_connect(aid, NULL) == 0, "connect to the wildcard listener");
-	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-	struct rdma_cm_id *cid = ev->id;
-	rdma_ack_cm_event(ev);
+	struct rdma_cm_id *cid = tl_request(chb);
 	struct sockaddr_in *local = (struct sockaddr_in *)rdma_get_local_addr(cid);
 	CHECK(cid->verbs == aid->verbs && cid->pd == aid->pd, "the request's id is on the listener's device");
 	CHECK(local->sin_family == AF_INET && ntohs(local->sin_port) == port &&
-	      (local->sin_addr.s_addr == addr_a.sin_addr.s_addr || local->sin_addr.s_addr == addr_b.sin_addr.s_addr),
+	      (local->sin_addr.s_addr == f->addr_a.sin_addr.s_addr || local->sin_addr.s_addr == f->addr_b.sin_addr.s_addr),
 	      "the request's local address is the device's, the port the listener's");
 	struct ibv_qp_init_attr qb = qa;
 	CHECK(rdma_create_qp(cid, NULL, &qb) == 0 && rdma_accept(cid, NULL) == 0, "accept");
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
+	tl_established(chb, cha);
 	CHECK(rdma_disconnect(aid) == 0, "disconnect");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+	tl_disconnected(cha, chb);
 	rdma_destroy_qp(aid);
 	rdma_destroy_qp(cid);
 	CHECK(rdma_destroy_id(cid) == 0 && rdma_destroy_id(aid) == 0 && rdma_destroy_id(wid) == 0, "destroy");
 	rdma_destroy_event_channel(cha);
 	rdma_destroy_event_channel(chb);
-	OK("wildcard listener");
 }
 
-/* check_cm_semantics: what rdma_cm gives programs before they connect
- * (a port at bind, the device's PD, loopback binds, options, hint-only
- * address info), and DISCONNECTED on both sides when the connecting side
- * destroys its QP right after rdma_disconnect (as cmtime does). */
-static void check_cm_semantics(struct sockaddr_in addr_a, struct sockaddr_in addr_b, int port)
+/* resolve: B listens on its address (on DEV_B), A's id resolves from its
+ * address (on DEV_A); A's PD, completion channel and CQ. */
+static void case_resolve(struct fix *f)
 {
-	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
-	CHECK(cha && chb, "semantics: channels");
-	struct rdma_cm_id *lid, *aid, *lo;
-	struct sockaddr_in any_b = addr_b;
-	any_b.sin_port = 0;
-	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lid, (struct sockaddr *)&any_b) == 0,
-	      "bind to port 0");
-	uint16_t got = ntohs(rdma_get_src_port(lid));
-	CHECK(got != 0 && lid->verbs && lid->pd, "a port (%u) and the device's PD at bind", got);
-	errno = 0;
-	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&any_b) == -1 && errno == EINVAL, "binding a bound id");
-	CHECK(rdma_listen(lid, 0) == 0 && ntohs(rdma_get_src_port(lid)) == got, "listen with backlog 0 on the bound port");
-	OK("bind port 0");
-
-	struct sockaddr_in loop = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	CHECK(rdma_create_id(NULL, &lo, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(lo, (struct sockaddr *)&loop) == 0 &&
-	      !lo->verbs && !lo->pd && rdma_get_src_port(lo) != 0 &&
-	      ((struct sockaddr_in *)rdma_get_local_addr(lo))->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
-	      "loopback binds a port and no device");
-	uint8_t t21 = 21, tos = 0;
-	int one = 1;
-	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t21, 1) == 0 &&
-	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0 &&
-	      rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0, "options");
-	errno = 0;
-	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &one, sizeof(one)) == -1 && errno == EINVAL,
-	      "ack timeout of the wrong size");
-	errno = 0;
-	CHECK(rdma_set_option(lo, RDMA_OPTION_ID, 99, &one, sizeof(one)) == -1 && errno == ENOSYS, "unknown option");
-	/* To no channel and back: a synchronous id moved to a channel. */
-	struct rdma_event_channel *mch = rdma_create_event_channel();
-	CHECK(mch && rdma_migrate_id(lo, mch) == 0 && lo->channel == mch, "migrate a synchronous id to a channel");
-	CHECK(rdma_resolve_addr(lo, NULL, (struct sockaddr *)&addr_b, 2000) == 0, "resolve from loopback");
-	rdma_ack_cm_event(wait_event(mch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(lo->verbs && lo->pd, "resolving binds the loopback id to a device");
-	CHECK(rdma_destroy_id(lo) == 0, "destroy the loopback id");
-	rdma_destroy_event_channel(mch);
-	OK("loopback bind, options");
-
-	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
-	hints.ai_dst_addr = (struct sockaddr *)&addr_b;
-	hints.ai_dst_len = sizeof(addr_b);
-	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0 && res->ai_dst_len == sizeof(addr_b) &&
-	      !memcmp(res->ai_dst_addr, &addr_b, sizeof(addr_b)) && res->ai_qp_type == IBV_QPT_RC, "hint-only addrinfo");
-	/* XRC endpoints, either end: EOPNOTSUPP at once. */
-	struct rdma_addrinfo xrc = *res;
-	struct rdma_cm_id *xid = NULL;
-	struct ibv_qp_init_attr xa = {.cap = {.max_recv_wr = 1, .max_recv_sge = 1}};
-	xrc.ai_qp_type = IBV_QPT_XRC_SEND;
-	errno = 0;
-	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "an XRC endpoint");
-	xrc.ai_qp_type = IBV_QPT_XRC_RECV;
-	xrc.ai_flags |= RAI_PASSIVE;
-	xrc.ai_src_addr = (struct sockaddr *)&addr_b;
-	xrc.ai_src_len = sizeof(addr_b);
-	errno = 0;
-	CHECK(rdma_create_ep(&xid, &xrc, NULL, &xa) == -1 && errno == EOPNOTSUPP && !xid, "a passive XRC endpoint");
-	rdma_freeaddrinfo(res);
-	struct rdma_addrinfo none = {0};
-	errno = 0;
-	CHECK(rdma_getaddrinfo(NULL, NULL, &none, &res) == -1 && errno == EINVAL, "addrinfo of nothing");
-	OK("addrinfo from hints");
-
-	/* Connect to the port 0 listener, then disconnect and destroy the QP
-	 * at once: DISCONNECTED on both sides. */
-	struct sockaddr_in dst = addr_b;
-	dst.sin_port = htons(got);
-	(void)port;
-	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0 &&
-	      rdma_resolve_addr(aid, (struct sockaddr *)&addr_a, (struct sockaddr *)&dst, 2000) == 0, "resolve");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(aid->pd && rdma_resolve_route(aid, 2000) == 0, "the device's PD at resolve");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
-	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
-	CHECK(rdma_create_qp(aid, NULL, &qa) == 0 && aid->qp->pd == aid->pd, "rdma_create_qp in the id's PD");
-	CHECK(rdma_connect(aid, NULL) == 0, "connect");
-	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-	struct rdma_cm_id *sid = ev->id;
-	rdma_ack_cm_event(ev);
-	struct ibv_qp_init_attr qb = qa;
-	CHECK(sid->pd && rdma_create_qp(sid, NULL, &qb) == 0 && rdma_accept(sid, NULL) == 0, "accept");
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
-	CHECK(rdma_disconnect(aid) == 0, "disconnect");
-	rdma_destroy_qp(aid);
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_destroy_qp(sid);
-	CHECK(rdma_destroy_id(sid) == 0 && rdma_destroy_id(aid) == 0 && rdma_destroy_id(lid) == 0, "destroy");
-	rdma_destroy_event_channel(cha);
-	rdma_destroy_event_channel(chb);
-	OK("disconnect, then destroy the QP");
-	check_wildcard_listener(addr_a, addr_b);
+	f->cha = rdma_create_event_channel();
+	f->chb = rdma_create_event_channel();
+	CHECK(f->cha && f->chb, "event channels");
+	f->lid = tl_listen(f->chb, &f->addr_b, 4);
+	CHECK(!strcmp(ibv_get_device_name(f->lid->verbs->device), f->dev_b), "listener on %s", f->dev_b);
+	CHECK(rdma_create_id(f->cha, &f->aid, NULL, RDMA_PS_TCP) == 0, "create id");
+	CHECK(rdma_resolve_addr(f->aid, (struct sockaddr *)&f->addr_a, (struct sockaddr *)&f->addr_b, 2000) == 0, "resolve addr");
+	tl_ack_event(f->cha, RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(!strcmp(ibv_get_device_name(f->aid->verbs->device), f->dev_a), "client on %s", f->dev_a);
+	CHECK(rdma_resolve_route(f->aid, 2000) == 0, "resolve route");
+	tl_ack_event(f->cha, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	f->pda = ibv_alloc_pd(f->aid->verbs);
+	CHECK(f->pda, "alloc pd A");
+	f->cca = ibv_create_comp_channel(f->aid->verbs);
+	CHECK(f->cca, "comp channel A");
+	f->cqa = ibv_create_cq(f->aid->verbs, 64, NULL, f->cca, 0);
+	CHECK(f->cqa, "cq A");
 }
+
+/* connect: A's QP (its inline capacity), private data both ways, IRD/ORD
+ * seen by the listener, B's objects on the listener's device, RTS and the
+ * init attributes by ibv_query_qp. */
+static void case_connect(struct fix *f)
+{
+	struct ibv_qp_init_attr *qa = &f->qa;
+	*qa = (struct ibv_qp_init_attr){.send_cq = f->cqa, .recv_cq = f->cqa, .qp_type = IBV_QPT_RC,
+					.cap = {.max_send_wr = 32, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64}};
+	CHECK(rdma_create_qp(f->aid, f->pda, qa) == 0, "rdma_create_qp A");
+	CHECK(qa->cap.max_inline_data >= 64, "inline cap");
+	static const char hello[] = "siwtun-ctest hello";
+	struct rdma_conn_param cp = {.private_data = hello, .private_data_len = sizeof(hello), .responder_resources = 4,
+				     .initiator_depth = 4};
+	CHECK(rdma_connect(f->aid, &cp) == 0, "connect");
+	struct rdma_cm_event *ev = tl_wait_event(f->chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == f->lid && ev->param.conn.private_data_len >= sizeof(hello) &&
+	      !memcmp(ev->param.conn.private_data, hello, sizeof(hello)), "connect request private data");
+	CHECK(ev->param.conn.initiator_depth == 4 && ev->param.conn.responder_resources == 4, "IRD/ORD %u/%u",
+	      ev->param.conn.initiator_depth, ev->param.conn.responder_resources);
+	f->bid = ev->id;
+	rdma_ack_cm_event(ev);
+	struct rdma_cm_id *bid = f->bid;
+	CHECK(bid->verbs == f->lid->verbs, "child on the listener's device");
+	f->pdb = ibv_alloc_pd(bid->verbs);
+	f->ccb = ibv_create_comp_channel(bid->verbs);
+	f->cqb = f->ccb ? ibv_create_cq(bid->verbs, 64, f->cb, f->ccb, 0) : NULL;
+	CHECK(f->pdb && f->ccb && f->cqb, "B resources");
+	struct ibv_qp_init_attr qb = *qa;
+	qb.send_cq = qb.recv_cq = f->cqb;
+	CHECK(rdma_create_qp(bid, f->pdb, &qb) == 0, "rdma_create_qp B");
+	f->qpa = f->aid->qp;
+	f->qpb = bid->qp;
+	CHECK(rdma_accept(bid, NULL) == 0, "accept");
+	tl_established(f->cha, f->chb);
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	CHECK(ibv_query_qp(f->qpa, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS, "query qp: state %d",
+	      attr.qp_state);
+	CHECK(init.send_cq == f->cqa && init.qp_type == IBV_QPT_RC, "query qp init attr");
+}
+
+/* ports: the listener's and the accepted id's source port is the
+ * listening port, which is the connecting id's destination; the connecting
+ * id's source port is its TCP connection's, which the accepted id sees as
+ * its peer's; the connecting side's address on both ids. */
+static void case_ports(struct fix *f)
+{
+	struct rdma_cm_id *lid = f->lid, *aid = f->aid, *bid = f->bid;
+	uint16_t port = (uint16_t)f->port;
+	CHECK(rdma_get_src_port(lid) == htons(port) && rdma_get_dst_port(lid) == 0, "listener ports %u %u",
+	      ntohs(rdma_get_src_port(lid)), ntohs(rdma_get_dst_port(lid)));
+	CHECK(rdma_get_dst_port(aid) == htons(port) && rdma_get_src_port(bid) == htons(port),
+	      "listening port: connecting id's destination %u, accepted id's source %u", ntohs(rdma_get_dst_port(aid)),
+	      ntohs(rdma_get_src_port(bid)));
+	CHECK(rdma_get_src_port(aid) != 0 && rdma_get_src_port(aid) == rdma_get_dst_port(bid),
+	      "connection's port: connecting id's source %u, accepted id's destination %u", ntohs(rdma_get_src_port(aid)),
+	      ntohs(rdma_get_dst_port(bid)));
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(aid), *pa = (struct sockaddr_in *)rdma_get_peer_addr(bid);
+	CHECK(la->sin_family == AF_INET && pa->sin_family == AF_INET && la->sin_addr.s_addr == f->addr_a.sin_addr.s_addr &&
+	      pa->sin_addr.s_addr == f->addr_a.sin_addr.s_addr, "connecting side's address");
+}
+
+/* notify: iWARP's connection manager has nothing to learn from QP events
+ * (rdma_cm's answer for every non-IB device), but an id with no connection
+ * has nothing to notify (EINVAL, as rdma_cm). */
+static void case_notify(struct fix *f)
+{
+	CHECK(rdma_notify(f->aid, IBV_EVENT_COMM_EST) == 0 && rdma_notify(f->bid, IBV_EVENT_COMM_EST) == 0, "notify");
+	struct rdma_cm_id *nid;
+	CHECK(rdma_create_id(f->cha, &nid, NULL, RDMA_PS_TCP) == 0, "create id");
+	errno = 0;
+	CHECK(rdma_notify(nid, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "notify on an id without connection");
+	CHECK(rdma_destroy_id(nid) == 0, "destroy id");
+}
+
+/* ud: rdma_cm makes datagram ids before a device is chosen, and an iWARP
+ * RNIC has no UD service (RDMAP over DDP over MPA over TCP; Linux's siw
+ * creates RC QPs only): what needs it fails with EOPNOTSUPP. An unknown
+ * port space is EINVAL, as rdma_cm's. */
+static void case_ud(struct fix *f)
+{
+	const enum rdma_port_space ud[2] = {RDMA_PS_UDP, RDMA_PS_IPOIB};
+	for (int k = 0; k < 2; k++) {
+		struct rdma_cm_id *uid;
+		CHECK(rdma_create_id(f->cha, &uid, NULL, ud[k]) == 0, "create id in port space %#x", ud[k]);
+		CHECK(uid->ps == ud[k] && uid->qp_type == IBV_QPT_UD, "UD id: ps %#x qp type %d", uid->ps, uid->qp_type);
+		struct sockaddr_in ua = f->addr_a;
+		ua.sin_port = htons((uint16_t)(f->port + 1));
+		CHECK(rdma_bind_addr(uid, (struct sockaddr *)&ua) == 0, "bind UD id");
+		errno = 0;
+		CHECK(rdma_listen(uid, 1) == -1 && errno == EOPNOTSUPP, "listen on a UD id");
+		struct ibv_qp_init_attr uq = f->qa;
+		uq.qp_type = IBV_QPT_UD;
+		errno = 0;
+		CHECK(rdma_create_qp(uid, f->pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "UD QP on a UD id");
+		uq.qp_type = IBV_QPT_RC;
+		errno = 0;
+		CHECK(rdma_create_qp(uid, f->pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "RC QP on a UD id");
+		errno = 0;
+		CHECK(rdma_connect(uid, NULL) == -1 && errno == EOPNOTSUPP, "connect a UD id");
+		CHECK(rdma_destroy_id(uid) == 0, "destroy UD id");
+	}
+	struct rdma_addrinfo hints = {.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST, .ai_port_space = RDMA_PS_UDP}, *res;
+	CHECK(rdma_getaddrinfo("198.18.0.1", "7174", &hints, &res) == 0 && res->ai_qp_type == IBV_QPT_UD &&
+	      res->ai_port_space == RDMA_PS_UDP, "rdma_getaddrinfo for UDP");
+	rdma_freeaddrinfo(res);
+	struct rdma_cm_id *bad;
+	errno = 0;
+	CHECK(rdma_create_id(f->cha, &bad, NULL, (enum rdma_port_space)0x0999) == -1 && errno == EINVAL, "unknown port space");
+}
+
+/* qp-extras: what a QP does not offer: ECE (an IB CM extension), the
+ * extended QP; and no promise that data is placed in order (DDP places
+ * tagged segments as they come). */
+static void case_qp_extras(struct fix *f)
+{
+	struct ibv_ece ece = {.vendor_id = 0x15b3, .options = 1};
+	CHECK(ibv_query_ece(f->qpa, &ece) == EOPNOTSUPP && ibv_set_ece(f->qpa, &ece) == EOPNOTSUPP, "QP ECE");
+	errno = 0;
+	CHECK(rdma_set_local_ece(f->aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_set_local_ece");
+	errno = 0;
+	CHECK(rdma_get_remote_ece(f->aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_get_remote_ece");
+	errno = 0;
+	CHECK(!ibv_qp_to_qp_ex(f->qpa) && errno == EOPNOTSUPP, "qp to qp_ex");
+	CHECK(ibv_query_qp_data_in_order(f->qpa, IBV_WR_RDMA_WRITE, 0) == 0 && ibv_query_qp_data_in_order(f->qpa, IBV_WR_SEND, 0) == 0 &&
+	      ibv_query_qp_data_in_order(f->qpb, IBV_WR_RDMA_READ, 0) == 0, "data in order");
+}
+
+/* rdma-devices: rdma_get_devices lists both devices, as the contexts
+ * rdma_cm's ids use. */
+static void case_rdma_devices(struct fix *f)
+{
+	int nd = -1;
+	struct ibv_context **dl = rdma_get_devices(&nd);
+	CHECK(dl && nd == 2 && dl[2] == NULL, "rdma_get_devices: %d", nd);
+	int seen_a = 0, seen_b = 0;
+	for (int i = 0; i < nd; i++) {
+		CHECK(dl[i]->device->transport_type == IBV_TRANSPORT_IWARP, "rdma device transport");
+		seen_a += dl[i] == f->aid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), f->dev_a);
+		seen_b += dl[i] == f->bid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), f->dev_b);
+	}
+	CHECK(seen_a == 1 && seen_b == 1, "rdma_get_devices lists %s %d times and %s %d times", f->dev_a, seen_a, f->dev_b,
+	      seen_b);
+	rdma_free_devices(dl);
+}
+
+/* reject: a second connection, refused with private data, which reaches
+ * the connecting side's REJECTED; a second reject of it refused; nothing
+ * on the refusing side. */
+static void case_reject(struct fix *f)
+{
+	struct rdma_event_channel *cha = f->cha, *chb = f->chb;
+	struct rdma_cm_id *rid;
+	CHECK(rdma_create_id(cha, &rid, NULL, RDMA_PS_TCP) == 0, "create id");
+	tl_resolve(rid, &f->addr_a, &f->addr_b);
+	struct ibv_qp_init_attr rq = f->qa;
+	CHECK(rdma_create_qp(rid, f->pda, &rq) == 0, "rdma_create_qp");
+	static const char ask[] = "may I?";
+	struct rdma_conn_param rp = {.private_data = ask, .private_data_len = sizeof(ask)};
+	CHECK(rdma_connect(rid, &rp) == 0, "connect");
+	struct rdma_cm_event *ev = tl_wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == f->lid && ev->param.conn.private_data_len >= sizeof(ask) &&
+	      !memcmp(ev->param.conn.private_data, ask, sizeof(ask)), "request's private data");
+	struct rdma_cm_id *refused = ev->id;
+	rdma_ack_cm_event(ev);
+	static const char no[] = "siwtun-ctest says no";
+	CHECK(rdma_reject(refused, no, sizeof(no)) == 0, "reject");
+	errno = 0;
+	CHECK(rdma_reject(refused, NULL, 0) == -1 && errno == EINVAL, "second reject of one request");
+	ev = tl_wait_event(cha, RDMA_CM_EVENT_REJECTED);
+	CHECK(ev->id == rid && ev->status == -ECONNREFUSED, "REJECTED status %d", ev->status);
+	CHECK(ev->param.conn.private_data_len >= sizeof(no) && !memcmp(ev->param.conn.private_data, no, sizeof(no)),
+	      "REJECTED carries %u bytes of private data, not the rejection's", ev->param.conn.private_data_len);
+	rdma_ack_cm_event(ev);
+	struct pollfd bp = {.fd = chb->fd, .events = POLLIN};
+	CHECK(poll(&bp, 1, 200) == 0, "the refusing side got an event");
+	rdma_destroy_qp(rid);
+	CHECK(rdma_destroy_id(rid) == 0 && rdma_destroy_id(refused) == 0, "destroy ids");
+}
+
+/* memory-registration: cases on B (malloc'd, static, stack, unaligned, two
+ * regions on one page) registered with their fields and guard bytes
+ * checked, the same buffer twice (two keys, both valid); each written by
+ * A's RDMA WRITE and read back by A's RDMA READ, the data in the
+ * application's memory and the guards untouched. */
+static void case_memory(struct fix *f)
+{
+	f->heap = malloc(GUARD + 5000 + GUARD);
+	f->shared = malloc(GUARD + 64 + GUARD + 64 + GUARD); /* two regions on one page */
+	f->odd = malloc(GUARD + 777 + GUARD + 1);
+	CHECK(f->heap && f->shared && f->odd, "malloc");
+	const struct mcase cases[6] = {
+		{"malloc", f->heap + GUARD, 5000, NULL},
+		{"static", static_buf + GUARD, 1000, NULL},
+		{"stack", f->stack + GUARD, 300, NULL},
+		{"unaligned", f->odd + GUARD + 1, 777, NULL},
+		{"shared-page-1", f->shared + GUARD, 64, NULL},
+		{"shared-page-2", f->shared + GUARD + 64 + GUARD, 64, NULL},
+	};
+	memcpy(f->mem, cases, sizeof(cases));
+	const int nc = 6;
+	memset(f->shared, GUARD_BYTE, GUARD + 64 + GUARD + 64 + GUARD);
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	for (int i = 0; i < nc; i++) {
+		struct mcase *m = &f->mem[i];
+		fill_guards(m);
+		memset(m->p, 0, m->len);
+		m->mr = ibv_reg_mr(f->pdb, m->p, m->len, access);
+		CHECK(m->mr, "reg_mr %s", m->name);
+		CHECK(m->mr->addr == m->p && m->mr->length == m->len, "mr fields");
+		check_guards(m);
+	}
+	f->twice = ibv_reg_mr(f->pdb, f->mem[0].p, f->mem[0].len, access);
+	CHECK(f->twice && f->twice->rkey != f->mem[0].mr->rkey, "reg_mr twice");
+
+	f->src = malloc(8192);
+	f->back = malloc(8192);
+	CHECK(f->src && f->back, "malloc");
+	uint8_t *src = f->src, *back = f->back;
+	f->srcmr = ibv_reg_mr(f->pda, src, 8192, IBV_ACCESS_LOCAL_WRITE);
+	f->backmr = ibv_reg_mr(f->pda, back, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(f->srcmr && f->backmr, "reg src/back");
+	for (int i = 0; i < nc + 1; i++) {
+		struct mcase *m = &f->mem[i < nc ? i : 0];
+		uint32_t rkey = i < nc ? m->mr->rkey : f->twice->rkey;
+		for (size_t k = 0; k < m->len; k++)
+			src[k] = (uint8_t)(k * 7 + (size_t)i + 1);
+		struct ibv_sge sge = {(uintptr_t)src, (uint32_t)m->len, f->srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 100 + (uint64_t)i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}}, *bad;
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post write %s", m->name);
+		tl_expect(f->cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+		/* A Write completes when handed to TCP: read it back, which
+		 * RDMAP orders behind the Write. */
+		memset(back, 0, m->len);
+		struct ibv_sge bs = {(uintptr_t)back, (uint32_t)m->len, f->backmr->lkey};
+		struct ibv_send_wr rd = {.wr_id = 200 + (uint64_t)i, .sg_list = &bs, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}};
+		CHECK(ibv_post_send(f->qpa, &rd, &bad) == 0, "post read %s", m->name);
+		tl_expect(f->cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
+		CHECK(!memcmp(back, src, m->len), "%s: data read back differs", m->name);
+		CHECK(!memcmp(m->p, src, m->len), "%s: data not in the application's memory", m->name);
+		check_guards(m);
+	}
+	/* The page both shared-page regions live on holds both writes. */
+	CHECK(f->mem[4].p[0] != 0 && f->mem[5].p[63] != 0, "shared page");
+}
+
+/* reg-mr-iova: the peer addresses the region from the IOVA given, not
+ * from its virtual address. The header's ibv_reg_mr_iova calls
+ * ibv_reg_mr_iova when the access flags are a constant without optional
+ * bits, else ibv_reg_mr_iova2: one region each. */
+static void case_reg_mr_iova(struct fix *f)
+{
+	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	volatile int vaccess = access;
+	const uint64_t iovas[2] = {0x5157000000ull + 3, 0x10000};
+	uint8_t *src = f->src, *back = f->back;
+	for (int k = 0; k < 2; k++) {
+		uint8_t *buf = malloc(GUARD + 512 + GUARD);
+		CHECK(buf, "malloc");
+		struct mcase im = {k ? "iova2" : "iova", buf + GUARD, 512, NULL};
+		fill_guards(&im);
+		memset(im.p, 0, im.len);
+		im.mr = k ? ibv_reg_mr_iova(f->pdb, im.p, im.len, iovas[k], vaccess)
+			  : ibv_reg_mr_iova(f->pdb, im.p, im.len, iovas[k], access);
+		CHECK(im.mr && im.mr->addr == im.p && im.mr->length == im.len, "%s: region", im.name);
+		for (int i = 0; i < 200; i++)
+			src[i] = (uint8_t)(0x80 + i + k);
+		struct ibv_sge sge = {(uintptr_t)src, 200, f->srcmr->lkey};
+		struct ibv_send_wr wr = {.wr_id = 150 + (uint64_t)k, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+					 .wr = {.rdma = {iovas[k] + 100, im.mr->rkey}}}, *bad;
+		CHECK(ibv_post_send(f->qpa, &wr, &bad) == 0, "post write %s", im.name);
+		tl_expect(f->cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
+		memset(back, 0, 512);
+		struct ibv_sge bs = {(uintptr_t)back, 512, f->backmr->lkey};
+		struct ibv_send_wr rd = {.wr_id = 250 + (uint64_t)k, .sg_list = &bs, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+					 .wr = {.rdma = {iovas[k], im.mr->rkey}}};
+		CHECK(ibv_post_send(f->qpa, &rd, &bad) == 0, "post read %s", im.name);
+		tl_expect(f->cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
+		/* Bytes 100..299 of the region, and nothing else, were written. */
+		CHECK(!memcmp(im.p + 100, src, 200) && !memcmp(back + 100, src, 200), "%s: data not at IOVA + 100", im.name);
+		for (int i = 0; i < 512; i++)
+			CHECK((i >= 100 && i < 300) || (im.p[i] == 0 && back[i] == 0), "%s: byte %d written", im.name, i);
+		check_guards(&im);
+		CHECK(ibv_dereg_mr(im.mr) == 0, "dereg %s", im.name);
+		free(buf);
+	}
+}
+
+/* The inline Send of comp-channel, solicited and post-errors. */
+static const char inline_msg[] = "inline send";
+
+static struct ibv_send_wr inline_send(struct ibv_sge *sge, uint64_t id, unsigned flags)
+{
+	*sge = (struct ibv_sge){(uintptr_t)inline_msg, sizeof(inline_msg), 0};
+	return (struct ibv_send_wr){.wr_id = id, .sg_list = sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				    .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE | flags};
+}
+
+/* post_recv_b posts a receive of mem[0]'s first 5000 bytes on B's QP. */
+static void post_recv_b(struct fix *f, uint64_t id)
+{
+	struct ibv_sge rs = {(uintptr_t)f->mem[0].p, 5000, f->mem[0].mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = id, .sg_list = &rs, .num_sge = 1}, *rbad;
+	CHECK(ibv_post_recv(f->qpb, &rw, &rbad) == 0, "post recv %lu", (unsigned long)id);
+}
+
+/* comp-channel: Send/Receive with a completion channel and poll(2): B
+ * arms, A sends inline; the channel's fd readable only after the
+ * completion, the event naming B's CQ and its context. */
+static void case_comp_channel(struct fix *f)
+{
+	post_recv_b(f, 7);
+	post_recv_b(f, 8);
+	post_recv_b(f, 9);
+	CHECK(ibv_req_notify_cq(f->cqb, 0) == 0, "req notify");
+	struct pollfd pf = {.fd = f->ccb->fd, .events = POLLIN};
+	CHECK(poll(&pf, 1, 0) == 0, "channel readable before any completion");
+	struct ibv_sge ms;
+	struct ibv_send_wr sw = inline_send(&ms, 300, 0), *sbad;
+	CHECK(ibv_post_send(f->qpa, &sw, &sbad) == 0, "post inline send");
+	CHECK(poll(&pf, 1, 5000) == 1 && (pf.revents & POLLIN), "channel fd not readable after a completion");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK(ibv_get_cq_event(f->ccb, &evcq, &evctx) == 0 && evcq == f->cqb && evctx == f->cb, "get cq event");
+	ibv_ack_cq_events(f->cqb, 1);
+	struct ibv_wc wc;
+	tl_expect(f->cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 7, &wc);
+	CHECK(wc.byte_len == sizeof(inline_msg) && !memcmp(f->mem[0].p, inline_msg, sizeof(inline_msg)) &&
+		      wc.qp_num == f->qpb->qp_num,
+	      "received data");
+	tl_expect(f->cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 300, NULL);
+}
+
+/* solicited: armed for solicited completions only, an unsolicited Send
+ * does not wake the channel, a solicited one does. */
+static void case_solicited(struct fix *f)
+{
+	struct pollfd pf = {.fd = f->ccb->fd, .events = POLLIN};
+	CHECK(ibv_req_notify_cq(f->cqb, 1) == 0, "req notify solicited");
+	struct ibv_sge ms;
+	struct ibv_send_wr sw = inline_send(&ms, 301, 0), *sbad;
+	CHECK(ibv_post_send(f->qpa, &sw, &sbad) == 0, "post send");
+	tl_expect(f->cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 301, NULL);
+	CHECK(poll(&pf, 1, 300) == 0, "channel woke for an unsolicited Send");
+	sw = inline_send(&ms, 302, IBV_SEND_SOLICITED);
+	CHECK(ibv_post_send(f->qpa, &sw, &sbad) == 0, "post solicited send");
+	CHECK(poll(&pf, 1, 5000) == 1, "channel did not wake for a solicited Send");
+	struct ibv_cq *evcq;
+	void *evctx;
+	CHECK(ibv_get_cq_event(f->ccb, &evcq, &evctx) == 0 && evcq == f->cqb, "get cq event 2");
+	ibv_ack_cq_events(f->cqb, 1);
+	tl_expect(f->cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 8, NULL);
+	tl_expect(f->cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 9, NULL);
+	tl_expect(f->cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
+}
+
+/* post-errors: bad work requests fail at post with EINVAL, as a
+ * provider's do: a window bind naming no window, TSO. */
+static void case_post_errors(struct fix *f)
+{
+	struct ibv_sge ms;
+	struct ibv_send_wr badop = inline_send(&ms, 302, IBV_SEND_SOLICITED), *sbad;
+	badop.opcode = IBV_WR_BIND_MW; /* naming no window */
+	CHECK(ibv_post_send(f->qpa, &badop, &sbad) == EINVAL && sbad == &badop, "bind mw without a window refused");
+	badop.opcode = IBV_WR_TSO;
+	CHECK(ibv_post_send(f->qpa, &badop, &sbad) == EINVAL && sbad == &badop, "TSO refused");
+}
+
+/* terminate-qp-fatal (--terminate): an RDMA WRITE with an rkey B never
+ * gave out: B refuses it with a Terminate, both QPs are fatal
+ * (IBV_EVENT_QP_FATAL on each side), the connection ends. */
+static void case_terminate(struct fix *f)
+{
+	post_recv_b(f, 10);
+	struct ibv_sge ts = {(uintptr_t)f->src, 16, f->srcmr->lkey};
+	struct ibv_send_wr tw = {.wr_id = 400, .sg_list = &ts, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED,
+				 .wr = {.rdma = {(uintptr_t)f->mem[0].p, f->mem[0].mr->rkey ^ 0x7f7f7f00u}}}, *tbad;
+	CHECK(ibv_post_send(f->qpa, &tw, &tbad) == 0, "post bad write");
+	struct ibv_context *ctxs[2] = {f->aid->verbs, f->bid->verbs};
+	for (int i = 0; i < 2; i++) {
+		struct pollfd ap = {.fd = ctxs[i]->async_fd, .events = POLLIN};
+		CHECK(poll(&ap, 1, 10000) == 1, "no async event on side %c", 'A' + i);
+		struct ibv_async_event ae;
+		CHECK(ibv_get_async_event(ctxs[i], &ae) == 0, "get async event");
+		CHECK(ae.event_type == IBV_EVENT_QP_FATAL && ae.element.qp == (i ? f->qpb : f->qpa), "side %c: event %s",
+		      'A' + i, ibv_event_type_str(ae.event_type));
+		ibv_ack_async_event(&ae);
+	}
+}
+
+/* disconnect: A disconnects (with --terminate the Terminate ended the
+ * connection already): DISCONNECTED on both sides, B's posted receive
+ * flushed. */
+static void case_disconnect(struct fix *f)
+{
+	if (!f->terminate) {
+		post_recv_b(f, 10);
+		CHECK(rdma_disconnect(f->aid) == 0, "disconnect");
+	}
+	tl_disconnected(f->cha, f->chb);
+	tl_expect(f->cqb, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 10, NULL);
+}
+
+/* cq-overflow: sixteen receives flushed at once into a one-entry CQ;
+ * polled seldom, so the flush's burst finds it full: IBV_EVENT_CQ_ERR. */
+static void case_cq_overflow(struct fix *f)
+{
+	struct ibv_context *ca = f->ca;
+	struct ibv_pd *opd = ibv_alloc_pd(ca);
+	struct ibv_cq *ocq = opd ? ibv_create_cq(ca, 1, NULL, NULL, 0) : NULL;
+	struct ibv_qp_init_attr oa = {.send_cq = ocq, .recv_cq = ocq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *oqp = ocq ? ibv_create_qp(opd, &oa) : NULL;
+	CHECK(oqp, "overflow QP");
+	struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "INIT");
+	uint64_t one;
+	struct ibv_sge os = {(uintptr_t)&one, sizeof(one), f->srcmr->lkey};
+	for (uint64_t k = 0; k < 16; k++) {
+		struct ibv_recv_wr orw = {.wr_id = 500 + k, .sg_list = &os, .num_sge = 1}, *rbad;
+		CHECK(ibv_post_recv(oqp, &orw, &rbad) == 0, "post recv %lu", (unsigned long)k);
+	}
+	ia.qp_state = IBV_QPS_ERR;
+	CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "ERR");
+	struct pollfd ap = {.fd = ca->async_fd, .events = POLLIN};
+	for (int i = 0; i < 200 && poll(&ap, 1, 0) == 0; i++) {
+		usleep(50000);
+		struct ibv_wc owc;
+		CHECK(ibv_poll_cq(ocq, 1, &owc) >= 0, "poll");
+	}
+	struct ibv_async_event ae;
+	CHECK(poll(&ap, 1, 0) == 1 && ibv_get_async_event(ca, &ae) == 0, "no async event on overflow");
+	CHECK(ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == ocq, "event %s", ibv_event_type_str(ae.event_type));
+	ibv_ack_async_event(&ae);
+	CHECK(ibv_destroy_qp(oqp) == 0 && ibv_destroy_cq(ocq) == 0 && ibv_dealloc_pd(opd) == 0, "overflow teardown");
+}
+
+/* teardown: every object of the run released, every call checked. */
+static void case_teardown(struct fix *f)
+{
+	for (int i = 0; i < 6; i++)
+		CHECK(ibv_dereg_mr(f->mem[i].mr) == 0, "dereg %s", f->mem[i].name);
+	CHECK(ibv_dereg_mr(f->twice) == 0 && ibv_dereg_mr(f->srcmr) == 0 && ibv_dereg_mr(f->backmr) == 0, "dereg");
+	rdma_destroy_qp(f->aid);
+	rdma_destroy_qp(f->bid);
+	CHECK(ibv_destroy_cq(f->cqa) == 0 && ibv_destroy_cq(f->cqb) == 0, "destroy cq");
+	CHECK(ibv_destroy_comp_channel(f->cca) == 0 && ibv_destroy_comp_channel(f->ccb) == 0, "destroy channel");
+	CHECK(ibv_dealloc_pd(f->pda) == 0 && ibv_dealloc_pd(f->pdb) == 0, "dealloc pd");
+	CHECK(rdma_destroy_id(f->aid) == 0 && rdma_destroy_id(f->bid) == 0 && rdma_destroy_id(f->lid) == 0, "destroy ids");
+	rdma_destroy_event_channel(f->cha);
+	rdma_destroy_event_channel(f->chb);
+	CHECK(ibv_close_device(f->ca) == 0 && ibv_close_device(f->cb) == 0, "close");
+	free(f->heap);
+	free(f->shared);
+	free(f->odd);
+	free(f->src);
+	free(f->back);
+}
+
+/* The modes of a run: which of them a case runs in. */
+enum {
+	PLAIN = 1,     /* no flag */
+	TERMINATE = 2, /* --terminate */
+	NO_IMM = 4,    /* --no-imm: B's daemon without RFC 7306 */
+	ALL = PLAIN | TERMINATE | NO_IMM,
+	IMM = PLAIN | TERMINATE,
+};
+
+/* The cases, in the order they run: each relies on what the ones before
+ * it set up (devices, then the connection resolve and connect make, then
+ * B's memory), so a case is not run alone. */
+static const struct tcase {
+	const char *name;
+	void (*run)(struct fix *f);
+	int modes;
+	const char *what; /* what the case checks (its function's comment says more) */
+} cases[] = {
+	{"devices", case_devices, ALL,
+	 "both devices open as iWARP RNICs; their addresses"},
+	{"queries", case_queries, ALL,
+	 "device, port, P_Key and GID queries; the GID table"},
+	{"bind-port-0", case_bind_port0, ALL,
+	 "a port and the device's PD at bind; listen with backlog 0"},
+	{"loopback-bind-options", case_loopback_options, ALL,
+	 "a loopback bind; id options and their refusals"},
+	{"addrinfo-hints", case_addrinfo_hints, ALL,
+	 "rdma_getaddrinfo from hints alone; of nothing, EINVAL"},
+	{"disconnect-destroy-qp", case_disconnect_destroy_qp, ALL,
+	 "DISCONNECTED on both sides when a QP goes right after rdma_disconnect"},
+	{"wildcard-listener", case_wildcard_listener, ALL,
+	 "a 0.0.0.0 bind is on no device; its requests come on the device's id"},
+	{"resolve", case_resolve, ALL,
+	 "B listens, A resolves; A's PD, channel and CQ"},
+	{"unsupported", case_unsupported, ALL,
+	 "every refused verb and its errno"},
+	{"connect", case_connect, ALL,
+	 "private data both ways, IRD/ORD, RTS"},
+	{"ports", case_ports, ALL,
+	 "the three ids' ports and addresses"},
+	{"notify", case_notify, ALL,
+	 "rdma_notify on connected ids and on one without connection"},
+	{"ud", case_ud, ALL,
+	 "datagram ids: what needs UD fails with EOPNOTSUPP"},
+	{"qp-extras", case_qp_extras, ALL,
+	 "no ECE, no extended QP, no in-order placement"},
+	{"rdma-devices", case_rdma_devices, ALL,
+	 "rdma_get_devices lists both devices"},
+	{"reject", case_reject, ALL,
+	 "rdma_reject's private data reaches REJECTED"},
+	{"memory-registration", case_memory, ALL,
+	 "every registration case written and read back, guards untouched"},
+	{"reg-mr-iova", case_reg_mr_iova, ALL,
+	 "regions addressed by an IOVA"},
+	{"rereg-mr", case_rereg, ALL,
+	 "ibv_rereg_mr: memory, access, PD, bad input"},
+	{"comp-channel", case_comp_channel, ALL,
+	 "Send/Receive woken through a completion channel"},
+	{"solicited", case_solicited, ALL,
+	 "solicited-only arming"},
+	{"write-with-imm", case_write_imm, IMM,
+	 "RDMA Write with Immediate Data"},
+	{"send-with-imm", case_send_imm, IMM,
+	 "Send with Immediate Data"},
+	{"atomic-fetch-add", case_fetch_add, IMM,
+	 "Fetch-and-Add results and the word"},
+	{"atomic-cmp-swap", case_cmp_swap, IMM,
+	 "Compare-and-Swap, stored and not"},
+	{"atomic-post-errors", case_atomic_errors, IMM,
+	 "malformed atomics refused at post"},
+	{"atomic-unsignaled", case_atomic_unsignaled, IMM,
+	 "unsignaled atomics beyond the send queue's depth"},
+	{"imm-refused", case_no_imm, NO_IMM,
+	 "immediate data toward a peer without RFC 7306: EOPNOTSUPP"},
+	{"atomic-refused", case_no_atomic, NO_IMM,
+	 "atomics toward a peer without RFC 7306: EOPNOTSUPP"},
+	{"post-errors", case_post_errors, ALL,
+	 "bad work requests refused at post"},
+	{"terminate-qp-fatal", case_terminate, TERMINATE,
+	 "a Terminate: IBV_EVENT_QP_FATAL on both sides"},
+	{"disconnect", case_disconnect, ALL,
+	 "DISCONNECTED on both sides, B's receive flushed"},
+	{"cq-overflow", case_cq_overflow, ALL,
+	 "a CQ overflowed: IBV_EVENT_CQ_ERR"},
+	{"qp-reuse", case_qp_reuse, PLAIN,
+	 "a QP through ERR, RESET and INIT, connected again"},
+	{"teardown", case_teardown, ALL,
+	 "every object released, every call checked"},
+};
 
 int main(int argc, char **argv)
 {
@@ -1083,470 +1658,38 @@ int main(int argc, char **argv)
 		return removal(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "--rsockets"))
 		return rsockets(argv[2], argv[3], atoi(argv[4]));
-	int terminate = 0, noimm = 0;
+	int terminate = 0, noimm = 0, list = 0;
 	for (; argc > 1 && !strncmp(argv[1], "--", 2); argc--, argv++) {
 		if (!strcmp(argv[1], "--terminate"))
 			terminate = 1;
 		else if (!strcmp(argv[1], "--no-imm"))
 			noimm = 1;
+		else if (!strcmp(argv[1], "--list"))
+			list = 1;
 		else
 			break;
 	}
-	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate] [--no-imm] DEV_A DEV_B [PORT] | --removal DEV");
-	int port = argc > 3 ? atoi(argv[3]) : 17999;
-	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
-	check_queries(ca);
-	struct sockaddr_in addr_a, addr_b;
-	get_addr(ca, &addr_a);
-	get_addr(cb, &addr_b);
-	addr_b.sin_port = htons((uint16_t)port);
-	OK("devices");
-	check_cm_semantics(addr_a, addr_b, port);
-
-	/* rdma_cm: B listens on its address, A connects from its address. */
-	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
-	CHECK(cha && chb, "event channels");
-	struct rdma_cm_id *lid, *aid;
-	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0, "create listen id");
-	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&addr_b) == 0, "bind");
-	CHECK(rdma_listen(lid, 4) == 0, "listen");
-	CHECK(!strcmp(ibv_get_device_name(lid->verbs->device), argv[2]), "listener on %s", argv[2]);
-	CHECK(rdma_create_id(cha, &aid, NULL, RDMA_PS_TCP) == 0, "create id");
-	CHECK(rdma_resolve_addr(aid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve addr");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(!strcmp(ibv_get_device_name(aid->verbs->device), argv[1]), "client on %s", argv[1]);
-	CHECK(rdma_resolve_route(aid, 2000) == 0, "resolve route");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
-	OK("resolve");
-
-	struct ibv_pd *pda = ibv_alloc_pd(aid->verbs);
-	CHECK(pda, "alloc pd A");
-	struct ibv_comp_channel *cca = ibv_create_comp_channel(aid->verbs);
-	CHECK(cca, "comp channel A");
-	struct ibv_cq *cqa = ibv_create_cq(aid->verbs, 64, NULL, cca, 0);
-	CHECK(cqa, "cq A");
-	check_unsupported(aid->verbs, pda, cqa);
-	struct ibv_qp_init_attr qa = {.send_cq = cqa, .recv_cq = cqa, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 32, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64}};
-	CHECK(rdma_create_qp(aid, pda, &qa) == 0, "rdma_create_qp A");
-	CHECK(qa.cap.max_inline_data >= 64, "inline cap");
-
-	/* Private data both ways; IRD/ORD seen by the listener. */
-	static const char hello[] = "siwtun-ctest hello";
-	struct rdma_conn_param cp = {.private_data = hello, .private_data_len = sizeof(hello), .responder_resources = 4,
-				     .initiator_depth = 4};
-	CHECK(rdma_connect(aid, &cp) == 0, "connect");
-	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-	CHECK(ev->listen_id == lid && ev->param.conn.private_data_len >= sizeof(hello) &&
-	      !memcmp(ev->param.conn.private_data, hello, sizeof(hello)), "connect request private data");
-	CHECK(ev->param.conn.initiator_depth == 4 && ev->param.conn.responder_resources == 4, "IRD/ORD %u/%u",
-	      ev->param.conn.initiator_depth, ev->param.conn.responder_resources);
-	struct rdma_cm_id *bid = ev->id;
-	rdma_ack_cm_event(ev);
-	CHECK(bid->verbs == lid->verbs, "child on the listener's device");
-	struct ibv_pd *pdb = ibv_alloc_pd(bid->verbs);
-	struct ibv_comp_channel *ccb = ibv_create_comp_channel(bid->verbs);
-	struct ibv_cq *cqb = ccb ? ibv_create_cq(bid->verbs, 64, &cb, ccb, 0) : NULL;
-	CHECK(pdb && ccb && cqb, "B resources");
-	struct ibv_qp_init_attr qb = qa;
-	qb.send_cq = qb.recv_cq = cqb;
-	CHECK(rdma_create_qp(bid, pdb, &qb) == 0, "rdma_create_qp B");
-	struct ibv_qp *qpa = aid->qp, *qpb = bid->qp;
-	CHECK(rdma_accept(bid, NULL) == 0, "accept");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
-	struct ibv_qp_attr attr;
-	struct ibv_qp_init_attr init;
-	CHECK(ibv_query_qp(qpa, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS, "query qp: state %d",
-	      attr.qp_state);
-	CHECK(init.send_cq == cqa && init.qp_type == IBV_QPT_RC, "query qp init attr");
-	OK("connect");
-
-	/* Ports and addresses of the three ids: the listener's and the
-	 * accepted id's source port is the listening port, which is the
-	 * connecting id's destination; the connecting id's source port is its
-	 * TCP connection's, which the accepted id sees as its peer's. */
-	CHECK(rdma_get_src_port(lid) == htons((uint16_t)port) && rdma_get_dst_port(lid) == 0, "listener ports %u %u",
-	      ntohs(rdma_get_src_port(lid)), ntohs(rdma_get_dst_port(lid)));
-	CHECK(rdma_get_dst_port(aid) == htons((uint16_t)port) && rdma_get_src_port(bid) == htons((uint16_t)port),
-	      "listening port: connecting id's destination %u, accepted id's source %u", ntohs(rdma_get_dst_port(aid)),
-	      ntohs(rdma_get_src_port(bid)));
-	CHECK(rdma_get_src_port(aid) != 0 && rdma_get_src_port(aid) == rdma_get_dst_port(bid),
-	      "connection's port: connecting id's source %u, accepted id's destination %u", ntohs(rdma_get_src_port(aid)),
-	      ntohs(rdma_get_dst_port(bid)));
-	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(aid), *pa = (struct sockaddr_in *)rdma_get_peer_addr(bid);
-	CHECK(la->sin_family == AF_INET && pa->sin_family == AF_INET && la->sin_addr.s_addr == addr_a.sin_addr.s_addr &&
-	      pa->sin_addr.s_addr == addr_a.sin_addr.s_addr, "connecting side's address");
-	OK("ports");
-
-	/* rdma_notify: iWARP's connection manager has nothing to learn from
-	 * QP events (rdma_cm's answer for every non-IB device), but an id
-	 * with no connection has nothing to notify (EINVAL, as rdma_cm). */
-	CHECK(rdma_notify(aid, IBV_EVENT_COMM_EST) == 0 && rdma_notify(bid, IBV_EVENT_COMM_EST) == 0, "notify");
-	{
-		struct rdma_cm_id *nid;
-		CHECK(rdma_create_id(cha, &nid, NULL, RDMA_PS_TCP) == 0, "create id");
-		errno = 0;
-		CHECK(rdma_notify(nid, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "notify on an id without connection");
-		CHECK(rdma_destroy_id(nid) == 0, "destroy id");
+	CHECK(!(terminate && noimm), "--terminate and --no-imm: one at a time");
+	const int mode = terminate ? TERMINATE : noimm ? NO_IMM : PLAIN;
+	const int n = (int)(sizeof(cases) / sizeof(cases[0]));
+	if (list) {
+		for (int i = 0; i < n; i++)
+			if (cases[i].modes & mode)
+				printf("%s\t%s\n", cases[i].name, cases[i].what);
+		return 0;
 	}
-	OK("notify");
-
-	/* UD: rdma_cm makes datagram ids before a device is chosen, and an
-	 * iWARP RNIC has no UD service (RDMAP over DDP over MPA over TCP;
-	 * Linux's siw creates RC QPs only): what needs it fails with
-	 * EOPNOTSUPP. An unknown port space is EINVAL, as rdma_cm's. */
-	{
-		const enum rdma_port_space ud[2] = {RDMA_PS_UDP, RDMA_PS_IPOIB};
-		for (int k = 0; k < 2; k++) {
-			struct rdma_cm_id *uid;
-			CHECK(rdma_create_id(cha, &uid, NULL, ud[k]) == 0, "create id in port space %#x", ud[k]);
-			CHECK(uid->ps == ud[k] && uid->qp_type == IBV_QPT_UD, "UD id: ps %#x qp type %d", uid->ps, uid->qp_type);
-			struct sockaddr_in ua = addr_a;
-			ua.sin_port = htons((uint16_t)(port + 1));
-			CHECK(rdma_bind_addr(uid, (struct sockaddr *)&ua) == 0, "bind UD id");
-			errno = 0;
-			CHECK(rdma_listen(uid, 1) == -1 && errno == EOPNOTSUPP, "listen on a UD id");
-			struct ibv_qp_init_attr uq = qa;
-			uq.qp_type = IBV_QPT_UD;
-			errno = 0;
-			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "UD QP on a UD id");
-			uq.qp_type = IBV_QPT_RC;
-			errno = 0;
-			CHECK(rdma_create_qp(uid, pda, &uq) == -1 && errno == EOPNOTSUPP && !uid->qp, "RC QP on a UD id");
-			errno = 0;
-			CHECK(rdma_connect(uid, NULL) == -1 && errno == EOPNOTSUPP, "connect a UD id");
-			CHECK(rdma_destroy_id(uid) == 0, "destroy UD id");
-		}
-		struct rdma_addrinfo hints = {.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST, .ai_port_space = RDMA_PS_UDP}, *res;
-		CHECK(rdma_getaddrinfo("198.18.0.1", "7174", &hints, &res) == 0 && res->ai_qp_type == IBV_QPT_UD &&
-		      res->ai_port_space == RDMA_PS_UDP, "rdma_getaddrinfo for UDP");
-		rdma_freeaddrinfo(res);
-		struct rdma_cm_id *bad;
-		errno = 0;
-		CHECK(rdma_create_id(cha, &bad, NULL, (enum rdma_port_space)0x0999) == -1 && errno == EINVAL,
-		      "unknown port space");
-	}
-	OK("ud");
-
-	/* What a QP does not offer: ECE (an IB CM extension), the extended
-	 * QP; and no promise that data is placed in order (DDP places tagged
-	 * segments as they come). */
-	struct ibv_ece ece = {.vendor_id = 0x15b3, .options = 1};
-	CHECK(ibv_query_ece(qpa, &ece) == EOPNOTSUPP && ibv_set_ece(qpa, &ece) == EOPNOTSUPP, "QP ECE");
-	errno = 0;
-	CHECK(rdma_set_local_ece(aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_set_local_ece");
-	errno = 0;
-	CHECK(rdma_get_remote_ece(aid, &ece) == -1 && errno == EOPNOTSUPP, "rdma_get_remote_ece");
-	errno = 0;
-	CHECK(!ibv_qp_to_qp_ex(qpa) && errno == EOPNOTSUPP, "qp to qp_ex");
-	CHECK(ibv_query_qp_data_in_order(qpa, IBV_WR_RDMA_WRITE, 0) == 0 && ibv_query_qp_data_in_order(qpa, IBV_WR_SEND, 0) == 0 &&
-	      ibv_query_qp_data_in_order(qpb, IBV_WR_RDMA_READ, 0) == 0, "data in order");
-	OK("qp-extras");
-
-	/* rdma_get_devices: both devices, as the contexts rdma_cm's ids use. */
-	{
-		int nd = -1;
-		struct ibv_context **dl = rdma_get_devices(&nd);
-		CHECK(dl && nd == 2 && dl[2] == NULL, "rdma_get_devices: %d", nd);
-		int seen_a = 0, seen_b = 0;
-		for (int i = 0; i < nd; i++) {
-			CHECK(dl[i]->device->transport_type == IBV_TRANSPORT_IWARP, "rdma device transport");
-			seen_a += dl[i] == aid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), argv[1]);
-			seen_b += dl[i] == bid->verbs && !strcmp(ibv_get_device_name(dl[i]->device), argv[2]);
-		}
-		CHECK(seen_a == 1 && seen_b == 1, "rdma_get_devices lists %s %d times and %s %d times", argv[1], seen_a,
-		      argv[2], seen_b);
-		rdma_free_devices(dl);
-	}
-	OK("rdma-devices");
-
-	/* rdma_reject: a second connection, refused with private data, which
-	 * reaches the connecting side's REJECTED. */
-	{
-		struct rdma_cm_id *rid;
-		CHECK(rdma_create_id(cha, &rid, NULL, RDMA_PS_TCP) == 0, "create id");
-		CHECK(rdma_resolve_addr(rid, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve addr");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
-		CHECK(rdma_resolve_route(rid, 2000) == 0, "resolve route");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
-		struct ibv_qp_init_attr rq = qa;
-		CHECK(rdma_create_qp(rid, pda, &rq) == 0, "rdma_create_qp");
-		static const char ask[] = "may I?";
-		struct rdma_conn_param rp = {.private_data = ask, .private_data_len = sizeof(ask)};
-		CHECK(rdma_connect(rid, &rp) == 0, "connect");
-		ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-		CHECK(ev->listen_id == lid && ev->param.conn.private_data_len >= sizeof(ask) &&
-		      !memcmp(ev->param.conn.private_data, ask, sizeof(ask)), "request's private data");
-		struct rdma_cm_id *refused = ev->id;
-		rdma_ack_cm_event(ev);
-		static const char no[] = "siwtun-ctest says no";
-		CHECK(rdma_reject(refused, no, sizeof(no)) == 0, "reject");
-		errno = 0;
-		CHECK(rdma_reject(refused, NULL, 0) == -1 && errno == EINVAL, "second reject of one request");
-		ev = wait_event(cha, RDMA_CM_EVENT_REJECTED);
-		CHECK(ev->id == rid && ev->status == -ECONNREFUSED, "REJECTED status %d", ev->status);
-		CHECK(ev->param.conn.private_data_len >= sizeof(no) && !memcmp(ev->param.conn.private_data, no, sizeof(no)),
-		      "REJECTED carries %u bytes of private data, not the rejection's", ev->param.conn.private_data_len);
-		rdma_ack_cm_event(ev);
-		struct pollfd bp = {.fd = chb->fd, .events = POLLIN};
-		CHECK(poll(&bp, 1, 200) == 0, "the refusing side got an event");
-		rdma_destroy_qp(rid);
-		CHECK(rdma_destroy_id(rid) == 0 && rdma_destroy_id(refused) == 0, "destroy ids");
-	}
-	OK("reject");
-
-	/* Memory registration cases on B, written by A's RDMA WRITE and read
-	 * back by A's RDMA READ. */
-	uint8_t *heap = malloc(GUARD + 5000 + GUARD);
-	uint8_t *shared = malloc(GUARD + 64 + GUARD + 64 + GUARD); /* two regions on one page */
-	uint8_t *odd = malloc(GUARD + 777 + GUARD + 1);
+	CHECK(argc >= 3, "usage: siwtun-ctest [--terminate | --no-imm] [--list] DEV_A DEV_B [PORT] | --removal DEV | "
+			 "--rsockets DEV_A DEV_B PORT");
+	/* Registered on main's stack, which outlives every case. */
 	uint8_t stack[GUARD + 300 + GUARD];
-	CHECK(heap && shared && odd, "malloc");
-	struct mcase cases[] = {
-		{"malloc", heap + GUARD, 5000, NULL},
-		{"static", static_buf + GUARD, 1000, NULL},
-		{"stack", stack + GUARD, 300, NULL},
-		{"unaligned", odd + GUARD + 1, 777, NULL},
-		{"shared-page-1", shared + GUARD, 64, NULL},
-		{"shared-page-2", shared + GUARD + 64 + GUARD, 64, NULL},
-	};
-	int nc = (int)(sizeof(cases) / sizeof(cases[0]));
-	memset(shared, GUARD_BYTE, GUARD + 64 + GUARD + 64 + GUARD);
-	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	for (int i = 0; i < nc; i++) {
-		fill_guards(&cases[i]);
-		memset(cases[i].p, 0, cases[i].len);
-		cases[i].mr = ibv_reg_mr(pdb, cases[i].p, cases[i].len, access);
-		CHECK(cases[i].mr, "reg_mr %s", cases[i].name);
-		CHECK(cases[i].mr->addr == cases[i].p && cases[i].mr->length == cases[i].len, "mr fields");
-		check_guards(&cases[i]);
+	struct fix f = {.dev_a = argv[1], .dev_b = argv[2], .port = argc > 3 ? atoi(argv[3]) : 17999,
+			.terminate = terminate, .stack = stack};
+	for (int i = 0; i < n; i++) {
+		if (!(cases[i].modes & mode))
+			continue;
+		cases[i].run(&f);
+		OK(cases[i].name);
 	}
-	/* The same buffer twice: two keys, both valid. */
-	struct ibv_mr *twice = ibv_reg_mr(pdb, cases[0].p, cases[0].len, access);
-	CHECK(twice && twice->rkey != cases[0].mr->rkey, "reg_mr twice");
-
-	uint8_t *src = malloc(8192), *back = malloc(8192);
-	CHECK(src && back, "malloc");
-	struct ibv_mr *srcmr = ibv_reg_mr(pda, src, 8192, IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_mr *backmr = ibv_reg_mr(pda, back, 8192, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(srcmr && backmr, "reg src/back");
-	for (int i = 0; i < nc + 1; i++) {
-		struct mcase *m = &cases[i < nc ? i : 0];
-		uint32_t rkey = i < nc ? m->mr->rkey : twice->rkey;
-		for (size_t k = 0; k < m->len; k++)
-			src[k] = (uint8_t)(k * 7 + (size_t)i + 1);
-		struct ibv_sge sge = {(uintptr_t)src, (uint32_t)m->len, srcmr->lkey};
-		struct ibv_send_wr wr = {.wr_id = 100 + (uint64_t)i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
-					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}}, *bad;
-		CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write %s", m->name);
-		poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
-		/* A Write completes when handed to TCP: read it back, which
-		 * RDMAP orders behind the Write. */
-		memset(back, 0, m->len);
-		struct ibv_sge bs = {(uintptr_t)back, (uint32_t)m->len, backmr->lkey};
-		struct ibv_send_wr rd = {.wr_id = 200 + (uint64_t)i, .sg_list = &bs, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
-					 .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {(uintptr_t)m->p, rkey}}};
-		CHECK(ibv_post_send(qpa, &rd, &bad) == 0, "post read %s", m->name);
-		poll_one(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
-		CHECK(!memcmp(back, src, m->len), "%s: data read back differs", m->name);
-		CHECK(!memcmp(m->p, src, m->len), "%s: data not in the application's memory", m->name);
-		check_guards(m);
-	}
-	/* The page both shared-page regions live on holds both writes. */
-	CHECK(cases[4].p[0] != 0 && cases[5].p[63] != 0, "shared page");
-
-	/* ibv_reg_mr_iova: the peer addresses the region from the IOVA given,
-	 * not from its virtual address. The header's ibv_reg_mr_iova calls
-	 * ibv_reg_mr_iova when the access flags are a constant without
-	 * optional bits, else ibv_reg_mr_iova2: one region each. */
-	{
-		volatile int vaccess = access;
-		const uint64_t iovas[2] = {0x5157000000ull + 3, 0x10000};
-		for (int k = 0; k < 2; k++) {
-			uint8_t *buf = malloc(GUARD + 512 + GUARD);
-			CHECK(buf, "malloc");
-			struct mcase im = {k ? "iova2" : "iova", buf + GUARD, 512, NULL};
-			fill_guards(&im);
-			memset(im.p, 0, im.len);
-			im.mr = k ? ibv_reg_mr_iova(pdb, im.p, im.len, iovas[k], vaccess)
-				  : ibv_reg_mr_iova(pdb, im.p, im.len, iovas[k], access);
-			CHECK(im.mr && im.mr->addr == im.p && im.mr->length == im.len, "%s: region", im.name);
-			for (int i = 0; i < 200; i++)
-				src[i] = (uint8_t)(0x80 + i + k);
-			struct ibv_sge sge = {(uintptr_t)src, 200, srcmr->lkey};
-			struct ibv_send_wr wr = {.wr_id = 150 + (uint64_t)k, .sg_list = &sge, .num_sge = 1,
-						 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
-						 .wr = {.rdma = {iovas[k] + 100, im.mr->rkey}}}, *bad;
-			CHECK(ibv_post_send(qpa, &wr, &bad) == 0, "post write %s", im.name);
-			poll_one(cqa, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, wr.wr_id, NULL);
-			memset(back, 0, 512);
-			struct ibv_sge bs = {(uintptr_t)back, 512, backmr->lkey};
-			struct ibv_send_wr rd = {.wr_id = 250 + (uint64_t)k, .sg_list = &bs, .num_sge = 1,
-						 .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
-						 .wr = {.rdma = {iovas[k], im.mr->rkey}}};
-			CHECK(ibv_post_send(qpa, &rd, &bad) == 0, "post read %s", im.name);
-			poll_one(cqa, IBV_WC_RDMA_READ, IBV_WC_SUCCESS, rd.wr_id, NULL);
-			/* Bytes 100..299 of the region, and nothing else, were written. */
-			CHECK(!memcmp(im.p + 100, src, 200) && !memcmp(back + 100, src, 200), "%s: data not at IOVA + 100", im.name);
-			for (int i = 0; i < 512; i++)
-				CHECK((i >= 100 && i < 300) || (im.p[i] == 0 && back[i] == 0), "%s: byte %d written", im.name, i);
-			check_guards(&im);
-			CHECK(ibv_dereg_mr(im.mr) == 0, "dereg %s", im.name);
-			free(buf);
-		}
-		OK("reg-mr-iova");
-	}
-
-	check_rereg(qpa, cqa, pdb, srcmr, src, backmr, back);
-	OK("memory-registration");
-
-	/* Send/Receive with a comp channel and poll(2): B arms, A sends. */
-	struct ibv_sge rs = {(uintptr_t)cases[0].p, 5000, cases[0].mr->lkey};
-	struct ibv_recv_wr rw = {.wr_id = 7, .sg_list = &rs, .num_sge = 1}, *rbad;
-	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv");
-	rw.wr_id = 8;
-	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 2");
-	rw.wr_id = 9;
-	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 3");
-	CHECK(ibv_req_notify_cq(cqb, 0) == 0, "req notify");
-	struct pollfd pf = {.fd = ccb->fd, .events = POLLIN};
-	CHECK(poll(&pf, 1, 0) == 0, "channel readable before any completion");
-	static const char msg[] = "inline send";
-	struct ibv_sge ms = {(uintptr_t)msg, sizeof(msg), 0};
-	struct ibv_send_wr sw = {.wr_id = 300, .sg_list = &ms, .num_sge = 1, .opcode = IBV_WR_SEND,
-				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE}, *sbad;
-	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post inline send");
-	CHECK(poll(&pf, 1, 5000) == 1 && (pf.revents & POLLIN), "channel fd not readable after a completion");
-	struct ibv_cq *evcq;
-	void *evctx;
-	CHECK(ibv_get_cq_event(ccb, &evcq, &evctx) == 0 && evcq == cqb && evctx == &cb, "get cq event");
-	ibv_ack_cq_events(cqb, 1);
-	struct ibv_wc wc;
-	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 7, &wc);
-	CHECK(wc.byte_len == sizeof(msg) && !memcmp(cases[0].p, msg, sizeof(msg)) && wc.qp_num == qpb->qp_num, "received data");
-	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 300, NULL);
-	OK("comp-channel");
-
-	/* Solicited-only: an unsolicited Send does not wake the channel, a
-	 * solicited one does. */
-	CHECK(ibv_req_notify_cq(cqb, 1) == 0, "req notify solicited");
-	sw.wr_id = 301;
-	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post send");
-	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 301, NULL);
-	CHECK(poll(&pf, 1, 300) == 0, "channel woke for an unsolicited Send");
-	sw.wr_id = 302;
-	sw.send_flags |= IBV_SEND_SOLICITED;
-	CHECK(ibv_post_send(qpa, &sw, &sbad) == 0, "post solicited send");
-	CHECK(poll(&pf, 1, 5000) == 1, "channel did not wake for a solicited Send");
-	CHECK(ibv_get_cq_event(ccb, &evcq, &evctx) == 0 && evcq == cqb, "get cq event 2");
-	ibv_ack_cq_events(cqb, 1);
-	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 8, NULL);
-	poll_one(cqb, IBV_WC_RECV, IBV_WC_SUCCESS, 9, NULL);
-	poll_one(cqa, IBV_WC_SEND, IBV_WC_SUCCESS, 302, NULL);
-	OK("solicited");
-
-	if (noimm) {
-		check_no_imm(qpa, cqa, srcmr, &cases[0]);
-		check_no_atomic(qpa, cqa, pda, pdb);
-	} else {
-		check_imm(qpa, qpb, cqa, cqb, src, srcmr, &cases[0]);
-		check_atomic(qpa, cqa, pda, pdb);
-	}
-
-	/* Bad work requests fail at post with EINVAL, as a provider's do. */
-	struct ibv_send_wr badop = sw;
-	badop.opcode = IBV_WR_BIND_MW; /* naming no window */
-	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "bind mw without a window refused");
-	badop.opcode = IBV_WR_TSO;
-	CHECK(ibv_post_send(qpa, &badop, &sbad) == EINVAL && sbad == &badop, "TSO refused");
-	OK("post-errors");
-
-	rw.wr_id = 10;
-	CHECK(ibv_post_recv(qpb, &rw, &rbad) == 0, "post recv 4");
-	if (terminate) {
-		/* An RDMA WRITE with an rkey B never gave out: B refuses it with
-		 * a Terminate, both QPs are fatal, the connection ends. */
-		struct ibv_sge ts = {(uintptr_t)src, 16, srcmr->lkey};
-		struct ibv_send_wr tw = {.wr_id = 400, .sg_list = &ts, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
-					 .send_flags = IBV_SEND_SIGNALED,
-					 .wr = {.rdma = {(uintptr_t)cases[0].p, cases[0].mr->rkey ^ 0x7f7f7f00u}}}, *tbad;
-		CHECK(ibv_post_send(qpa, &tw, &tbad) == 0, "post bad write");
-		struct ibv_context *ctxs[2] = {aid->verbs, bid->verbs};
-		for (int i = 0; i < 2; i++) {
-			struct pollfd ap = {.fd = ctxs[i]->async_fd, .events = POLLIN};
-			CHECK(poll(&ap, 1, 10000) == 1, "no async event on side %c", 'A' + i);
-			struct ibv_async_event ae;
-			CHECK(ibv_get_async_event(ctxs[i], &ae) == 0, "get async event");
-			CHECK(ae.event_type == IBV_EVENT_QP_FATAL && ae.element.qp == (i ? qpb : qpa), "side %c: event %s",
-			      'A' + i, ibv_event_type_str(ae.event_type));
-			ibv_ack_async_event(&ae);
-		}
-		OK("terminate-qp-fatal");
-	} else {
-		/* Disconnect: DISCONNECTED on both sides, B's posted receive
-		 * flushed. */
-		CHECK(rdma_disconnect(aid) == 0, "disconnect");
-	}
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
-	poll_one(cqb, IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR, 10, NULL);
-	OK("disconnect");
-
-	/* CQ overflow: sixteen receives flushed at once into a one-entry CQ;
-	 * polled seldom, so the flush's burst finds it full. */
-	{
-		struct ibv_pd *opd = ibv_alloc_pd(ca);
-		struct ibv_cq *ocq = opd ? ibv_create_cq(ca, 1, NULL, NULL, 0) : NULL;
-		struct ibv_qp_init_attr oa = {.send_cq = ocq, .recv_cq = ocq, .qp_type = IBV_QPT_RC,
-					      .cap = {.max_send_wr = 1, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
-		struct ibv_qp *oqp = ocq ? ibv_create_qp(opd, &oa) : NULL;
-		CHECK(oqp, "overflow QP");
-		struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1};
-		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "INIT");
-		uint64_t one;
-		struct ibv_sge os = {(uintptr_t)&one, sizeof(one), srcmr->lkey};
-		for (uint64_t k = 0; k < 16; k++) {
-			struct ibv_recv_wr orw = {.wr_id = 500 + k, .sg_list = &os, .num_sge = 1};
-			CHECK(ibv_post_recv(oqp, &orw, &rbad) == 0, "post recv %lu", (unsigned long)k);
-		}
-		ia.qp_state = IBV_QPS_ERR;
-		CHECK(ibv_modify_qp(oqp, &ia, IBV_QP_STATE) == 0, "ERR");
-		struct pollfd ap = {.fd = ca->async_fd, .events = POLLIN};
-		for (int i = 0; i < 200 && poll(&ap, 1, 0) == 0; i++) {
-			usleep(50000);
-			struct ibv_wc owc;
-			CHECK(ibv_poll_cq(ocq, 1, &owc) >= 0, "poll");
-		}
-		struct ibv_async_event ae;
-		CHECK(poll(&ap, 1, 0) == 1 && ibv_get_async_event(ca, &ae) == 0, "no async event on overflow");
-		CHECK(ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == ocq, "event %s", ibv_event_type_str(ae.event_type));
-		ibv_ack_async_event(&ae);
-		CHECK(ibv_destroy_qp(oqp) == 0 && ibv_destroy_cq(ocq) == 0 && ibv_dealloc_pd(opd) == 0, "overflow teardown");
-		OK("cq-overflow");
-	}
-	if (!terminate && !noimm)
-		check_qp_reuse(cha, chb, aid->verbs, &addr_a, addr_b, port + 50);
-
-	/* Teardown, every call checked. */
-	for (int i = 0; i < nc; i++)
-		CHECK(ibv_dereg_mr(cases[i].mr) == 0, "dereg %s", cases[i].name);
-	CHECK(ibv_dereg_mr(twice) == 0 && ibv_dereg_mr(srcmr) == 0 && ibv_dereg_mr(backmr) == 0, "dereg");
-	rdma_destroy_qp(aid);
-	rdma_destroy_qp(bid);
-	CHECK(ibv_destroy_cq(cqa) == 0 && ibv_destroy_cq(cqb) == 0, "destroy cq");
-	CHECK(ibv_destroy_comp_channel(cca) == 0 && ibv_destroy_comp_channel(ccb) == 0, "destroy channel");
-	CHECK(ibv_dealloc_pd(pda) == 0 && ibv_dealloc_pd(pdb) == 0, "dealloc pd");
-	CHECK(rdma_destroy_id(aid) == 0 && rdma_destroy_id(bid) == 0 && rdma_destroy_id(lid) == 0, "destroy ids");
-	rdma_destroy_event_channel(cha);
-	rdma_destroy_event_channel(chb);
-	CHECK(ibv_close_device(ca) == 0 && ibv_close_device(cb) == 0, "close");
-	free(heap);
-	free(shared);
-	free(odd);
-	free(src);
-	free(back);
-	OK("teardown");
 	printf("PASS\n");
 	return 0;
 }

@@ -19,105 +19,16 @@
  * ibv_dereg_mr. Prints "ok NAME" per check; exits 1 at the first
  * failure. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                     \
-			fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
-
-#define OK(name) printf("ok %s\n", name)
+#include "testlib.h"
 
 #define SIZE 8192
-
-static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	CHECK(poll(&p, 1, 10000) == 1, "no rdma_cm event (want %s)", rdma_event_str(want));
-	struct rdma_cm_event *ev;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event");
-	CHECK(ev->event == want, "event %s, want %s (status %d)", rdma_event_str(ev->event), rdma_event_str(want),
-	      ev->status);
-	return ev;
-}
-
-/* The RNIC's IPv4 address: an iWARP device's GID is its MAC (siw's
- * form), so the test takes the address from SIWTUN_TEST_ADDRS
- * ("siwtun0=198.18.1.2,siwtun1=198.18.2.2"), which the Go test sets. */
-static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
-{
-	const char *name = ibv_get_device_name(c->device), *all = getenv("SIWTUN_TEST_ADDRS");
-	CHECK(all, "SIWTUN_TEST_ADDRS not set");
-	size_t nl = strlen(name);
-	const char *p = all;
-	while (p && (strncmp(p, name, nl) || p[nl] != '='))
-		p = (p = strchr(p, ',')) ? p + 1 : NULL;
-	CHECK(p, "no address of %s in SIWTUN_TEST_ADDRS=%s", name, all);
-	char a[64];
-	snprintf(a, sizeof(a), "%s", p + nl + 1);
-	a[strcspn(a, ",")] = 0;
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	CHECK(inet_pton(AF_INET, a, &sin->sin_addr) == 1, "address %s of %s", a, name);
-}
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	CHECK(l, "ibv_get_device_list");
-	struct ibv_context *c = NULL;
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), name))
-			c = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	CHECK(c, "device %s not listed or not opened", name);
-	return c;
-}
-
-/* Polls one completion from cq within 10 s. */
-static struct ibv_wc poll_one(struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "ibv_poll_cq");
-		if (n == 1)
-			return wc;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		CHECK(t.tv_sec - t0.tv_sec < 10, "no completion");
-	}
-}
-
-static void want_wc(struct ibv_wc wc, uint64_t id, enum ibv_wc_opcode op, enum ibv_wc_status st)
-{
-	CHECK(wc.wr_id == id && wc.opcode == op && wc.status == st, "completion id %lu opcode %d status %s, want id %lu opcode %d %s",
-	      (unsigned long)wc.wr_id, wc.opcode, ibv_wc_status_str(wc.status), (unsigned long)id, op, ibv_wc_status_str(st));
-}
 
 /* A posts one request on qp and polls its completion from cq. */
 static struct ibv_wc post_one(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_send_wr *wr)
 {
 	struct ibv_send_wr *bad = NULL;
 	CHECK(ibv_post_send(qp, wr, &bad) == 0, "post send opcode %d", wr->opcode);
-	return poll_one(cq);
+	return tl_poll(cq);
 }
 
 int main(int argc, char **argv)
@@ -125,7 +36,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CHECK(argc >= 3, "usage: siwtun-mwtest DEV_A DEV_B [PORT]");
 	int port = argc > 3 ? atoi(argv[3]) : 17990;
-	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
+	struct ibv_context *ca = tl_open_dev(argv[1]), *cb = tl_open_dev(argv[2]);
 
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(cb, &da) == 0, "query device");
@@ -135,15 +46,12 @@ int main(int argc, char **argv)
 	OK("device mw attributes");
 
 	struct sockaddr_in addr_a, addr_b;
-	get_addr(ca, &addr_a);
-	get_addr(cb, &addr_b);
+	tl_get_addr(ca, &addr_a);
+	tl_get_addr(cb, &addr_b);
 	addr_b.sin_port = htons((uint16_t)port);
 	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
 	CHECK(cha && chb, "event channels");
-	struct rdma_cm_id *lid, *ida, *idb;
-	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0, "create listen id");
-	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&addr_b) == 0, "bind");
-	CHECK(rdma_listen(lid, 1) == 0, "listen");
+	struct rdma_cm_id *lid = tl_listen(chb, &addr_b, 1), *ida, *idb;
 
 	/* B: the region windows are bound into, and the windows. */
 	struct ibv_pd *pdb = ibv_alloc_pd(lid->verbs);
@@ -163,8 +71,7 @@ int main(int argc, char **argv)
 
 	/* Connect A to B. */
 	CHECK(rdma_create_id(cha, &ida, NULL, RDMA_PS_TCP) == 0, "create id");
-	CHECK(rdma_resolve_addr(ida, (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+	tl_resolve(ida, &addr_a, &addr_b);
 	struct ibv_pd *pda = ibv_alloc_pd(ida->verbs);
 	struct ibv_cq *cqa = ibv_create_cq(ida->verbs, 16, NULL, NULL, 0);
 	uint8_t *bufa = calloc(1, SIZE);
@@ -173,21 +80,16 @@ int main(int argc, char **argv)
 	CHECK(mra, "A's region");
 	for (int i = 0; i < SIZE; i++)
 		bufa[i] = (uint8_t)(i * 7 + 1);
-	CHECK(rdma_resolve_route(ida, 2000) == 0, "resolve route");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
 	struct ibv_qp_init_attr qa = {.send_cq = cqa, .recv_cq = cqa, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 8, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
 	CHECK(rdma_create_qp(ida, pda, &qa) == 0, "A's QP");
 	CHECK(rdma_connect(ida, NULL) == 0, "connect");
-	struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-	idb = ev->id;
-	rdma_ack_cm_event(ev);
+	idb = tl_request(chb);
 	struct ibv_qp_init_attr qb = qa;
 	qb.send_cq = qb.recv_cq = cqb;
 	CHECK(rdma_create_qp(idb, pdb, &qb) == 0, "B's QP");
 	CHECK(rdma_accept(idb, NULL) == 0, "accept");
-	rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+	tl_established(cha, chb);
 	OK("connect");
 
 	/* A type 2 window over [1024, +2048) of B's region. */
@@ -197,19 +99,19 @@ int main(int argc, char **argv)
 	bind.bind_mw.rkey = rkey2;
 	bind.bind_mw.bind_info = (struct ibv_mw_bind_info){mrb, (uintptr_t)bufb + 1024, 2048,
 							   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	want_wc(post_one(idb->qp, cqb, &bind), 1, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
+	tl_want(post_one(idb->qp, cqb, &bind), 1, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
 	struct ibv_sge sa = {(uintptr_t)bufa, 500, mra->lkey};
 	struct ibv_send_wr w = {.wr_id = 2, .sg_list = &sa, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
 				.send_flags = IBV_SEND_SIGNALED};
 	w.wr.rdma.remote_addr = (uintptr_t)bufb + 1124;
 	w.wr.rdma.rkey = rkey2;
-	want_wc(post_one(ida->qp, cqa, &w), 2, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS);
+	tl_want(post_one(ida->qp, cqa, &w), 2, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS);
 	struct ibv_sge sr = {(uintptr_t)bufa + 4096, 500, mra->lkey};
 	struct ibv_send_wr r = {.wr_id = 3, .sg_list = &sr, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
 				.send_flags = IBV_SEND_SIGNALED};
 	r.wr.rdma.remote_addr = (uintptr_t)bufb + 1124;
 	r.wr.rdma.rkey = rkey2;
-	want_wc(post_one(ida->qp, cqa, &r), 3, IBV_WC_RDMA_READ, IBV_WC_SUCCESS);
+	tl_want(post_one(ida->qp, cqa, &r), 3, IBV_WC_RDMA_READ, IBV_WC_SUCCESS);
 	/* The Write completed once with TCP; B served the Read after placing
 	 * it (one stream), so its bytes are there now. */
 	CHECK(!memcmp(bufb + 1124, bufa, 500), "the Write through the window landed elsewhere");
@@ -225,12 +127,12 @@ int main(int argc, char **argv)
 				 .bind_info = {mrb, (uintptr_t)bufb, 256, IBV_ACCESS_REMOTE_READ}};
 	CHECK(ibv_bind_mw(idb->qp, mw1, &b1) == 0, "ibv_bind_mw");
 	CHECK(mw1->rkey == ibv_inc_rkey(old1), "type 1 rkey 0x%08x, want 0x%08x", mw1->rkey, ibv_inc_rkey(old1));
-	want_wc(poll_one(cqb), 4, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
+	tl_want(tl_poll(cqb), 4, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
 	sr.length = 8;
 	r.wr_id = 5;
 	r.wr.rdma.remote_addr = (uintptr_t)bufb + 248;
 	r.wr.rdma.rkey = mw1->rkey;
-	want_wc(post_one(ida->qp, cqa, &r), 5, IBV_WC_RDMA_READ, IBV_WC_SUCCESS);
+	tl_want(post_one(ida->qp, cqa, &r), 5, IBV_WC_RDMA_READ, IBV_WC_SUCCESS);
 	CHECK(ibv_bind_mw(idb->qp, mw2, &b1) == EINVAL, "ibv_bind_mw of a type 2 window");
 	OK("type 1 ibv_bind_mw");
 
@@ -241,9 +143,9 @@ int main(int argc, char **argv)
 	sa.length = 10;
 	struct ibv_send_wr si = {.wr_id = 7, .sg_list = &sa, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
 				 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = rkey2};
-	want_wc(post_one(ida->qp, cqa, &si), 7, IBV_WC_SEND, IBV_WC_SUCCESS);
-	struct ibv_wc wc = poll_one(cqb);
-	want_wc(wc, 6, IBV_WC_RECV, IBV_WC_SUCCESS);
+	tl_want(post_one(ida->qp, cqa, &si), 7, IBV_WC_SEND, IBV_WC_SUCCESS);
+	struct ibv_wc wc = tl_poll(cqb);
+	tl_want(wc, 6, IBV_WC_RECV, IBV_WC_SUCCESS);
 	CHECK((wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == rkey2, "receive flags 0x%x, invalidated 0x%08x",
 	      wc.wc_flags, wc.invalidated_rkey);
 	OK("remote invalidate");
@@ -257,8 +159,8 @@ int main(int argc, char **argv)
 	bind.next = &li;
 	struct ibv_send_wr *bad = NULL;
 	CHECK(ibv_post_send(idb->qp, &bind, &bad) == 0, "post bind and local invalidate");
-	want_wc(poll_one(cqb), 8, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
-	want_wc(poll_one(cqb), 9, IBV_WC_LOCAL_INV, IBV_WC_SUCCESS);
+	tl_want(tl_poll(cqb), 8, IBV_WC_BIND_MW, IBV_WC_SUCCESS);
+	tl_want(tl_poll(cqb), 9, IBV_WC_LOCAL_INV, IBV_WC_SUCCESS);
 	OK("local invalidate");
 
 	CHECK(ibv_dereg_mr(mrb) == EBUSY, "ibv_dereg_mr of a region with a window bound");
@@ -276,7 +178,7 @@ int main(int argc, char **argv)
 	r.wr_id = 11;
 	w.next = &r;
 	CHECK(ibv_post_send(ida->qp, &w, &bad) == 0, "post Write and Read");
-	struct ibv_wc wa = poll_one(cqa), wb = poll_one(cqa);
+	struct ibv_wc wa = tl_poll(cqa), wb = tl_poll(cqa);
 	CHECK(wa.wr_id == 10 && wb.wr_id == 11 && wb.status != IBV_WC_SUCCESS, "Write %s, Read %s",
 	      ibv_wc_status_str(wa.status), ibv_wc_status_str(wb.status));
 	CHECK(!memcmp(snap, bufb, SIZE), "the Write to the invalidated window landed");

@@ -19,79 +19,16 @@
  * IBV_SRQ_MAX_WR and using the new depth. Prints "ok NAME" per check;
  * exits 1 at the first failure. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
 #include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                     \
-			fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno)); \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
-
-#define OK(name) printf("ok %s\n", name)
+#include "testlib.h"
 
 #define NQP 4
 #define DEPTH 16
 #define GROWN 64
 #define SLOT 2048
-
-static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	CHECK(poll(&p, 1, 10000) == 1, "no rdma_cm event (want %s)", rdma_event_str(want));
-	struct rdma_cm_event *ev;
-	CHECK(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event");
-	CHECK(ev->event == want, "event %s, want %s (status %d)", rdma_event_str(ev->event), rdma_event_str(want),
-	      ev->status);
-	return ev;
-}
-
-/* The RNIC's IPv4 address: an iWARP device's GID is its MAC (siw's
- * form), so the test takes the address from SIWTUN_TEST_ADDRS
- * ("siwtun0=198.18.1.2,siwtun1=198.18.2.2"), which the Go test sets. */
-static void get_addr(struct ibv_context *c, struct sockaddr_in *sin)
-{
-	const char *name = ibv_get_device_name(c->device), *all = getenv("SIWTUN_TEST_ADDRS");
-	CHECK(all, "SIWTUN_TEST_ADDRS not set");
-	size_t nl = strlen(name);
-	const char *p = all;
-	while (p && (strncmp(p, name, nl) || p[nl] != '='))
-		p = (p = strchr(p, ',')) ? p + 1 : NULL;
-	CHECK(p, "no address of %s in SIWTUN_TEST_ADDRS=%s", name, all);
-	char a[64];
-	snprintf(a, sizeof(a), "%s", p + nl + 1);
-	a[strcspn(a, ",")] = 0;
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	CHECK(inet_pton(AF_INET, a, &sin->sin_addr) == 1, "address %s of %s", a, name);
-}
-
-static struct ibv_context *open_dev(const char *name)
-{
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	CHECK(l, "ibv_get_device_list");
-	struct ibv_context *c = NULL;
-	for (int i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(l[i]), name))
-			c = ibv_open_device(l[i]);
-	ibv_free_device_list(l);
-	CHECK(c, "device %s not listed or not opened", name);
-	return c;
-}
 
 /* The receiver: B's side. */
 static struct {
@@ -130,16 +67,6 @@ static void post_slot(int i)
 	CHECK(ibv_post_srq_recv(rx.srq, &wr, &bad) == 0, "post srq recv slot %d", i);
 }
 
-static void poll_n(struct ibv_cq *cq, int n, struct ibv_wc *out)
-{
-	for (int k = 0, spins = 0; k < n;) {
-		int got = ibv_poll_cq(cq, n - k, out + k);
-		CHECK(got >= 0, "poll cq");
-		k += got;
-		CHECK(++spins < 50000000, "%d of %d completions", k, n);
-	}
-}
-
 /* One round: every sender QP sends per messages; the receiver checks each
  * in the slot its completion names and, if repost, posts the slot again. */
 static void round_(int per, int repost)
@@ -157,10 +84,10 @@ static void round_(int per, int repost)
 			CHECK(ibv_post_send(tx.ids[q]->qp, &wr, &bad) == 0, "post send");
 		}
 	}
-	poll_n(tx.cq, NQP * per, wc);
+	tl_poll_n(tx.cq, NQP * per, wc);
 	for (int i = 0; i < NQP * per; i++)
 		CHECK(wc[i].status == IBV_WC_SUCCESS, "send status %s", ibv_wc_status_str(wc[i].status));
-	poll_n(rx.cq, NQP * per, wc);
+	tl_poll_n(rx.cq, NQP * per, wc);
 	for (int i = 0; i < NQP * per; i++) {
 		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV, "receive status %s",
 		      ibv_wc_status_str(wc[i].status));
@@ -188,7 +115,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CHECK(argc >= 3, "usage: siwtun-srqtest DEV_A DEV_B [PORT]");
 	int port = argc > 3 ? atoi(argv[3]) : 17980;
-	struct ibv_context *ca = open_dev(argv[1]), *cb = open_dev(argv[2]);
+	struct ibv_context *ca = tl_open_dev(argv[1]), *cb = tl_open_dev(argv[2]);
 
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(cb, &da) == 0, "query device");
@@ -197,15 +124,12 @@ int main(int argc, char **argv)
 	OK("device srq attributes");
 
 	struct sockaddr_in addr_a, addr_b;
-	get_addr(ca, &addr_a);
-	get_addr(cb, &addr_b);
+	tl_get_addr(ca, &addr_a);
+	tl_get_addr(cb, &addr_b);
 	addr_b.sin_port = htons((uint16_t)port);
 	struct rdma_event_channel *cha = rdma_create_event_channel(), *chb = rdma_create_event_channel();
 	CHECK(cha && chb, "event channels");
-	struct rdma_cm_id *lid;
-	CHECK(rdma_create_id(chb, &lid, NULL, RDMA_PS_TCP) == 0, "create listen id");
-	CHECK(rdma_bind_addr(lid, (struct sockaddr *)&addr_b) == 0, "bind");
-	CHECK(rdma_listen(lid, NQP) == 0, "listen");
+	struct rdma_cm_id *lid = tl_listen(chb, &addr_b, NQP);
 
 	/* Each side's objects on the context its ids use (rdma_cm's). */
 	rx.pd = ibv_alloc_pd(lid->verbs);
@@ -247,8 +171,7 @@ int main(int argc, char **argv)
 	 * rdma_create_srq and its rdma_create_qp takes it. */
 	for (int i = 0; i < NQP; i++) {
 		CHECK(rdma_create_id(cha, &tx.ids[i], NULL, RDMA_PS_TCP) == 0, "create id");
-		CHECK(rdma_resolve_addr(tx.ids[i], (struct sockaddr *)&addr_a, (struct sockaddr *)&addr_b, 2000) == 0, "resolve");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ADDR_RESOLVED));
+		tl_resolve(tx.ids[i], &addr_a, &addr_b);
 		if (i == 0) {
 			tx.pd = ibv_alloc_pd(tx.ids[0]->verbs);
 			tx.cq = ibv_create_cq(tx.ids[0]->verbs, 4 * NQP * 4, NULL, NULL, 0);
@@ -257,15 +180,11 @@ int main(int argc, char **argv)
 			tx.mr = ibv_reg_mr(tx.pd, tx.buf, (size_t)NQP * 4 * SLOT, IBV_ACCESS_LOCAL_WRITE);
 			CHECK(tx.mr, "sender MR");
 		}
-		CHECK(rdma_resolve_route(tx.ids[i], 2000) == 0, "resolve route");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ROUTE_RESOLVED));
 		struct ibv_qp_init_attr qa = {.send_cq = tx.cq, .recv_cq = tx.cq, .qp_type = IBV_QPT_RC,
 					      .cap = {.max_send_wr = 8, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
 		CHECK(rdma_create_qp(tx.ids[i], tx.pd, &qa) == 0, "sender QP");
 		CHECK(rdma_connect(tx.ids[i], NULL) == 0, "connect");
-		struct rdma_cm_event *ev = wait_event(chb, RDMA_CM_EVENT_CONNECT_REQUEST);
-		rx.ids[i] = ev->id;
-		rdma_ack_cm_event(ev);
+		rx.ids[i] = tl_request(chb);
 		struct ibv_qp_init_attr qb = {.send_cq = rx.cq, .recv_cq = rx.cq, .qp_type = IBV_QPT_RC,
 					      .cap = {.max_send_wr = 4, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
 		if (i == 0) {
@@ -280,8 +199,7 @@ int main(int argc, char **argv)
 		CHECK(rdma_create_qp(rx.ids[i], rx.pd, &qb) == 0, "receiver QP %d", i);
 		CHECK(rx.ids[i]->qp->srq == rx.srq, "QP %d on the SRQ", i);
 		CHECK(rdma_accept(rx.ids[i], NULL) == 0, "accept");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_ESTABLISHED));
-		rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_ESTABLISHED));
+		tl_established(cha, chb);
 	}
 	OK("connect QPs on one SRQ");
 
@@ -380,8 +298,7 @@ int main(int argc, char **argv)
 
 	for (int i = 0; i < NQP; i++) {
 		CHECK(rdma_disconnect(tx.ids[i]) == 0, "disconnect");
-		rdma_ack_cm_event(wait_event(cha, RDMA_CM_EVENT_DISCONNECTED));
-		rdma_ack_cm_event(wait_event(chb, RDMA_CM_EVENT_DISCONNECTED));
+		tl_disconnected(cha, chb);
 	}
 	for (int i = NQP - 1; i >= 0; i--) {
 		rdma_destroy_qp(rx.ids[i]);

@@ -124,10 +124,12 @@ func newNamespace(t *testing.T, suffix string) *env {
 func (e *env) asanLib() string { return filepath.Join(filepath.Dir(e.ctest), "asan", "libsiwtun.so") }
 
 // asanEnv is the environment of libsiwtun's own C tests: the library built
-// with the sanitizers, and the RNICs' addresses (an iWARP GID is a MAC, so
-// the tests cannot read them from it).
+// with the sanitizers (an UndefinedBehaviorSanitizer report ends the
+// program with an error, as an AddressSanitizer one does), and the RNICs'
+// addresses (an iWARP GID is a MAC, so the tests cannot read them from it).
 func (e *env) asanEnv() []string {
-	return []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "SIWTUN_LIB=" + e.asanLib(),
+	return []string{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1",
+		"SIWTUN_LIB=" + e.asanLib(),
 		"SIWTUN_TEST_ADDRS=siwtun0=198.18.1.2,siwtun1=198.18.2.2"}
 }
 
@@ -349,7 +351,27 @@ func TestCTest(t *testing.T) {
 		if err != nil || !strings.Contains(out, "\nPASS\n") {
 			t.Fatalf("siwtun-ctest %v: %v\n%s", mode, err, out)
 		}
-		t.Logf("siwtun-ctest %v:\n%s", mode, out)
+		// Every case of the program's table for this mode reported, in
+		// the table's order: a case left out of a run is a check not made.
+		list, err := exec.Command(e.ctest, append(mode, "--list")...).Output()
+		var names []string // each line: the case's name, a tab, what it checks
+		for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+			name, _, _ := strings.Cut(line, "\t")
+			names = append(names, name)
+		}
+		if err != nil || len(names) < 20 {
+			t.Fatalf("siwtun-ctest %v --list: %v\n%s", mode, err, list)
+		}
+		var oks []string
+		for _, line := range strings.Split(out, "\n") {
+			if name, ok := strings.CutPrefix(line, "ok "); ok {
+				oks = append(oks, name)
+			}
+		}
+		if strings.Join(oks, " ") != strings.Join(names, " ") {
+			t.Fatalf("siwtun-ctest %v reported\n%v\nwant the cases\n%v", mode, oks, names)
+		}
+		t.Logf("siwtun-ctest %v (%d cases):\n%s", mode, len(names), out)
 	}
 }
 
