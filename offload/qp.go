@@ -450,16 +450,18 @@ func (qp *QP) retireLocked() {
 		if w.state != wqeDone {
 			return
 		}
+		// Counted before its completion is pushed: whoever polls the
+		// completion finds the request counted.
+		if w.status == ibv.WCSuccess {
+			qp.stats.SQCompleted.Add(1)
+		} else {
+			qp.stats.SQErrors.Add(1)
+		}
 		if w.status != ibv.WCSuccess || w.flags&ibv.FlagSignaled != 0 || qp.sigAll {
 			wc := &qp.wc
 			*wc = ibv.WorkCompletion{ID: w.id, Status: w.status, Opcode: w.op.WC(), QPNum: qp.num, ByteLen: w.byteLen}
 			qp.dev.tap.tapCompletion(wc)
 			qp.sendCQ.Push(wc, false)
-		}
-		if w.status == ibv.WCSuccess {
-			qp.stats.SQCompleted.Add(1)
-		} else {
-			qp.stats.SQErrors.Add(1)
 		}
 		qp.sqHead++
 	}
